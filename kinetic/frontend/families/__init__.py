@@ -1,0 +1,32 @@
+"""The family registry: GGUF `general.architecture` names -> family descriptors.
+
+Adding a family is one file in this folder plus one line in FAMILIES.
+"""
+
+from __future__ import annotations
+
+from kinetic.errors import KineticError
+from kinetic.frontend.families import gemma3, llama
+from kinetic.frontend.families.base import Family
+
+FAMILIES: tuple[Family, ...] = (
+    llama.FAMILY,
+    gemma3.FAMILY,
+)
+
+_BY_ARCH = {arch: f for f in FAMILIES for arch in f.architectures}
+
+
+def supported_architectures() -> set[str]:
+    return set(_BY_ARCH)
+
+
+def family_for(architecture: str) -> Family:
+    try:
+        return _BY_ARCH[architecture]
+    except KeyError:
+        raise KineticError(
+            f"architecture {architecture} is not supported yet",
+            "Run `kinetic info` on the file to see what it holds; supported: "
+            + ", ".join(sorted(_BY_ARCH)) + ".",
+        ) from None

@@ -1,0 +1,189 @@
+"""The numpy reference interpreter: what every op means.
+
+Owns: evaluating a Graph on one pass of rows. Does not own: where weights come from (a
+WeightSource), cache layout or rollback (the runtime supplies a KVView and commits what the pass
+returns). Float32 throughout, with ggml's numerics where they matter (kinetic/ir/numerics.py).
+
+A pass is a table of rows (`PassRows`): each row is a token with its sequence, its position and its
+parent row in this pass (-1: it follows the committed context of its sequence directly). A row's
+attention sees the committed cache entries of its sequence plus its ancestors in the pass and
+itself, minus what a sliding window excludes. A prompt chunk is the chain 0 <- 1 <- 2 ...; a draft
+tree is any forest; several users are several chains with different sequences.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from kinetic.ir import numerics
+from kinetic.ir.graph import Graph, Node
+from kinetic.ir.ops import Op
+from kinetic.ir.quants import dequantize_rows
+
+
+@dataclass
+class PassRows:
+    tokens: np.ndarray  # i32 [T]
+    positions: np.ndarray  # i32 [T]
+    seqs: np.ndarray  # i32 [T]
+    parents: np.ndarray  # i32 [T], -1 = attaches to the committed context
+    output_rows: np.ndarray  # i32 [R], rows whose logits are wanted
+
+    @staticmethod
+    def chain(tokens, start_pos: int, seq: int = 0, outputs: str = "last") -> PassRows:
+        """One sequence's consecutive tokens from position start_pos (a prompt chunk or one decode step)."""
+        n = len(tokens)
+        out = np.arange(n) if outputs == "all" else np.array([n - 1])
+        return PassRows(
+            tokens=np.asarray(tokens, np.int32),
+            positions=np.arange(start_pos, start_pos + n, dtype=np.int32),
+            seqs=np.full(n, seq, np.int32),
+            parents=np.arange(-1, n - 1, dtype=np.int32),
+            output_rows=out.astype(np.int32),
+        )
+
+    def ancestors(self, row: int) -> list[int]:
+        """The rows of this pass that `row` sees: its chain of parents, then itself."""
+        chain = [row]
+        while self.parents[chain[-1]] >= 0:
+            chain.append(int(self.parents[chain[-1]]))
+        return chain[::-1]
+
+
+class KVView(Protocol):
+    def committed(self, seq: int, layer: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Keys [n, kv_width], values [n, kv_width] (in the cache dtype) and their positions [n]."""
+
+
+class WeightSource(Protocol):
+    def tensor(self, name: str) -> np.ndarray:
+        """The stored tensor: raw bytes [rows, row_bytes] for quantized types, typed values otherwise."""
+
+
+@dataclass
+class PassResult:
+    outputs: dict[str, np.ndarray]
+    new_kv: dict[int, tuple[np.ndarray, np.ndarray]]  # layer -> (k, v) of every row, cache dtype
+
+
+class Interpreter:
+    """Runs graphs on numpy; caches each weight dequantized once."""
+
+    def __init__(self, weights: WeightSource):
+        self.weights = weights
+        self._dequantized: dict[str, numerics.DequantizedWeight] = {}
+
+    def run(self, graph: Graph, rows: PassRows, kv: KVView) -> PassResult:
+        env: dict[int, object] = {}
+        new_kv: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        for node in graph.nodes:
+            env[node.id] = self._eval(graph, node, env, rows, kv, new_kv)
+        outputs = {name: env[node_id] for name, node_id in graph.outputs}
+        return PassResult(outputs, new_kv)
+
+    def weight(self, node: Node) -> numerics.DequantizedWeight:
+        name = node.attrs.tensor
+        if name not in self._dequantized:
+            raw = np.asarray(self.weights.tensor(name))
+            raw2d = raw.reshape(raw.shape[0], -1) if raw.ndim > 1 else raw.reshape(1, -1)
+            self._dequantized[name] = numerics.DequantizedWeight(raw2d, node.type.ggml_type)
+        return self._dequantized[name]
+
+    def _eval(self, graph, node: Node, env, rows: PassRows, kv: KVView, new_kv):
+        op, a = node.op, node.attrs
+        x = [env[i] for i in node.inputs]
+        if op is Op.INPUT:
+            return {"tokens": rows.tokens, "positions": rows.positions, "output_rows": rows.output_rows}[a.name]
+        if op is Op.PARAM:
+            return node  # resolved lazily by the ops that read weights
+        if op is Op.STATE:
+            return a
+        if op is Op.EMBED:
+            table: Node = x[0]
+            raw = self.weights.tensor(table.attrs.tensor)
+            return dequantize_rows(raw, table.type.ggml_type, x[1]).reshape(len(x[1]), -1)
+        if op is Op.MATMUL:
+            return numerics.matmul(x[0], self.weight(x[1]), a.activations)
+        if op is Op.RMS_NORM:
+            y = numerics.rms_norm(x[0], a.eps, a.group)
+            if len(x) == 2:
+                w = self.weight(x[1]).values.reshape(-1)
+                y = (y.reshape(y.shape[0], -1, w.size) * w).reshape(y.shape)
+            return y.astype(np.float32)
+        if op is Op.ROPE:
+            return _rope(x[0], x[1], a)
+        if op is Op.ATTENTION:
+            return _attention(x[0], x[1], x[2], x[3], a, rows, kv, new_kv)
+        return _ELEMENTWISE[op](x, a)
+
+
+def _rope(x: np.ndarray, positions: np.ndarray, a) -> np.ndarray:
+    if a.yarn_ext_factor or a.llama3_factor:
+        raise NotImplementedError("the reference interpreter applies only linear rotary scaling so far")
+    rows = x.shape[0]
+    heads = x.reshape(rows, a.n_head, a.head_dim).copy()
+    angles = numerics.rope_angles(positions, a.n_rot, a.theta, a.freq_scale)[:, None, :]
+    cos, sin = np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+    rot = heads[:, :, : a.n_rot]
+    if a.neox:
+        half = a.n_rot // 2
+        x0, x1 = rot[:, :, :half].copy(), rot[:, :, half:].copy()
+        rot[:, :, :half] = x0 * cos - x1 * sin
+        rot[:, :, half:] = x0 * sin + x1 * cos
+    else:
+        x0, x1 = rot[:, :, 0::2].copy(), rot[:, :, 1::2].copy()
+        rot[:, :, 0::2] = x0 * cos - x1 * sin
+        rot[:, :, 1::2] = x0 * sin + x1 * cos
+    return heads.reshape(rows, -1).astype(np.float32)
+
+
+def _attention(q, k, v, state, a, rows: PassRows, kv: KVView, new_kv) -> np.ndarray:
+    """Each row attends over its visible keys; returns f32 [T, n_head*head_dim]."""
+    cache_dtype = np.float16 if a.kv_dtype == "f16" else np.float32
+    k_new, v_new = k.astype(cache_dtype), v.astype(cache_dtype)
+    new_kv[state.layer] = (k_new, v_new)
+    group = a.n_head // a.n_kv_head
+    out = np.empty((q.shape[0], a.n_head * a.head_dim), np.float32)
+    committed = {}
+    for r in range(q.shape[0]):
+        seq = int(rows.seqs[r])
+        if seq not in committed:
+            committed[seq] = kv.committed(seq, state.layer)
+        ck, cv, cpos = committed[seq]
+        mine = rows.ancestors(r)
+        keys = np.concatenate([ck, k_new[mine]]).astype(np.float32)
+        vals = np.concatenate([cv, v_new[mine]]).astype(np.float32)
+        pos = np.concatenate([cpos, rows.positions[mine]])
+        visible = pos <= rows.positions[r]
+        if a.window:
+            visible &= pos > rows.positions[r] - a.window
+        keys, vals = keys[visible], vals[visible]
+        qr = q[r].astype(cache_dtype).astype(np.float32).reshape(a.n_head, a.head_dim)
+        kh = keys.reshape(-1, a.n_kv_head, a.head_dim)
+        vh = vals.reshape(-1, a.n_kv_head, a.head_dim)
+        for h in range(a.n_head):
+            g = h // group
+            s = (kh[:, g, :] @ qr[h]).astype(np.float32) * np.float32(a.scale)
+            if a.softcap:
+                s = np.float32(a.softcap) * np.tanh(s / np.float32(a.softcap))
+            p = np.exp(s - s.max()).astype(np.float32)
+            out[r, h * a.head_dim : (h + 1) * a.head_dim] = (p @ vh[:, g, :]) / p.sum(dtype=np.float32)
+    return out
+
+
+_ELEMENTWISE: dict[Op, Callable] = {
+    Op.ADD: lambda x, a: (x[0] + x[1]).astype(np.float32),
+    Op.MUL: lambda x, a: (x[0] * x[1]).astype(np.float32),
+    Op.SCALE: lambda x, a: (x[0] * np.float32(a.factor)).astype(np.float32),
+    Op.SILU: lambda x, a: numerics.silu(x[0]),
+    Op.GELU: lambda x, a: numerics.gelu_ggml(x[0]),
+    Op.SOFTCAP: lambda x, a: (np.float32(a.cap) * np.tanh(x[0] / np.float32(a.cap))).astype(np.float32),
+    Op.SWIGLU: lambda x, a: (numerics.silu(x[0]) * x[1]).astype(np.float32),
+    Op.GEGLU: lambda x, a: (numerics.gelu_ggml(x[0]) * x[1]).astype(np.float32),
+    Op.SPLIT: lambda x, a: np.ascontiguousarray(x[0][:, a.start : a.start + a.size]),
+    Op.TAKE_ROWS: lambda x, a: x[0][x[1]],
+}

@@ -1,0 +1,89 @@
+"""The engine: runs passes of rows through a compiled graph and keeps sequence state.
+
+Owns: forward passes over a batch of rows (tokens with sequence, position and parent), prompt
+processing in fixed-size chunks, one-token decode, greedy selection and rollback. It knows nothing
+about text: it works on token ids (the tokenizer lives in the frontend).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from kinetic.ir.graph import Graph
+from kinetic.ir.interpreter import Interpreter, PassRows, WeightSource
+from kinetic.ir.ops import Op
+from kinetic.runtime.kv_cache import KVCache, SequenceCaches
+
+DEFAULT_CONTEXT = 4096
+DEFAULT_BATCH = 64  # prompt rows per pass
+
+
+@dataclass
+class Sequence:
+    """One sequence's tokens and cache; tokens[:cache.length] are in the cache."""
+
+    cache: KVCache
+    tokens: list[int]
+
+
+class Engine:
+    def __init__(self, graph: Graph, weights: WeightSource, *, n_ctx: int = DEFAULT_CONTEXT,
+                 batch: int = DEFAULT_BATCH):
+        self.graph = graph
+        self.n_ctx = n_ctx
+        self.batch = batch
+        self.interpreter = Interpreter(weights)
+        self.kv_width: dict[int, int] = {}
+        self.kv_dtype = np.float16
+        for node in graph.nodes:
+            if node.op is Op.STATE:
+                self.kv_width[node.attrs.layer] = node.attrs.n_kv_head * node.attrs.head_dim
+            if node.op is Op.ATTENTION and node.attrs.kv_dtype == "f32":
+                self.kv_dtype = np.float32
+        self.n_vocab = graph.output("logits").type.shape[1]
+
+    def new_sequence(self) -> Sequence:
+        return Sequence(KVCache(len(self.kv_width), self.kv_width, self.n_ctx, self.kv_dtype), [])
+
+    def forward(self, rows: PassRows, seqs: dict[int, Sequence], commit: bool = True) -> np.ndarray:
+        """One pass: logits f32 [R, n_vocab] for rows.output_rows; commits every row unless told not to."""
+        caches = SequenceCaches({sid: s.cache for sid, s in seqs.items()})
+        result = self.interpreter.run(self.graph, rows, caches)
+        if commit:
+            for sid, s in seqs.items():
+                mine = np.flatnonzero(rows.seqs == sid)
+                s.cache.commit(result.new_kv, mine, rows.positions)
+                s.tokens.extend(int(t) for t in rows.tokens[mine])
+        return result.outputs["logits"]
+
+    def prefill(self, seq: Sequence, tokens: list[int]) -> np.ndarray:
+        """Feed tokens after what the sequence holds, in chunks; logits of the last one, f32 [n_vocab]."""
+        if not tokens:
+            raise ValueError("prefill needs at least one token")
+        logits = None
+        for start in range(0, len(tokens), self.batch):
+            chunk = tokens[start : start + self.batch]
+            rows = PassRows.chain(chunk, seq.cache.length)
+            logits = self.forward(rows, {0: seq})
+        return logits[-1]
+
+    def decode(self, seq: Sequence, token: int) -> np.ndarray:
+        return self.prefill(seq, [token])
+
+    def rollback(self, seq: Sequence, length: int) -> None:
+        seq.cache.truncate(length)
+        del seq.tokens[length:]
+
+    def greedy(self, seq: Sequence, prompt: list[int], max_tokens: int,
+               stop: set[int] = frozenset()) -> Iterator[int]:
+        """Greedy continuation: yields each new token id; ends at a stop token or max_tokens."""
+        logits = self.prefill(seq, prompt)
+        for _ in range(max_tokens):
+            token = int(np.argmax(logits))
+            yield token
+            if token in stop:
+                return
+            logits = self.decode(seq, token)

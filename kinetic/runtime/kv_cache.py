@@ -1,0 +1,59 @@
+"""Sequence state: a preallocated KV cache per sequence, appended to and rolled back by length.
+
+Owns: cache layout (per layer, [n_ctx, n_kv_head * head_dim] in the cache dtype, plus the position
+of each entry), committing a pass's rows, and rollback to a length (speculative decoding keeps only
+the accepted rows). Does not own what the model computes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kinetic.errors import KineticError
+
+
+class KVCache:
+    """The cache of one sequence: entries [0, length) are committed."""
+
+    def __init__(self, n_layer: int, kv_width: dict[int, int], n_ctx: int, dtype=np.float16):
+        self.n_ctx = n_ctx
+        self.k = {layer: np.zeros((n_ctx, w), dtype) for layer, w in kv_width.items()}
+        self.v = {layer: np.zeros((n_ctx, w), dtype) for layer, w in kv_width.items()}
+        self.positions = np.zeros(n_ctx, np.int32)
+        self.length = 0
+
+    def committed(self, layer: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        n = self.length
+        return self.k[layer][:n], self.v[layer][:n], self.positions[:n]
+
+    def commit(self, new_kv: dict[int, tuple[np.ndarray, np.ndarray]], rows: np.ndarray,
+               positions: np.ndarray) -> None:
+        """Append the given pass rows (in order) to the cache."""
+        n = len(rows)
+        if self.length + n > self.n_ctx:
+            raise KineticError(
+                f"the context is full: {self.length} + {n} tokens exceed -c {self.n_ctx}",
+                "Use a larger context (-c N) or a shorter prompt.",
+            )
+        end = self.length + n
+        for layer, (k, v) in new_kv.items():
+            self.k[layer][self.length : end] = k[rows]
+            self.v[layer][self.length : end] = v[rows]
+        self.positions[self.length : end] = positions[rows]
+        self.length = end
+
+    def truncate(self, length: int) -> None:
+        """Roll back to the first `length` entries."""
+        if not 0 <= length <= self.length:
+            raise ValueError(f"cannot roll back to {length}: the cache holds {self.length}")
+        self.length = length
+
+
+class SequenceCaches:
+    """The KVView the interpreter reads: sequence id -> its KVCache."""
+
+    def __init__(self, caches: dict[int, KVCache]):
+        self.caches = caches
+
+    def committed(self, seq: int, layer: int):
+        return self.caches[seq].committed(layer)
