@@ -142,37 +142,43 @@ def _rope(x: np.ndarray, positions: np.ndarray, a) -> np.ndarray:
 
 
 def _attention(q, k, v, state, a, rows: PassRows, kv: KVView, new_kv) -> np.ndarray:
-    """Each row attends over its visible keys; returns f32 [T, n_head*head_dim]."""
+    """Each row attends over the cache entries it may see; returns f32 [T, n_head*head_dim].
+
+    Rows are grouped by sequence; a group's keys are the sequence's committed entries followed by
+    the pass's rows of that sequence, in order, and `visible[r, j]` says which a row sees.
+    """
     cache_dtype = np.float16 if a.kv_dtype == "f16" else np.float32
     k_new, v_new = k.astype(cache_dtype), v.astype(cache_dtype)
     new_kv[state.layer] = (k_new, v_new)
-    group = a.n_head // a.n_kv_head
     out = np.empty((q.shape[0], a.n_head * a.head_dim), np.float32)
-    committed = {}
-    for r in range(q.shape[0]):
-        seq = int(rows.seqs[r])
-        if seq not in committed:
-            committed[seq] = kv.committed(seq, state.layer)
-        ck, cv, cpos = committed[seq]
-        mine = rows.ancestors(r)
-        keys = np.concatenate([ck, k_new[mine]]).astype(np.float32)
-        vals = np.concatenate([cv, v_new[mine]]).astype(np.float32)
-        pos = np.concatenate([cpos, rows.positions[mine]])
-        visible = pos <= rows.positions[r]
-        if a.window:
-            visible &= pos > rows.positions[r] - a.window
-        keys, vals = keys[visible], vals[visible]
-        qr = q[r].astype(cache_dtype).astype(np.float32).reshape(a.n_head, a.head_dim)
-        kh = keys.reshape(-1, a.n_kv_head, a.head_dim)
-        vh = vals.reshape(-1, a.n_kv_head, a.head_dim)
-        for h in range(a.n_head):
-            g = h // group
-            s = (kh[:, g, :] @ qr[h]).astype(np.float32) * np.float32(a.scale)
-            if a.softcap:
-                s = np.float32(a.softcap) * np.tanh(s / np.float32(a.softcap))
-            p = np.exp(s - s.max()).astype(np.float32)
-            out[r, h * a.head_dim : (h + 1) * a.head_dim] = (p @ vh[:, g, :]) / p.sum(dtype=np.float32)
+    for seq in np.unique(rows.seqs):
+        mine = np.flatnonzero(rows.seqs == seq)
+        ck, cv, cpos = kv.committed(int(seq), state.layer)
+        keys = np.concatenate([ck, k_new[mine]])
+        vals = np.concatenate([cv, v_new[mine]])
+        visible = _visibility(rows, mine, cpos, a.window)
+        out[mine] = numerics.attention_online(q[mine], keys, vals, visible, a)
     return out
+
+
+def _visibility(rows: PassRows, mine: np.ndarray, committed_pos: np.ndarray, window: int) -> np.ndarray:
+    """bool [len(mine), n_committed + len(mine)]: committed entries at or before the row's position
+    (inside the window), and the row's ancestors in the pass with itself."""
+    n_c = len(committed_pos)
+    where = {int(r): i for i, r in enumerate(mine)}
+    visible = np.zeros((len(mine), n_c + len(mine)), bool)
+    for i, r in enumerate(mine):
+        pos = rows.positions[r]
+        seen_pos = committed_pos
+        ok = seen_pos <= pos
+        if window:
+            ok &= seen_pos > pos - window
+        visible[i, :n_c] = ok
+        for anc in rows.ancestors(int(r)):
+            j = where[anc]
+            if not window or rows.positions[anc] > pos - window:
+                visible[i, n_c + j] = True
+    return visible
 
 
 _ELEMENTWISE: dict[Op, Callable] = {

@@ -13,6 +13,9 @@ near-tie (facts read from ggml's sources, b1-0c1e570; no code copied):
   only in float summation order.
 * RMS norm sums squares in float64 and scales in float32.
 * Rotary angles advance by repeated float32 multiplication by base^(-2/n_rot), as ggml's cache does.
+* Attention is ggml's CPU flash attention for one query row: q rounded to the cache type, keys
+  visited in cache order with an online softmax (running max M and sum S in f32), and, for an f16
+  cache, the weighted sum of values kept in f16, rounded after every key.
 * GELU is the tanh form evaluated on the f16-rounded input and rounded to f16 (ggml's table), with
   x <= -10 -> 0 and x >= 10 -> x.
 """
@@ -156,3 +159,39 @@ def gelu_ggml(x: np.ndarray) -> np.ndarray:
 
 def silu(x: np.ndarray) -> np.ndarray:
     return (x / (np.float32(1) + np.exp(-x))).astype(np.float32)
+
+
+def attention_online(q: np.ndarray, keys: np.ndarray, vals: np.ndarray, visible: np.ndarray, a) -> np.ndarray:
+    """q f32 [rows, n_head*hd], keys/vals [n, n_kv*hd] in the cache dtype, visible bool [rows, n]."""
+    rows = q.shape[0]
+    nh, nkv, hd = a.n_head, a.n_kv_head, a.head_dim
+    group = nh // nkv
+    f16 = keys.dtype == np.float16
+    qh = q.astype(keys.dtype).astype(np.float64).reshape(rows, nkv, group, hd)
+    kh = keys.astype(np.float64).reshape(-1, nkv, hd)
+    vh = vals.astype(np.float64).reshape(-1, nkv, hd)
+    # scores for every (row, head, key) at once: f32 [rows, nkv, group, n]
+    scores = (np.einsum("rkgd,nkd->rkgn", qh, kh).astype(np.float32) * np.float32(a.scale)).astype(np.float32)
+    if a.softcap:
+        scores = (np.float32(a.softcap) * np.tanh(scores / np.float32(a.softcap))).astype(np.float32)
+    acc = np.zeros((rows, nkv, group, hd), np.float16 if f16 else np.float32)
+    m = np.full((rows, nkv, group), -np.inf, np.float32)
+    s_sum = np.zeros((rows, nkv, group), np.float32)
+    for j in range(kh.shape[0]):
+        live = visible[:, j][:, None, None]
+        if not live.any():
+            continue
+        s = scores[:, :, :, j]
+        new_max = (s > m) & live
+        with np.errstate(invalid="ignore", over="ignore"):
+            ms = np.where(new_max, np.exp(m - s), np.float32(1)).astype(np.float32)
+            vs = np.where(new_max, np.float32(1), np.exp(s - m)).astype(np.float32)
+        vs = np.where(live, vs, np.float32(0)).astype(np.float32)
+        m = np.where(new_max, s, m)
+        # a new maximum rescales the accumulator, which is stored (rounded) before the add
+        scaled = (acc.astype(np.float64) * ms[..., None]).astype(np.float32).astype(acc.dtype)
+        summed = scaled.astype(np.float64) + vh[j][None, :, None, :] * vs[..., None]
+        acc = np.where(live[..., None], summed.astype(np.float32).astype(acc.dtype), acc)
+        s_sum = np.where(live, (s_sum * ms + vs).astype(np.float32), s_sum)
+    out = acc.astype(np.float32) / s_sum[..., None]
+    return out.reshape(rows, nh * hd).astype(np.float32)

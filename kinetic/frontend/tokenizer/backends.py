@@ -1,0 +1,221 @@
+"""The three ways a text fragment becomes ids, once special tokens are split out of it.
+
+Owns: byte-level BPE (`gpt2`) and SentencePiece (`llama`) built on the `tokenizers` library, and
+WordPiece (`bert`) in plain Python; the disk cache for the SentencePiece merge table.
+Does not own: special tokens, BOS/EOS, detokenizing (core.py).
+
+A fragment here never contains a special token llama.cpp would have split out first.
+Each backend has `encode(fragments) -> list[int]` (the ids of all fragments, in order).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import unicodedata
+from pathlib import Path
+
+import blake3
+from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers
+
+from kinetic.frontend.tokenizer.vocab import Attr, Vocab
+
+CACHE_FORMAT = "spm-merges-v1"
+
+
+class _HFBackend:
+    """A `tokenizers.Tokenizer` with no added tokens, run on already-partitioned text."""
+
+    def __init__(self, hf: Tokenizer):
+        self.hf = hf
+
+    def encode(self, fragments: list[str]) -> list[int]:
+        if len(fragments) == 1:
+            return self.hf.encode(fragments[0], add_special_tokens=False).ids
+        out: list[int] = []
+        for enc in self.hf.encode_batch_fast(fragments, add_special_tokens=False):
+            out.extend(enc.ids)
+        return out
+
+
+def build_bpe(vocab: Vocab) -> _HFBackend:
+    """Byte-level BPE: the pre-tokenizer's regexes, GPT-2's byte-to-character map, merges by rank.
+
+    llama.cpp ranks a merge "a b" by its line in tokenizer.ggml.merges, splitting at the first space
+    after the first character; the first of duplicate pairs keeps its rank. A merge whose parts or
+    result are not tokens cannot yield a token and is left out (`tokenizers` refuses it).
+    """
+    ids = vocab.token_to_id
+    merges: list[tuple[str, str]] = []
+    seen: set[tuple[str, str]] = set()
+    for line in vocab.merges:
+        cut = line.find(" ", 1)
+        if cut < 0:
+            continue
+        pair = (line[:cut], line[cut + 1 :])
+        if pair in seen or pair[0] not in ids or pair[1] not in ids or pair[0] + pair[1] not in ids:
+            continue
+        seen.add(pair)
+        merges.append(pair)
+    assert vocab.pre is not None
+    hf = Tokenizer(models.BPE(dict(ids), merges, ignore_merges=vocab.pre.ignore_merges))
+    splits = [pre_tokenizers.Split(Regex(r), behavior="isolated") for r in vocab.pre.regexes]
+    hf.pre_tokenizer = pre_tokenizers.Sequence(
+        [*splits, pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]
+    )
+    return _HFBackend(hf)
+
+
+# -- SentencePiece ---------------------------------------------------------------------------------
+
+
+def build_spm(vocab: Vocab, cache_dir: Path | None) -> _HFBackend:
+    """SentencePiece BPE as llama.cpp runs it, expressed as a `tokenizers` BPE model.
+
+    llama.cpp starts from single characters and repeatedly joins the adjacent pair whose joined
+    text is a token with the highest score (leftmost on ties); characters no token covers become
+    `<0xNN>` byte tokens. That is BPE whose merges are every split (a, b) of every token t with a, b
+    tokens, ranked by t's score (high first): pairs that make the same token are adjacent in rank,
+    so the order between them never decides anything. Spaces become U+2581 before merging.
+
+    Building the merge list is the slow part (about 2 s for a 262k vocabulary), so it is cached on
+    disk in `tokenizers`' own vocab.json/merges.txt form, keyed by a hash of the vocabulary.
+    """
+    key = _vocab_key(vocab)
+    folder = cache_dir / key if cache_dir is not None else None
+    model = None
+    if folder is not None and (folder / "merges.txt").is_file():
+        try:
+            files = str(folder / "vocab.json"), str(folder / "merges.txt")
+            model = models.BPE.from_file(*files, byte_fallback=True)
+        except Exception:  # a damaged cache entry is rebuilt below
+            model = None
+    if model is None:
+        merges = spm_merges(vocab)
+        model = models.BPE(dict(vocab.token_to_id), merges, byte_fallback=True)
+        if folder is not None:
+            _store(folder, vocab, merges)
+    hf = Tokenizer(model)
+    hf.normalizer = normalizers.Replace(" ", "\u2581")
+    return _HFBackend(hf)
+
+
+def spm_merges(vocab: Vocab) -> list[tuple[str, str]]:
+    """Every split of every token into two tokens, ordered by the joined token's score (high first)."""
+    ids = vocab.token_to_id
+    scores = vocab.scores or [0.0] * len(vocab.tokens)
+    # Text never holds a space here (it became U+2581) nor a character that is a user-defined token
+    # by itself (Gemma's "\n", "\t"): those are split out first, so merges over them never apply.
+    user_chars = {t for i, t in enumerate(vocab.tokens) if len(t) == 1 and vocab.attrs[i] & Attr.USER_DEFINED}
+    unseen = {" "} | user_chars
+    unseen.discard("\u2581")
+    ranked: list[tuple[float, int, int]] = []
+    for i, text in enumerate(vocab.tokens):
+        if vocab.attrs[i] & Attr.BYTE or len(text) < 2 or any(c in text for c in unseen):
+            continue
+        for k in range(1, len(text)):
+            if text[:k] in ids and text[k:] in ids:
+                ranked.append((-scores[i], i, k))
+    ranked.sort()
+    tokens = vocab.tokens
+    return [(tokens[i][:k], tokens[i][k:]) for _, i, k in ranked]
+
+
+def _vocab_key(vocab: Vocab) -> str:
+    h = blake3.blake3(CACHE_FORMAT.encode())
+    h.update("\0".join(vocab.tokens).encode("utf-8", "surrogatepass"))
+    h.update(json.dumps(vocab.scores).encode())
+    h.update(bytes(int(a) & 0x7F for a in vocab.attrs))
+    return h.hexdigest()[:32]
+
+
+def _store(folder: Path, vocab: Vocab, merges: list[tuple[str, str]]) -> None:
+    """Write the cache entry atomically; a merge that merges.txt cannot spell disables caching."""
+    if any(c in part for a, b in merges for part in (a, b) for c in " \n\r"):
+        return
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=folder.parent))
+        (tmp / "vocab.json").write_text(json.dumps(vocab.token_to_id, ensure_ascii=False), encoding="utf-8")
+        with open(tmp / "merges.txt", "w", encoding="utf-8") as f:
+            f.write("#version: 0.2\n")
+            f.writelines(f"{a} {b}\n" for a, b in merges)
+        os.replace(tmp, folder)
+    except OSError:
+        pass  # the cache is an optimisation; a read-only home still tokenizes
+
+
+def default_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "kinetic" / "tokenizers"
+
+
+# -- WordPiece -------------------------------------------------------------------------------------
+
+
+class WordPiece:
+    """llama.cpp's WordPiece (`bert`): NFD, lower case, split at spaces and punctuation, then the
+    longest vocabulary entry at each position of U+2581 + word; a word with a gap becomes [UNK].
+
+    The GGUF vocabulary marks word starts with U+2581 instead of marking continuations with "##",
+    which is why this does not map onto `tokenizers`' WordPiece; BERT models are small inputs.
+    """
+
+    def __init__(self, vocab: Vocab):
+        self.ids = vocab.token_to_id
+        self.unk = vocab.unk_id
+        self.max_len = max(len(t) for t in vocab.tokens)
+
+    def encode(self, fragments: list[str]) -> list[int]:
+        out: list[int] = []
+        for fragment in fragments:
+            for word in _bert_words(fragment):
+                out.extend(self._word(word))
+        return out
+
+    def _word(self, word: str) -> list[int]:
+        text = "\u2581" + word
+        n, i, found = len(text), 0, []
+        while i < n:
+            for j in range(min(n, i + self.max_len), i, -1):
+                tid = self.ids.get(text[i:j])
+                if tid is not None:
+                    found.append(tid)
+                    i = j
+                    break
+            else:
+                return [self.unk] if self.unk is not None else []
+        return found
+
+
+def _is_chinese(cp: int) -> bool:
+    # CJK ranges as llama.cpp's llm_tokenizer_wpm_session::is_chinese_char lists them.
+    return (0x4E00 <= cp <= 0x9FFF or 0x3400 <= cp <= 0x4DBF or 0x20000 <= cp <= 0x2A6DF
+            or 0x2A700 <= cp <= 0x2B73F or 0x2B740 <= cp <= 0x2B81F or 0x2B920 <= cp <= 0x2CEAF
+            or 0xF900 <= cp <= 0xFAFF or 0x2F800 <= cp <= 0x2FA1F)
+
+
+def _bert_words(text: str) -> list[str]:
+    words, current = [], []
+    for ch in unicodedata.normalize("NFD", text):
+        cat = unicodedata.category(ch)
+        cp = ord(ch)
+        if ch.isspace() or cat == "Zs":
+            if current:
+                words.append("".join(current))
+                current = []
+            continue
+        if cp == 0 or cp == 0xFFFD or cat in ("Cc", "Cf", "Co", "Cs"):
+            continue
+        low = ch.lower()[0]
+        if cat[0] == "P" or (cp < 0x7F and cat[0] == "S") or _is_chinese(cp):
+            if current:
+                words.append("".join(current))
+                current = []
+            words.append(low)
+        else:
+            current.append(low)
+    if current:
+        words.append("".join(current))
+    return words

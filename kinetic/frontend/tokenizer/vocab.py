@@ -1,0 +1,215 @@
+"""The vocabulary as the GGUF file states it, with the fix-ups llama.cpp applies on load.
+
+Owns: reading `tokenizer.ggml.*` into plain Python data (token texts, attributes, scores, merges,
+special ids, add-BOS/EOS flags) and deciding, as llama.cpp does, which tokens end generation and
+which are matched in raw text.
+Does not own: splitting or merging text (backends.py), the public API (core.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Any
+
+from kinetic.errors import KineticError
+from kinetic.frontend.tokenizer.pretok import PreTokenizer, pre_tokenizer
+
+
+class TokenType(IntEnum):
+    """`tokenizer.ggml.token_type` values (gguf's TokenType)."""
+
+    NORMAL = 1
+    UNKNOWN = 2
+    CONTROL = 3
+    USER_DEFINED = 4
+    UNUSED = 5
+    BYTE = 6
+
+
+class Attr:
+    """llama.cpp's token attributes: the type plus per-token strip flags.
+
+    Plain ints, not an IntFlag: a vocabulary has 262k of them and enum arithmetic is slow."""
+
+    UNDEFINED = 0
+    UNKNOWN = 1 << 0
+    UNUSED = 1 << 1
+    NORMAL = 1 << 2
+    CONTROL = 1 << 3
+    USER_DEFINED = 1 << 4
+    BYTE = 1 << 5
+    LSTRIP = 1 << 7
+    RSTRIP = 1 << 8
+
+
+_TYPE_TO_ATTR = {
+    TokenType.NORMAL: Attr.NORMAL,
+    TokenType.UNKNOWN: Attr.UNKNOWN,
+    TokenType.CONTROL: Attr.CONTROL,
+    TokenType.USER_DEFINED: Attr.USER_DEFINED,
+    TokenType.UNUSED: Attr.UNUSED,
+    TokenType.BYTE: Attr.BYTE,
+}
+
+# Token texts llama.cpp treats as end of generation (and forces to CONTROL), from
+# llama_vocab::impl::load in src/llama-vocab.cpp.
+EOG_TEXTS = frozenset({
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<end_of_turn>", "<|endoftext|>",
+    "<|eom_id|>", "<EOT>", "_<EOT>", "<|end_of_text|>", "<end_of_utterance>",
+})
+# Fill-in-the-middle tokens that also end generation (pad, repo, file separator), same source.
+FIM_EOG_TEXTS = {
+    "tokenizer.ggml.fim_pad_token_id": ("<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>"),
+    "tokenizer.ggml.fim_rep_token_id": (
+        "<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>",
+    ),
+    "tokenizer.ggml.fim_sep_token_id": ("<|file_sep|>",),
+}
+# gpt-oss: always rendered, matched in raw text like user-defined tokens.
+ALWAYS_RENDERED = ("<|channel|>", "<|message|>", "<|start|>", "<|constrain|>")
+
+# Per vocabulary type: llama.cpp's default special ids and flags before the file's own keys.
+_DEFAULTS: dict[str, dict[str, Any]] = {
+    "llama": {"bos": 1, "eos": 2, "unk": 0, "sep": None, "add_bos": True, "add_space_prefix": True},
+    "gpt2": {"bos": 11, "eos": 11, "unk": None, "sep": None, "add_bos": False, "add_space_prefix": False},
+    "bert": {"bos": 101, "eos": None, "unk": 100, "sep": 102, "add_bos": True, "add_space_prefix": False},
+}
+
+
+@dataclass
+class Vocab:
+    """Everything the tokenizer needs from the file, already fixed up the way llama.cpp does."""
+
+    model: str  # "gpt2" (byte-level BPE), "llama" (SentencePiece BPE), "bert" (WordPiece)
+    pre_name: str
+    pre: PreTokenizer | None
+    tokens: list[str]
+    attrs: list[int]  # Attr bits per token
+    scores: list[float] | None
+    merges: list[str]
+    bos_id: int | None
+    eos_id: int | None
+    unk_id: int | None
+    sep_id: int | None
+    add_bos: bool
+    add_eos: bool
+    add_space_prefix: bool
+    clean_spaces: bool
+    eog_ids: set[int] = field(default_factory=set)
+    token_to_id: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def specials_for_matching(self) -> list[int]:
+        """Control, user-defined and unknown tokens, longest text first (llama.cpp's special cache)."""
+        match = Attr.CONTROL | Attr.USER_DEFINED | Attr.UNKNOWN
+        ids = [i for i, a in enumerate(self.attrs) if a & match]
+        return sorted(ids, key=lambda i: -len(self.tokens[i].encode("utf-8")))
+
+
+def read_vocab(meta) -> Vocab:
+    """Read `tokenizer.ggml.*` from a GGUF metadata mapping."""
+    model = meta.get("tokenizer.ggml.model")
+    if model not in _DEFAULTS:
+        raise KineticError(
+            f'unsupported tokenizer model "{model}"',
+            "Kinetic reads gpt2 (byte-level BPE), llama (SentencePiece) and bert (WordPiece) vocabularies.",
+        )
+    tokens = meta.get("tokenizer.ggml.tokens")
+    if not tokens:
+        raise KineticError("the file has no tokenizer.ggml.tokens", "The GGUF file has no vocabulary.")
+    tokens = [t if t else f"[EMPTY_{i}]" for i, t in enumerate(tokens)]  # as llama.cpp names empty ones
+    n = len(tokens)
+    types = meta.get("tokenizer.ggml.token_type")
+    if types is None:
+        attrs = [Attr.NORMAL] * n
+    else:
+        attrs = [_TYPE_TO_ATTR.get(t, Attr.UNDEFINED) for t in types.tolist()]
+    scores = meta.get("tokenizer.ggml.scores")
+    defaults = _DEFAULTS[model]
+    pre_name = meta.get("tokenizer.ggml.pre") or "default"
+    pre = pre_tokenizer(pre_name) if model == "gpt2" else None
+    merges = list(meta.get("tokenizer.ggml.merges") or []) if model == "gpt2" else []
+    if model == "gpt2" and "tokenizer.ggml.merges" not in meta:
+        raise KineticError("the BPE vocabulary has no tokenizer.ggml.merges", "The GGUF file is incomplete.")
+
+    def special(key: str, default: int | None) -> int | None:
+        value = meta.get(f"tokenizer.ggml.{key}_token_id")
+        return int(value) if isinstance(value, int) and 0 <= value < n else default
+
+    def flag(key: str, default: bool) -> bool:
+        value = meta.get(f"tokenizer.ggml.{key}")
+        return bool(value) if isinstance(value, bool) else default
+
+    vocab = Vocab(
+        model=model,
+        pre_name=pre_name,
+        pre=pre,
+        tokens=tokens,
+        attrs=attrs,
+        scores=None if scores is None else scores.tolist(),
+        merges=merges,
+        bos_id=special("bos", defaults["bos"]),
+        eos_id=special("eos", defaults["eos"]),
+        unk_id=special("unknown", defaults["unk"]),
+        sep_id=special("seperator", special("separator", defaults["sep"])),
+        add_bos=flag("add_bos_token", pre.add_bos if pre else defaults["add_bos"]),
+        add_eos=flag("add_eos_token", False),
+        add_space_prefix=flag("add_space_prefix", defaults["add_space_prefix"]),
+        clean_spaces=pre.clean_spaces if pre else model == "bert",
+        token_to_id={t: i for i, t in enumerate(tokens)},
+    )
+    _fix_up(vocab, meta)
+    return vocab
+
+
+def _fix_up(vocab: Vocab, meta) -> None:
+    """llama.cpp's load-time fix-ups: end-of-generation tokens, forced types, strip flags."""
+    ids = vocab.token_to_id
+    eog: set[int] = set()
+    for key, names in FIM_EOG_TEXTS.items():
+        fim = meta.get(key)
+        if not isinstance(fim, int):
+            fim = next((ids[t] for t in names if t in ids), None)
+        if fim is not None and 0 <= fim < len(vocab.tokens):
+            eog.add(fim)
+            vocab.attrs[fim] |= Attr.CONTROL
+    for text in EOG_TEXTS:
+        if text in ids:
+            eog.add(ids[text])
+            vocab.attrs[ids[text]] |= Attr.CONTROL
+    for text in ALWAYS_RENDERED:
+        if text in ids:
+            vocab.attrs[ids[text]] = Attr.USER_DEFINED
+    for key in ("tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"):
+        value = meta.get(key)
+        if isinstance(value, int) and 0 <= value < len(vocab.tokens):
+            eog.add(value)
+    if vocab.eos_id is not None:
+        eog.add(vocab.eos_id)
+    # gpt-oss (o200k_harmony): <|end|> ends a message, not generation.
+    if {"<|return|>", "<|call|>", "<|end|>"} <= ids.keys():
+        eog.discard(ids["<|end|>"])
+        vocab.attrs[ids["<|end|>"]] = Attr.USER_DEFINED
+    vocab.eog_ids = eog
+    _strip_flags(vocab, meta)
+
+
+def _strip_flags(vocab: Vocab, meta) -> None:
+    """Per-model strip attributes llama.cpp sets by name (jina's <mask>, Phi-3's specials)."""
+    ids = vocab.token_to_id
+    name = str(meta.get("general.name") or "").lower()
+    arch = str(meta.get("general.architecture") or "")
+    if any(p in vocab.pre_name for p in ("jina-v2-de", "jina-v2-es", "jina-v2-code")) or any(
+        a in arch for a in ("nomic-bert-moe", "jina-bert-v3")
+    ):
+        if "<mask>" in ids:
+            vocab.attrs[ids["<mask>"]] |= Attr.LSTRIP
+    elif "phi-3" in name or "phi3" in name:
+        for i in vocab.specials_for_matching:
+            vocab.attrs[i] |= Attr.RSTRIP
+        if "</s>" in ids:
+            vocab.attrs[ids["</s>"]] |= Attr.RSTRIP
+        for text in ("<unk>", "<s>", "<|endoftext|>"):
+            if text in ids:
+                vocab.attrs[ids[text]] &= ~Attr.RSTRIP

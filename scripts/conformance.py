@@ -1,0 +1,63 @@
+#!/usr/bin/env python3
+"""Greedy tokens of Kinetic's reference runtime against llama.cpp's golden continuations.
+
+For every raw and chat case of both real models, feeds the golden prompt ids, generates greedily as
+many tokens as llama.cpp did, and prints per case how many agree before the first divergence and
+whether that divergence is a near-tie (top-2 within 0.1 nats). Exit 1 if any case fails.
+
+    python scripts/conformance.py [--model smollm2-135m|gemma3-270m] [--f32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from kinetic import hub
+from kinetic.frontend.blocks import Options
+from kinetic.frontend.gguf_file import open_gguf
+from kinetic.frontend.lower import lower
+from kinetic.runtime.conformance import compare
+from kinetic.runtime.engine import Engine
+from kinetic.runtime.weights import GGUFWeights
+
+GOLDEN = Path(__file__).resolve().parent.parent / "tests" / "data" / "golden"
+FILES = {"smollm2-135m": "smollm2-135m-instruct-q4_1.json", "gemma3-270m": "gemma-3-270m-q4_k_m.json"}
+
+
+def run_model(name: str, options: Options) -> bool:
+    gguf = open_gguf(hub.resolve_model(name))
+    engine = Engine(lower(gguf, options), GGUFWeights(gguf))
+    golden = json.loads((GOLDEN / FILES[name]).read_text())
+    all_ok = True
+    for kind in ("raw", "chat"):
+        for i, case in enumerate(golden[kind]):
+            start = time.perf_counter()
+            seq = engine.new_sequence()
+            ours = list(engine.greedy(seq, case["prompt_ids"], len(case["ids"])))
+            seconds = time.perf_counter() - start
+            result = compare(ours, case["ids"], case["top2"])
+            all_ok &= result.ok
+            verdict = "all agree" if result.diverged_at is None else (
+                f"diverges at {result.diverged_at} ({'near-tie' if result.near_tie else 'NOT a near-tie'}, "
+                f"gap {result.gap:.3f})" if result.gap is not None else "too short")
+            print(f"{name:13} {kind}[{i}]  {result.agreed:2d}/{result.total} agree  {verdict}  "
+                  f"({len(ours)} tokens in {seconds:.1f} s)", flush=True)
+    return all_ok
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", choices=sorted(FILES), action="append")
+    parser.add_argument("--f32", action="store_true", help="float activations instead of ggml's 8-bit ones")
+    args = parser.parse_args()
+    options = Options(activations="f32" if args.f32 else "q8")
+    ok = all([run_model(m, options) for m in (args.model or sorted(FILES, reverse=True))])
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
