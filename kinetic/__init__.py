@@ -1,4 +1,9 @@
-"""Kinetic: runs GGUF language models as a compiler (see docs/ and the README)."""
+"""Kinetic: runs GGUF language models as a compiler (see docs/ and the README).
+
+    import kinetic
+    model = kinetic.Model("smollm2-135m")
+    print(model.generate("The capital of France is", max_tokens=8))
+"""
 
 from __future__ import annotations
 
@@ -6,4 +11,13 @@ from kinetic.errors import KineticError
 
 __version__ = "0.1.0"
 
-__all__ = ["KineticError", "__version__"]
+__all__ = ["KineticError", "Model", "__version__"]
+
+
+def __getattr__(name: str):
+    # Model pulls in numpy and the runtime; importing it lazily keeps `kinetic info` instant.
+    if name == "Model":
+        from kinetic.model import Model
+
+        return Model
+    raise AttributeError(f"module 'kinetic' has no attribute {name!r}")

@@ -42,7 +42,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        # A command may take free words after its options (`kinetic run MODEL --raw TEXT ...`).
+        if getattr(args, "collect_words", None) and not any(w.startswith("-") and len(w) > 1 for w in extra):
+            args.collect_words(args, extra)
+        else:
+            parser.error("unrecognized arguments: " + " ".join(extra))
     if args.command is None:
         parser.print_help(sys.stderr)
         return EXIT_USAGE

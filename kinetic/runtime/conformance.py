@@ -26,7 +26,7 @@ class Agreement:
 
 
 def compare(ours: list[int], reference_ids: list[int], top2: list[list[dict]]) -> Agreement:
-    for step, (a, b) in enumerate(zip(ours, reference_ids)):
+    for step, (a, b) in enumerate(zip(ours, reference_ids, strict=False)):
         if a != b:
             first, second = top2[step][0]["logprob"], top2[step][1]["logprob"]
             gap = abs(first - second)

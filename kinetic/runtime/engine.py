@@ -50,6 +50,9 @@ class Engine:
 
     def forward(self, rows: PassRows, seqs: dict[int, Sequence], commit: bool = True) -> np.ndarray:
         """One pass: logits f32 [R, n_vocab] for rows.output_rows; commits every row unless told not to."""
+        if commit:
+            for sid, s in seqs.items():
+                s.cache.check_room(int(np.count_nonzero(rows.seqs == sid)))
         caches = SequenceCaches({sid: s.cache for sid, s in seqs.items()})
         result = self.interpreter.run(self.graph, rows, caches)
         if commit:

@@ -26,15 +26,19 @@ class KVCache:
         n = self.length
         return self.k[layer][:n], self.v[layer][:n], self.positions[:n]
 
-    def commit(self, new_kv: dict[int, tuple[np.ndarray, np.ndarray]], rows: np.ndarray,
-               positions: np.ndarray) -> None:
-        """Append the given pass rows (in order) to the cache."""
-        n = len(rows)
+    def check_room(self, n: int) -> None:
+        """Fail before a pass whose n new rows would not fit."""
         if self.length + n > self.n_ctx:
             raise KineticError(
                 f"the context is full: {self.length} + {n} tokens exceed -c {self.n_ctx}",
                 "Use a larger context (-c N) or a shorter prompt.",
             )
+
+    def commit(self, new_kv: dict[int, tuple[np.ndarray, np.ndarray]], rows: np.ndarray,
+               positions: np.ndarray) -> None:
+        """Append the given pass rows (in order) to the cache."""
+        n = len(rows)
+        self.check_room(n)
         end = self.length + n
         for layer, (k, v) in new_kv.items():
             self.k[layer][self.length : end] = k[rows]

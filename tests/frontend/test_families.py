@@ -1,0 +1,86 @@
+"""Family descriptors: every registered family loads its synthetic file and matches llama.cpp's
+logits; loading is strict about tensors; unknown architectures are refused by name."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from kinetic.errors import KineticError
+from kinetic.frontend.families import FAMILIES, supported_architectures
+from kinetic.frontend.gguf_file import open_gguf
+from kinetic.frontend.lower import lower
+from kinetic.ir.interpreter import PassRows
+from kinetic.runtime.engine import Engine
+from kinetic.runtime.weights import GGUFWeights
+from tests.synthetic import SYNTHETIC, rewrite_gguf, synthetic_path
+
+
+def test_every_family_has_a_synthetic_file():
+    """Completeness: each registered architecture has a synthetic GGUF with llama.cpp's outputs."""
+    for arch in supported_architectures():
+        assert synthetic_path(arch).is_file(), f"no synthetic file for {arch}"
+        assert (SYNTHETIC / arch / f"{arch}.npz").is_file()
+
+
+@pytest.mark.parametrize("arch", sorted(a for f in FAMILIES for a in f.architectures))
+def test_synthetic_logits_match_llama_cpp(arch):
+    """Our logits at every prompt position stay within rounding-flip distance of llama.cpp's, and the
+    top token agrees wherever llama.cpp's top two are not close."""
+    gguf = open_gguf(synthetic_path(arch))
+    ref = np.load(SYNTHETIC / arch / f"{arch}.npz")
+    engine = Engine(lower(gguf), GGUFWeights(gguf), n_ctx=64)
+    for prompt in ("p0", "p1"):
+        ids = ref[f"{prompt}_ids"].tolist()
+        logits = engine.forward(PassRows.chain(ids, 0, outputs="all"), {0: engine.new_sequence()})
+        top_ids, top_logits = ref[f"{prompt}_seq_top_ids"], ref[f"{prompt}_seq_top_logits"]
+        ours = np.take_along_axis(logits, top_ids, axis=1)
+        # logits have a standard deviation of ~2.4; an 8-bit activation rounding flip moves them ~0.1
+        assert np.abs(ours - top_logits).max() < 0.4
+        clear = (top_logits[:, 0] - top_logits[:, 1]) > 0.3
+        assert np.array_equal(logits.argmax(axis=1)[clear], top_ids[clear, 0])
+
+
+def test_renamed_tensor_is_named(tmp_path):
+    """A tensor the family has no place for fails loading with its name."""
+    path = rewrite_gguf(synthetic_path("llama"), tmp_path / "renamed.gguf",
+                        rename={"blk.1.ffn_up.weight": "blk.1.ffn_upp.weight"})
+    with pytest.raises(KineticError, match=r"blk\.1\.ffn_up\.weight is missing"):
+        lower(open_gguf(path))
+
+
+def test_extra_tensor_is_named(tmp_path):
+    """A tensor nobody asks for is refused by name, never silently skipped."""
+    path = rewrite_gguf(synthetic_path("llama"), tmp_path / "extra.gguf",
+                        extra={"blk.0.attn_q.bias": np.zeros(256, np.float32)})
+    with pytest.raises(KineticError, match=r"blk\.0\.attn_q\.bias has no place in family llama"):
+        lower(open_gguf(path))
+
+
+def test_missing_tensor_is_named(tmp_path):
+    path = rewrite_gguf(synthetic_path("gemma3"), tmp_path / "missing.gguf", drop={"blk.2.post_ffw_norm.weight"})
+    with pytest.raises(KineticError, match=r"blk\.2\.post_ffw_norm\.weight is missing"):
+        lower(open_gguf(path))
+
+
+def test_unknown_architecture_is_refused(tmp_path):
+    path = rewrite_gguf(synthetic_path("llama"), tmp_path / "arch.gguf", set_kv={"general.architecture": "llama9"})
+    with pytest.raises(KineticError, match="architecture llama9 is not supported yet"):
+        lower(open_gguf(path))
+
+
+def test_yarn_scaling_is_refused(tmp_path):
+    """Rotary scaling the interpreter does not apply is refused with the seed's message."""
+    path = rewrite_gguf(synthetic_path("llama"), tmp_path / "yarn.gguf", set_kv={"llama.rope.scaling.type": "yarn"})
+    with pytest.raises(KineticError, match="yarn rotary scaling is not supported yet"):
+        lower(open_gguf(path))
+
+
+def test_synthetic_metadata_is_what_the_json_says():
+    for arch in supported_architectures():
+        meta = json.loads((SYNTHETIC / arch / f"{arch}.json").read_text())
+        gguf = open_gguf(synthetic_path(arch))
+        assert gguf.architecture == meta["arch"]
+        assert len(gguf.tensors) == len(meta["tensors"])

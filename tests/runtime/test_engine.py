@@ -1,0 +1,106 @@
+"""The engine's exactness contract on the real SmolLM2 model: batch = alone, tree rows = their path,
+several sequences = each alone, rollback = never having gone ahead."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kinetic.frontend.gguf_file import open_gguf
+from kinetic.frontend.lower import lower
+from kinetic.ir.interpreter import PassRows
+from kinetic.runtime.engine import Engine
+from kinetic.runtime.weights import GGUFWeights
+
+PROMPT = [504, 3575, 282, 4649, 314, 7042, 30, 198, 198, 504]  # "The capital of France is Paris.\n\nThe"
+
+
+@pytest.fixture(scope="module")
+def engine(smollm2_path) -> Engine:
+    gguf = open_gguf(smollm2_path)
+    return Engine(lower(gguf), GGUFWeights(gguf), n_ctx=128)
+
+
+def one_at_a_time(engine: Engine, tokens: list[int]) -> np.ndarray:
+    seq = engine.new_sequence()
+    return np.stack([engine.decode(seq, t) for t in tokens])
+
+
+def test_batch_equals_one_at_a_time(engine):
+    """A prompt in one pass gives every row bit for bit the logits it gets one token at a time."""
+    seq = engine.new_sequence()
+    batched = engine.forward(PassRows.chain(PROMPT, 0, outputs="all"), {0: seq})
+    alone = one_at_a_time(engine, PROMPT)
+    assert np.array_equal(batched, alone)
+
+
+def test_chunking_does_not_change_logits(engine):
+    """Prompt chunks of 3 give the same last logits as one chunk."""
+    seq_a, seq_b = engine.new_sequence(), engine.new_sequence()
+    whole = engine.prefill(seq_a, PROMPT)
+    engine.batch, saved = 3, engine.batch
+    try:
+        chunked = engine.prefill(seq_b, PROMPT)
+    finally:
+        engine.batch = saved
+    assert np.array_equal(whole, chunked)
+    assert seq_b.cache.length == len(PROMPT)
+
+
+def test_tree_rows_equal_their_paths(engine):
+    """In a draft tree, each row gives what its own path gives decoded plainly."""
+    prefix, a, b, c = PROMPT[:5], 7042, 3575, 30
+    seq = engine.new_sequence()
+    engine.prefill(seq, prefix)
+    n = len(prefix)
+    rows = PassRows(tokens=np.array([a, b, c], np.int32), positions=np.array([n, n, n + 1], np.int32),
+                    seqs=np.zeros(3, np.int32), parents=np.array([-1, -1, 0], np.int32),
+                    output_rows=np.arange(3, dtype=np.int32))
+    tree = engine.forward(rows, {0: seq}, commit=False)
+    assert seq.cache.length == n
+    path_a = one_at_a_time(engine, prefix + [a])[-1]
+    path_b = one_at_a_time(engine, prefix + [b])[-1]
+    path_ac = one_at_a_time(engine, prefix + [a, c])[-1]
+    assert np.array_equal(tree[0], path_a)
+    assert np.array_equal(tree[1], path_b)
+    assert np.array_equal(tree[2], path_ac)
+
+
+def test_two_sequences_in_one_pass_equal_each_alone(engine):
+    """Rows of two users in one pass give each user what it gets alone."""
+    s0, s1 = engine.new_sequence(), engine.new_sequence()
+    first, second = PROMPT[:4], PROMPT[4:9]
+    rows_0 = PassRows.chain(first, 0, seq=0, outputs="all")
+    rows_1 = PassRows.chain(second, 0, seq=1, outputs="all")
+    rows = PassRows(
+        tokens=np.concatenate([rows_0.tokens, rows_1.tokens]),
+        positions=np.concatenate([rows_0.positions, rows_1.positions]),
+        seqs=np.concatenate([rows_0.seqs, rows_1.seqs]),
+        parents=np.concatenate([rows_0.parents, np.where(rows_1.parents >= 0, rows_1.parents + len(first), -1)]),
+        output_rows=np.arange(len(first) + len(second), dtype=np.int32),
+    )
+    both = engine.forward(rows, {0: s0, 1: s1})
+    assert np.array_equal(both[: len(first)], one_at_a_time(engine, first))
+    assert np.array_equal(both[len(first) :], one_at_a_time(engine, second))
+    assert (s0.cache.length, s1.cache.length) == (len(first), len(second))
+
+
+def test_rollback_equals_never_going_ahead(engine):
+    """Rolling the cache back and decoding again gives the logits of the first time."""
+    seq = engine.new_sequence()
+    engine.prefill(seq, PROMPT[:6])
+    first = engine.decode(seq, PROMPT[6])
+    engine.decode(seq, PROMPT[7])
+    engine.rollback(seq, 6)
+    assert seq.cache.length == 6 and seq.tokens == PROMPT[:6]
+    assert np.array_equal(engine.decode(seq, PROMPT[6]), first)
+
+
+def test_context_full_is_a_clear_error(engine):
+    """Going past -c fails with a KineticError that says what to do."""
+    from kinetic.errors import KineticError
+
+    small = Engine(engine.graph, engine.interpreter.weights, n_ctx=4)
+    seq = small.new_sequence()
+    with pytest.raises(KineticError, match="context is full"):
+        small.prefill(seq, PROMPT[:5])

@@ -1,0 +1,47 @@
+"""Writing variants of the synthetic GGUF files for tests (renamed, dropped or extra tensors,
+changed metadata), with the `gguf` package's reader and writer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import gguf
+import numpy as np
+
+SYNTHETIC = Path(__file__).parent / "data" / "synthetic"
+
+
+def synthetic_path(arch: str) -> Path:
+    return SYNTHETIC / arch / f"{arch}.gguf"
+
+
+def rewrite_gguf(src: Path, dst: Path, *, rename: dict[str, str] | None = None, drop: set[str] = frozenset(),
+                 extra: dict[str, np.ndarray] | None = None, set_kv: dict[str, str] | None = None) -> Path:
+    """Copy src to dst with tensors renamed or dropped, f32 tensors added, string metadata replaced."""
+    rename, extra, set_kv = rename or {}, extra or {}, set_kv or {}
+    reader = gguf.GGUFReader(src)
+    arch = set_kv.get("general.architecture") or reader.fields["general.architecture"].contents()
+    writer = gguf.GGUFWriter(dst, arch)
+    for key, field in reader.fields.items():
+        if key.startswith("GGUF.") or key in ("general.architecture", "general.alignment"):
+            continue
+        if key in set_kv:
+            writer.add_string(key, set_kv[key])
+            continue
+        vtype = field.types[0]
+        sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
+        writer.add_key_value(key, field.contents(), vtype, sub_type=sub)
+    for key, value in set_kv.items():
+        if key not in reader.fields and key != "general.architecture":
+            writer.add_string(key, value)
+    for t in reader.tensors:
+        if t.name in drop:
+            continue
+        writer.add_tensor(rename.get(t.name, t.name), np.asarray(t.data), raw_dtype=t.tensor_type)
+    for name, values in extra.items():
+        writer.add_tensor(name, values.astype(np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return dst
