@@ -1,0 +1,62 @@
+"""The Python API on the real SmolLM2 model: text in, the golden tokens out."""
+
+from __future__ import annotations
+
+import pytest
+
+import kinetic
+from tests.conftest import load_golden
+
+
+@pytest.fixture(scope="module")
+def model(smollm2_path):
+    return kinetic.Model(smollm2_path, n_ctx=256)
+
+
+def test_name_and_tokenize(model):
+    """tokenize gives llama.cpp's ids in both golden variants."""
+    golden = load_golden("smollm2-135m")
+    assert "Smollm2" in model.name
+    case = golden["tokenize"][5]
+    assert model.tokenize(case["text"], add_special=False, parse_special=False) == case["ids"]
+    assert model.tokenize(case["text"], add_special=True, parse_special=True) == case["ids_add_special_parse_special"]
+
+
+def test_chat_template_renders_the_golden_prompt(model):
+    case = load_golden("smollm2-135m")["chat"][0]
+    assert model.apply_chat_template(case["messages"], add_generation_prompt=True) == case["rendered"]
+
+
+def test_greedy_generation_gives_llama_cpp_tokens(model):
+    """Greedy tokens from the golden prompt equal llama.cpp's (this case has no near-tie early on)."""
+    case = load_golden("smollm2-135m")["raw"][0]
+    ids = model.generate(case["prompt_ids"], max_tokens=8, return_tokens=True)
+    assert ids == case["ids"][:8]
+    assert model.last_stats.generated_tokens == 8 and model.last_stats.stop_reason == "length"
+
+
+def test_text_stream_equals_whole_text(model):
+    """Streaming gives the same text, piece by piece, as the whole answer."""
+    whole = model.generate("The capital of France is", max_tokens=6)
+    pieces = list(model.generate("The capital of France is", max_tokens=6, stream=True))
+    assert "".join(pieces) == whole
+    assert whole.startswith(" Paris")
+
+
+def test_seeded_sampling_repeats(model):
+    """The same seed and temperature give the same tokens."""
+    a = model.generate([504, 3575, 282], max_tokens=4, temperature=0.9, seed=7, return_tokens=True)
+    b = model.generate([504, 3575, 282], max_tokens=4, temperature=0.9, seed=7, return_tokens=True)
+    assert a == b
+
+
+def test_bad_prompts_raise_kinetic_error(model):
+    with pytest.raises(kinetic.KineticError, match="outside the vocabulary"):
+        model.generate([999_999], max_tokens=1)
+    with pytest.raises(kinetic.KineticError, match="empty"):
+        model.generate([], max_tokens=1)
+
+
+def test_unknown_model_raises_kinetic_error(tmp_path):
+    with pytest.raises(kinetic.KineticError, match="no model file"):
+        kinetic.Model(tmp_path / "nope.gguf")
