@@ -1,0 +1,38 @@
+"""`kinetic compile --dump-ir`: one parseable, verified IR file per phase, and -o refused for now.
+
+(It lives beside the passes because --dump-ir is the pipeline's window; it drives the CLI.)
+"""
+
+from __future__ import annotations
+
+from kinetic.cli.main import main
+from kinetic.ir.graph import verify
+from kinetic.ir.text import parse_graph
+from kinetic.passes import PIPELINE
+
+
+def test_dump_ir_writes_each_phase(smollm2_path, tmp_path, capsys):
+    """00-lowered.ir then one file per phase; each parses, verifies, and the summary counts match."""
+    (tmp_path / "07-stale.ir").write_text("left from an earlier dump")
+    (tmp_path / "notes.txt").write_text("not ours")
+    assert main(["compile", str(smollm2_path), "--dump-ir", str(tmp_path)]) == 0
+    expected = ["00-lowered.ir"] + [f"{i:02d}-{p.name}.ir" for i, p in enumerate(PIPELINE, start=1)]
+    assert sorted(p.name for p in tmp_path.glob("*.ir")) == expected
+    assert (tmp_path / "notes.txt").exists()
+    summary = capsys.readouterr().out
+    for name in expected:
+        graph = parse_graph((tmp_path / name).read_text())
+        verify(graph)
+        phase = name[3:-3]
+        line = next(ln for ln in summary.splitlines() if ln.split()[:1] == [phase])
+        assert int(line.split()[1]) == len(graph.nodes)
+    first, last = (parse_graph((tmp_path / n).read_text()) for n in (expected[0], expected[-1]))
+    assert len(last.nodes) < len(first.nodes)
+
+
+def test_output_file_is_refused_for_now(smollm2_path, tmp_path, capsys):
+    """-o exits 1 with a message saying .ktc writing is not available yet, and writes nothing."""
+    out = tmp_path / "model.ktc"
+    assert main(["compile", str(smollm2_path), "-o", str(out)]) == 1
+    assert "writing .ktc files is not available yet" in capsys.readouterr().err
+    assert not out.exists()
