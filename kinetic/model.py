@@ -21,6 +21,7 @@ from kinetic.errors import KineticError
 from kinetic.frontend.blocks import Options
 from kinetic.frontend.gguf_file import open_gguf
 from kinetic.frontend.lower import lower
+from kinetic.passes import PassOptions, run_pipeline
 from kinetic.runtime.engine import DEFAULT_CONTEXT, Engine
 from kinetic.runtime.weights import GGUFWeights
 
@@ -164,9 +165,5 @@ def _pick(logits: np.ndarray, temperature: float | None, rng: np.random.Generato
 
 
 def _optimize(graph):
-    """Run the pass pipeline when it is available (kinetic.passes), else keep the lowered graph."""
-    try:
-        from kinetic.passes import PassOptions, run_pipeline
-    except ImportError:
-        return graph
+    """The lowered graph through the pass pipeline (verified after every pass)."""
     return run_pipeline(graph, PassOptions())

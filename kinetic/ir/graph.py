@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kinetic.ir.ops import LEAVES, ATTRS, Op, VerifyError, infer_type
+from kinetic.ir.ops import ATTRS, LEAVES, Op, ParamAttrs, VerifyError, infer_type
 from kinetic.ir.types import TensorType
 
 
@@ -29,11 +29,13 @@ class Graph:
     outputs: tuple[tuple[str, int], ...]  # (name, node id), e.g. ("logits", 812)
     meta: tuple[tuple[str, str], ...] = ()  # free-form facts, e.g. ("family", "llama")
 
+    _by_id: dict[int, Node] = field(init=False, repr=False, compare=False)
+
     def __post_init__(self) -> None:
         object.__setattr__(self, "_by_id", {n.id: n for n in self.nodes})
 
     def node(self, node_id: int) -> Node:
-        return self._by_id[node_id]  # type: ignore[attr-defined]
+        return self._by_id[node_id]
 
     def output(self, name: str) -> Node:
         for out_name, node_id in self.outputs:
@@ -102,8 +104,6 @@ class GraphBuilder:
 
     def param(self, tensor: str, type: TensorType) -> int:
         """A weight; asking twice for the same tensor returns the same node (tied weights)."""
-        from kinetic.ir.ops import ParamAttrs
-
         if tensor not in self._params:
             self._params[tensor] = self.add(Op.PARAM, (), ParamAttrs(tensor), type)
         return self._params[tensor]
