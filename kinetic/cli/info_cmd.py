@@ -1,17 +1,35 @@
-"""`kinetic info`: placeholder until its issue lands; refuses with a clear message."""
+"""`kinetic info MODEL [--json]`: what a GGUF file holds, from its header only.
+
+Reads no tensor data and imports nothing heavy (no compiler, no kernels), so it answers at once
+even for a file of many gigabytes. The facts and their layout live in kinetic.frontend.model_info.
+"""
 
 from __future__ import annotations
 
 import argparse
-
-from kinetic.errors import KineticError
+import json
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("info", help="(not available yet)")
-    p.add_argument("model", nargs="?")
+    p = sub.add_parser(
+        "info",
+        help="show what a GGUF model file holds (from its header only)",
+        description="Show a model's name, architecture and whether Kinetic supports it, size and "
+        "parameter count, context length, layers and width, whether it has a prediction block, its "
+        "weight types, tokenizer and chat template. Reads only the file's header.",
+    )
+    p.add_argument("model", help="path to a .gguf file, or the short name of a downloaded model")
+    p.add_argument("--json", action="store_true", help="print the same facts as one JSON object")
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    raise KineticError("kinetic info is not available yet", "See the README for what works today.")
+    from kinetic.frontend.model_info import format_text, read_model_info, to_json
+    from kinetic.hub import resolve_model
+
+    info = read_model_info(resolve_model(args.model))
+    if args.json:
+        print(json.dumps(to_json(info), indent=2, ensure_ascii=False))
+    else:
+        print(format_text(info))
+    return 0

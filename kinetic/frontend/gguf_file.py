@@ -10,6 +10,13 @@ allocate without limit or loop for hours. This parser reads the same format (the
 constants name the value and tensor types), checks every count, length and extent against the bytes
 that are actually there before touching them, keeps large arrays undecoded until asked for, and
 maps the file once with numpy. Every failure is a KineticError naming the problem.
+
+The guarantees, for any input file:
+* every problem is a KineticError with one line naming it and a hint, never another exception;
+* work is linear in the bytes actually present (a claimed count is checked against the bytes left
+  before anything is read or allocated for it), so there is no hang;
+* no single allocation is larger than the file: counts and lengths only ever select bytes that
+  exist, and the tensor data is mapped, not read.
 """
 
 from __future__ import annotations
@@ -30,6 +37,10 @@ GGUF_MAGIC = b"GGUF"
 DEFAULT_ALIGNMENT = 32
 MAX_DIMS = 4
 MAX_KEY_BYTES = 65_536
+# The smallest possible entries: a key (8-byte length) + type (4) + a 1-byte value; a tensor name
+# (8) + n_dims (4) + one dimension (8) + type (4) + offset (8).
+MIN_KV_BYTES = 13
+MIN_TENSOR_INFO_BYTES = 32
 
 _SCALAR = {
     GGUFValueType.UINT8: "<B",
@@ -39,13 +50,13 @@ _SCALAR = {
     GGUFValueType.UINT32: "<I",
     GGUFValueType.INT32: "<i",
     GGUFValueType.FLOAT32: "<f",
-    GGUFValueType.BOOL: "<?",
+    GGUFValueType.BOOL: "<B",
     GGUFValueType.UINT64: "<Q",
     GGUFValueType.INT64: "<q",
     GGUFValueType.FLOAT64: "<d",
 }
 _NUMPY = {t: np.dtype(fmt) for t, fmt in _SCALAR.items()}
-_NUMPY[GGUFValueType.BOOL] = np.dtype(np.uint8)
+_U64 = struct.Struct("<Q")
 
 _FIX_HINT = "The file is damaged or not a GGUF model; download it again or check its source."
 
@@ -103,7 +114,7 @@ class Metadata(Mapping[str, Any]):
         if not isinstance(value, LazyArray):
             return value
         if key not in self._decoded:
-            self._decoded[key] = self._owner._decode_array(value)
+            self._decoded[key] = self._owner._decode_array(key, value)
         return self._decoded[key]
 
     def __iter__(self) -> Iterator[str]:
@@ -118,6 +129,25 @@ class Metadata(Mapping[str, Any]):
         if isinstance(value, LazyArray):
             return value.count
         return None
+
+    def array_item_type(self, key: str) -> GGUFValueType | None:
+        """The element type of an array value; None when the key is absent or not an array."""
+        value = self._raw.get(key)
+        return value.item_type if isinstance(value, LazyArray) else None
+
+    def array_item(self, key: str, index: int) -> Any:
+        """One element of an array without decoding the rest (for a token's text, say).
+
+        Raises KeyError when the key is absent and IndexError when the index is out of range.
+        """
+        value = self._raw[key]
+        if not isinstance(value, LazyArray):
+            raise KeyError(f"metadata {key!r} is not an array")
+        if not 0 <= index < value.count:
+            raise IndexError(f"metadata {key!r} has {value.count} items, not {index + 1}")
+        if key in self._decoded:
+            return self._decoded[key][index]
+        return self._owner._array_item(key, value, index)
 
     def value_type(self, key: str) -> GGUFValueType | None:
         value = self._raw.get(key)
@@ -144,8 +174,12 @@ class _Cursor:
         self.buf = buf
         self.pos = pos
 
+    @property
+    def left(self) -> int:
+        return len(self.buf) - self.pos
+
     def need(self, n: int, what: str) -> None:
-        if n < 0 or self.pos + n > len(self.buf):
+        if n < 0 or n > self.left:
             raise _bad(self.path, f"{what} runs past the end of the file (at byte {self.pos})")
 
     def scalar(self, fmt: str, what: str):
@@ -156,13 +190,17 @@ class _Cursor:
         return value
 
     def string(self, what: str, limit: int | None = None) -> str:
+        start = self.pos
         n = self.scalar("<Q", what)
         if limit is not None and n > limit:
-            raise _bad(self.path, f"{what} is {n} bytes long (at most {limit} allowed)")
+            raise _bad(self.path, f"{what} at byte {start} is {n} bytes long (at most {limit} allowed)")
         self.need(n, what)
-        raw = bytes(self.buf[self.pos : self.pos + n])
+        raw = self.buf[self.pos : self.pos + n]
         self.pos += n
-        return raw.decode("utf-8", errors="replace")
+        try:
+            return str(raw, "utf-8")
+        except UnicodeDecodeError:
+            raise _bad(self.path, f"{what} at byte {start} is not valid UTF-8") from None
 
 
 class GGUFFile:
@@ -170,16 +208,7 @@ class GGUFFile:
 
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
-        try:
-            size = self.path.stat().st_size
-            if size == 0:
-                raise _bad(self.path, "the file is empty")
-            self._map = np.memmap(self.path, dtype=np.uint8, mode="r")
-        except KineticError:
-            raise
-        except OSError as exc:
-            raise KineticError(f"cannot read {self.path}: {exc.strerror or exc}", "Check the path.") from exc
-        self.file_size = size
+        self.file_size, self._map = _map_file(self.path)
         self._buf = memoryview(self._map)
         self._parse()
 
@@ -187,29 +216,40 @@ class GGUFFile:
 
     def _parse(self) -> None:
         cur = _Cursor(self.path, self._buf)
+        self.version = self._read_preamble(cur)
+        n_tensors = cur.scalar("<Q", "the tensor count")
+        n_kv = cur.scalar("<Q", "the metadata count")
+        if n_kv > cur.left // MIN_KV_BYTES or n_tensors > cur.left // MIN_TENSOR_INFO_BYTES:
+            raise _bad(self.path, f"it claims {n_tensors} tensors and {n_kv} metadata entries, "
+                       "more than the file could hold")
+        raw = self._read_metadata(cur, n_kv)
+        self.metadata = Metadata(self, raw)
+        self._refuse_split(raw)
+        infos = [self._read_tensor_info(cur) for _ in range(n_tensors)]
+        self.alignment = self._alignment(raw)
+        self.data_offset = -(-cur.pos // self.alignment) * self.alignment
+        self.tensors = self._place_tensors(infos)
+
+    def _read_preamble(self, cur: _Cursor) -> int:
         cur.need(4, "the magic number")
         magic = bytes(self._buf[:4])
         if magic != GGUF_MAGIC:
             raise _bad(self.path, f"it starts with {magic!r} instead of b'GGUF'")
         cur.pos = 4
         version = cur.scalar("<I", "the version")
-        if version not in (2, 3):
-            if version & 0xFFFF == 0 and version >> 16 in (2, 3):
-                raise KineticError(
-                    f"{self.path.name} is a big-endian GGUF file, which is not supported",
-                    "Convert it to a little-endian GGUF file first.",
-                )
+        if version in (2, 3):
+            return version
+        if version & 0xFFFF == 0 and version >> 16 in (2, 3):
             raise KineticError(
-                f"{self.path.name} has GGUF version {version}; versions 2 and 3 are supported",
-                "Convert the file with a current llama.cpp (convert_hf_to_gguf.py) and try again.",
+                f"{self.path.name} is a big-endian GGUF file, which is not supported",
+                "Convert it to a little-endian GGUF file first.",
             )
-        self.version = version
-        n_tensors = cur.scalar("<Q", "the tensor count")
-        n_kv = cur.scalar("<Q", "the metadata count")
-        # Every metadata entry takes at least 13 bytes and every tensor entry at least 28.
-        if n_kv * 13 > self.file_size or n_tensors * 28 > self.file_size:
-            raise _bad(self.path, f"it claims {n_tensors} tensors and {n_kv} metadata entries, "
-                       "more than the file could hold")
+        raise KineticError(
+            f"{self.path.name} has GGUF version {version}; versions 2 and 3 are supported",
+            "Convert the file with a current llama.cpp (convert_hf_to_gguf.py) and try again.",
+        )
+
+    def _read_metadata(self, cur: _Cursor, n_kv: int) -> dict[str, Any]:
         raw: dict[str, Any] = {}
         for _ in range(n_kv):
             key = cur.string("a metadata key", limit=MAX_KEY_BYTES)
@@ -217,21 +257,26 @@ class GGUFFile:
                 raise _bad(self.path, f"metadata key {key!r} appears twice")
             vtype = self._value_type(cur.scalar("<I", f"the type of {key}"), key)
             raw[key] = self._read_value(cur, vtype, key)
-        self.metadata = Metadata(self, raw)
-        split_count = raw.get("split.count", 1)
-        if isinstance(split_count, int) and split_count > 1:
-            raise KineticError(
-                f"{self.path.name} is part {raw.get('split.no', 0) + 1} of a model split into {split_count} "
-                "files; split files are not read yet",
-                "Join the parts first with llama.cpp's `llama-gguf-split --merge FIRST-PART OUT.gguf`.",
-            )
-        infos = [self._read_tensor_info(cur) for _ in range(n_tensors)]
+        return raw
+
+    def _refuse_split(self, raw: dict[str, Any]) -> None:
+        count = raw.get("split.count", 1)
+        if not _is_int(count):
+            raise _bad(self.path, f"split.count is {_short(count)}, not a number")
+        if count <= 1:
+            return
+        part = raw.get("split.no")
+        which = f"part {part + 1} of" if _is_int(part) else "one part of"
+        raise KineticError(
+            f"{self.path.name} is {which} a model split into {count} files; split files are not read yet",
+            "Join the parts first with llama.cpp's `llama-gguf-split --merge FIRST-PART OUT.gguf`.",
+        )
+
+    def _alignment(self, raw: dict[str, Any]) -> int:
         alignment = raw.get("general.alignment", DEFAULT_ALIGNMENT)
-        if not isinstance(alignment, int) or alignment <= 0 or alignment & (alignment - 1):
-            raise _bad(self.path, f"general.alignment is {alignment!r}, not a power of two")
-        self.alignment = alignment
-        self.data_offset = -(-cur.pos // alignment) * alignment
-        self.tensors = self._place_tensors(infos)
+        if not _is_int(alignment) or alignment <= 0 or alignment & (alignment - 1):
+            raise _bad(self.path, f"general.alignment is {_short(alignment)}, not a power of two")
+        return alignment
 
     def _value_type(self, code: int, key: str) -> GGUFValueType:
         try:
@@ -243,39 +288,72 @@ class GGUFFile:
         if vtype == GGUFValueType.STRING:
             return cur.string(f"the value of {key}")
         if vtype == GGUFValueType.ARRAY:
-            item = self._value_type(cur.scalar("<I", f"the item type of {key}"), key)
-            count = cur.scalar("<Q", f"the length of {key}")
-            start = cur.pos
-            if item == GGUFValueType.ARRAY:
-                raise _bad(self.path, f"metadata {key!r} is an array of arrays, which GGUF models do not use")
-            if item == GGUFValueType.STRING:
-                if count * 8 > len(self._buf) - cur.pos:
-                    raise _bad(self.path, f"the array {key} claims {count} strings, more than the file holds")
-                for _ in range(count):  # skip over the strings, checking each length
-                    n = cur.scalar("<Q", f"a string in {key}")
-                    cur.need(n, f"a string in {key}")
-                    cur.pos += n
-            else:
-                width = _NUMPY[item].itemsize
-                cur.need(count * width, f"the array {key}")
-                cur.pos += count * width
-            return LazyArray(item, count, start)
+            return self._read_array(cur, key)
         value = cur.scalar(_SCALAR[vtype], f"the value of {key}")
         return bool(value) if vtype == GGUFValueType.BOOL else value
 
-    def _decode_array(self, arr: LazyArray) -> Any:
-        if arr.item_type == GGUFValueType.STRING:
-            out: list[str] = []
-            buf, pos = self._buf, arr.offset
-            for _ in range(arr.count):
-                (n,) = struct.unpack_from("<Q", buf, pos)
-                pos += 8
-                out.append(bytes(buf[pos : pos + n]).decode("utf-8", errors="replace"))
-                pos += n
-            return out
-        dtype = _NUMPY[arr.item_type]
-        values = np.frombuffer(self._buf, dtype=dtype, count=arr.count, offset=arr.offset)
-        return values.astype(bool) if arr.item_type == GGUFValueType.BOOL else values
+    def _read_array(self, cur: _Cursor, key: str) -> LazyArray:
+        item = self._value_type(cur.scalar("<I", f"the item type of {key}"), key)
+        count = cur.scalar("<Q", f"the length of {key}")
+        start = cur.pos
+        if item == GGUFValueType.ARRAY:
+            raise _bad(self.path, f"metadata {key!r} is an array of arrays, which GGUF models do not use")
+        if item == GGUFValueType.STRING:
+            if count > cur.left // 8:
+                raise _bad(self.path, f"the array {key} claims {count} strings, more than the file holds")
+            cur.pos = self._skip_strings(key, start, count)
+        else:
+            if count > cur.left // _NUMPY[item].itemsize:
+                raise _bad(self.path, f"the array {key} claims {count} values, more than the file holds")
+            cur.pos += count * _NUMPY[item].itemsize
+        return LazyArray(item, count, start)
+
+    def _skip_strings(self, key: str, pos: int, count: int) -> int:
+        """The position after `count` length-prefixed strings starting at pos, each checked to fit."""
+        buf, end, unpack = self._buf, len(self._buf), _U64.unpack_from
+        index = 0
+        while index < count and pos + 8 <= end:
+            pos += 8 + unpack(buf, pos)[0]
+            if pos > end:
+                break
+            index += 1
+        if index == count:
+            return pos
+        raise _bad(self.path, f"string {index} of the array {key} runs past the end of the file")
+
+    def _decode_array(self, key: str, arr: LazyArray) -> Any:
+        if arr.item_type != GGUFValueType.STRING:
+            dtype = _NUMPY[arr.item_type]
+            values = np.frombuffer(self._buf, dtype=dtype, count=arr.count, offset=arr.offset)
+            return values.astype(bool) if arr.item_type == GGUFValueType.BOOL else values
+        out: list[str] = []
+        buf, pos, unpack = self._buf, arr.offset, _U64.unpack_from
+        try:
+            for _ in range(arr.count):  # lengths were checked when the header was parsed
+                (n,) = unpack(buf, pos)
+                out.append(str(buf[pos + 8 : pos + 8 + n], "utf-8"))
+                pos += 8 + n
+        except UnicodeDecodeError:
+            raise self._bad_item(key, len(out)) from None
+        return out
+
+    def _array_item(self, key: str, arr: LazyArray, index: int) -> Any:
+        if arr.item_type != GGUFValueType.STRING:
+            dtype = _NUMPY[arr.item_type]
+            offset = arr.offset + index * dtype.itemsize
+            value = np.frombuffer(self._buf, dtype=dtype, count=1, offset=offset)[0]
+            return bool(value) if arr.item_type == GGUFValueType.BOOL else value.item()
+        pos, unpack = arr.offset, _U64.unpack_from
+        for _ in range(index):
+            pos += 8 + unpack(self._buf, pos)[0]
+        (n,) = unpack(self._buf, pos)
+        try:
+            return str(self._buf[pos + 8 : pos + 8 + n], "utf-8")
+        except UnicodeDecodeError:
+            raise self._bad_item(key, index) from None
+
+    def _bad_item(self, key: str, index: int) -> KineticError:
+        return _bad(self.path, f"string {index} of the array {key} is not valid UTF-8")
 
     def _read_tensor_info(self, cur: _Cursor) -> tuple[str, int, tuple[int, ...], int]:
         name = cur.string("a tensor name", limit=MAX_KEY_BYTES)
@@ -289,41 +367,40 @@ class GGUFFile:
 
     def _place_tensors(self, infos) -> dict[str, TensorInfo]:
         tensors: dict[str, TensorInfo] = {}
-        data_size = self.file_size - self.data_offset
+        if infos and self.data_offset > self.file_size:
+            raise _bad(self.path, f"the tensor data would start at byte {self.data_offset}, "
+                       f"past the end of the file ({self.file_size} bytes)")
         for name, type_code, ne, rel in infos:
             if name in tensors:
                 raise _bad(self.path, f"tensor {name} appears twice")
-            try:
-                qtype = GGMLQuantizationType(type_code)
-                block, type_size = GGML_QUANT_SIZES[qtype]
-            except (ValueError, KeyError):
-                raise KineticError(
-                    f"tensor {name} has type {type_code}, which Kinetic does not know",
-                    "The file may need a newer Kinetic; check `kinetic info` for the types it uses.",
-                ) from None
-            n = 1
-            for d in ne:
-                if d <= 0:
-                    raise _bad(self.path, f"tensor {name} has a dimension of {d}")
-                n *= d
-                if n > data_size * 8:  # no type stores more than 8 values per byte
-                    raise _bad(self.path, f"tensor {name} has shape {list(ne)}, larger than the file")
-            if ne[0] % block:
-                raise _bad(self.path, f"tensor {name} has rows of {ne[0]} values, not a multiple of "
-                           f"{qtype.name}'s block of {block}")
-            nbytes = n // block * type_size
-            if rel % self.alignment:
-                raise _bad(self.path, f"tensor {name} starts at {rel}, not aligned to {self.alignment}")
-            if rel + nbytes > data_size:
-                raise _bad(self.path, f"tensor {name} ends past the end of the file "
-                           f"(needs {self.data_offset + rel + nbytes} bytes, the file has {self.file_size})")
-            tensors[name] = TensorInfo(name, qtype, ne, self.data_offset + rel, nbytes)
+            tensors[name] = self._place_tensor(name, type_code, ne, rel)
         self._check_overlaps(tensors)
         return tensors
 
+    def _place_tensor(self, name: str, type_code: int, ne: tuple[int, ...], rel: int) -> TensorInfo:
+        qtype, block, type_size = _tensor_type(name, type_code)
+        data_size = self.file_size - self.data_offset
+        n = 1
+        for d in ne:
+            if d == 0:
+                raise _bad(self.path, f"tensor {name} has a dimension of 0")
+            n *= d
+            if n > data_size * 8:  # no type stores more than 8 values per byte
+                raise _bad(self.path, f"tensor {name} has shape {list(ne)}, larger than the file")
+        if ne[0] % block:
+            raise _bad(self.path, f"tensor {name} has rows of {ne[0]} values, not a multiple of "
+                       f"{qtype.name}'s block of {block}")
+        nbytes = n // block * type_size
+        if rel % self.alignment:
+            raise _bad(self.path, f"tensor {name} starts at {rel}, not aligned to {self.alignment}")
+        if rel + nbytes > data_size:
+            raise _bad(self.path, f"tensor {name} ends past the end of the file "
+                       f"(needs {self.data_offset + rel + nbytes} bytes, the file has {self.file_size})")
+        return TensorInfo(name, qtype, ne, self.data_offset + rel, nbytes)
+
     def _check_overlaps(self, tensors: dict[str, TensorInfo]) -> None:
         ordered = sorted(tensors.values(), key=lambda t: t.offset)
-        for a, b in zip(ordered, ordered[1:]):
+        for a, b in zip(ordered, ordered[1:], strict=False):
             if a.offset + a.nbytes > b.offset:
                 raise _bad(self.path, f"tensors {a.name} and {b.name} overlap")
 
@@ -346,7 +423,7 @@ class GGUFFile:
         return self._map[t.offset : t.offset + t.nbytes]
 
     def array(self, name: str) -> np.ndarray:
-        """F32/F16/BF16 tensors as typed views in numpy order; quantized ones as [rows..., row_bytes] uint8."""
+        """F32/F16/BF16 tensors as typed views in numpy order; others as [rows..., row_bytes] uint8."""
         t = self.tensors[name]
         data = self.raw(name)
         if t.type == GGMLQuantizationType.F32:
@@ -357,6 +434,41 @@ class GGUFFile:
             return data.view(np.uint16).reshape(t.shape)
         block, type_size = GGML_QUANT_SIZES[t.type]
         return data.reshape(*t.shape[:-1], t.ne[0] // block * type_size)
+
+
+def _map_file(path: Path) -> tuple[int, np.ndarray]:
+    """The file's size and a read-only uint8 map of it; a clear KineticError when it cannot be read."""
+    try:
+        if not path.is_file():
+            what = "does not exist" if not path.exists() else "is not a regular file"
+            raise KineticError(f"cannot read {path}: it {what}", "Check the path.")
+        size = path.stat().st_size
+        if size == 0:
+            raise _bad(path, "the file is empty")
+        return size, np.memmap(path, dtype=np.uint8, mode="r")
+    except OSError as exc:
+        raise KineticError(f"cannot read {path}: {exc.strerror or exc}", "Check the path.") from exc
+
+
+def _tensor_type(name: str, type_code: int) -> tuple[GGMLQuantizationType, int, int]:
+    try:
+        qtype = GGMLQuantizationType(type_code)
+        block, type_size = GGML_QUANT_SIZES[qtype]
+    except (ValueError, KeyError):
+        raise KineticError(
+            f"tensor {name} has type {type_code}, which Kinetic does not know",
+            "The file may need a newer Kinetic; check `kinetic info` for the types it uses.",
+        ) from None
+    return qtype, block, type_size
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _short(value: Any) -> str:
+    text = repr(value) if not isinstance(value, LazyArray) else "an array"
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def open_gguf(path: str | os.PathLike) -> GGUFFile:

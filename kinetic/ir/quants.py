@@ -71,11 +71,13 @@ def quant_type(t: GGMLQuantizationType | str | int) -> QuantType:
 
 
 def dequantize(data: np.ndarray, t: GGMLQuantizationType) -> np.ndarray:
-    """Reference dequantization: raw bytes [..., row_bytes] (or typed F32/F16 values) -> float32."""
+    """Reference dequantization: raw bytes [..., row_bytes] (or typed F32/F16/BF16 values) -> float32."""
+    data = np.asarray(data)
     if t == T.F32:
-        return np.asarray(data).view(np.float32) if data.dtype == np.uint8 else np.asarray(data, np.float32)
-    out = gguf_quants.dequantize(np.asarray(data), t)
-    return out.astype(np.float32, copy=False)
+        return data.view(np.float32) if data.dtype == np.uint8 else data.astype(np.float32, copy=False)
+    if data.dtype != np.uint8:  # typed views (float16, BF16 as uint16) go to gguf as their bytes
+        data = np.ascontiguousarray(data).view(np.uint8)
+    return gguf_quants.dequantize(data, t).astype(np.float32, copy=False)
 
 
 def dequantize_rows(data: np.ndarray, t: GGMLQuantizationType, rows: np.ndarray | slice) -> np.ndarray:

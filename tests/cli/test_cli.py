@@ -1,0 +1,98 @@
+"""The `kinetic` command as a user runs it: exit codes, error lines, and `kinetic info` output."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from kinetic import __version__
+
+
+def kinetic(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "kinetic.cli.main", *args], capture_output=True,
+                          text=True, timeout=120)
+
+
+def assert_clean_failure(proc: subprocess.CompletedProcess, message: str) -> None:
+    """Exit 1, a `kinetic: ` line naming the problem, then one line saying what to do; no traceback."""
+    assert proc.returncode == 1, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 2, proc.stderr
+    assert lines[0].startswith("kinetic: ") and message in lines[0]
+    assert lines[1] and not lines[1].startswith("kinetic: ")
+    assert "Traceback" not in proc.stderr
+
+
+def test_version():
+    """--version prints the package version and exits 0."""
+    proc = kinetic("--version")
+    assert proc.returncode == 0 and proc.stdout.strip() == f"kinetic {__version__}"
+
+
+def test_info_help():
+    """`kinetic info --help` describes the command and its --json flag."""
+    proc = kinetic("info", "--help")
+    assert proc.returncode == 0 and "--json" in proc.stdout and "header" in proc.stdout
+
+
+def test_unknown_flag_is_a_usage_error():
+    """An unknown flag exits 2 with a `kinetic: ` line and a line pointing to --help."""
+    proc = kinetic("info", "--frobnicate", "x.gguf")
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("kinetic: ") and "--help" in proc.stderr.splitlines()[-1]
+
+
+def test_missing_file(tmp_path):
+    """A path that does not exist fails cleanly."""
+    assert_clean_failure(kinetic("info", str(tmp_path / "missing.gguf")), "no model file or known model")
+
+
+def test_corrupted_file(tmp_path, smollm2_path):
+    """A real header with its tensor count overwritten fails cleanly, naming the file."""
+    data = bytearray(smollm2_path.read_bytes()[:4096])
+    data[8:16] = (2**62).to_bytes(8, "little")
+    bad = tmp_path / "broken.gguf"
+    bad.write_bytes(bytes(data))
+    assert_clean_failure(kinetic("info", str(bad)), "broken.gguf is not a valid GGUF file")
+
+
+def test_not_a_gguf_file(tmp_path):
+    """A text file fails cleanly with the wrong-magic message."""
+    bad = tmp_path / "notes.gguf"
+    bad.write_text("hello")
+    assert_clean_failure(kinetic("info", str(bad)), "instead of b'GGUF'")
+
+
+def test_info_smollm2(smollm2_path):
+    """`kinetic info` on SmolLM2 prints the file line and its facts."""
+    proc = kinetic("info", str(smollm2_path))
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert out.splitlines()[0] == "SmolLM2-135M-Instruct.Q4_1.gguf"
+    for fact in ("architecture   llama\n", "layers         30, width 576", "Q4_1    210 tensors",
+                 "F32      61 tensors", "Q8_0      1 tensors", "tokenizer      gpt2 (smollm), 49152 tokens",
+                 "chat template  368 bytes"):
+        assert fact in out, fact
+
+
+def test_info_gemma_json(gemma_path):
+    """`kinetic info --json` on Gemma 3 prints one JSON object with its facts."""
+    proc = kinetic("info", str(gemma_path), "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert (data["architecture"], data["layers"], data["width"]) == ("gemma3", 18, 640)
+    assert {w["type"]: w["tensors"] for w in data["weights"]} == {
+        "Q5_0": 81, "Q4_K": 27, "Q8_0": 10, "Q6_K": 9, "F32": 109}
+    assert data["tokenizer"]["model"] == "llama" and data["chat_template_bytes"] is None
+
+
+@pytest.mark.parametrize("name", ["smollm2-135m", "gemma3-270m"])
+def test_info_by_short_name(name, request):
+    """A downloaded model is found by its short name."""
+    request.getfixturevalue("smollm2_path" if name.startswith("smollm2") else "gemma_path")
+    proc = kinetic("info", name)
+    assert proc.returncode == 0, proc.stderr
+    assert "architecture" in proc.stdout
