@@ -7,6 +7,7 @@ interpreter does not apply yet.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from kinetic.errors import KineticError
@@ -14,6 +15,31 @@ from kinetic.frontend.gguf_file import GGUFFile
 from kinetic.ir.ops import RopeAttrs
 
 _MISSING = object()
+
+
+@dataclass(frozen=True)
+class Decoder:
+    """The hyperparameters every decoder family reads the same way."""
+
+    n_layer: int
+    n_embd: int
+    n_head: int
+    n_kv_head: int
+    head_dim: int
+    eps: float
+
+
+def decoder(gguf: GGUFFile, *, default_eps: float) -> Decoder:
+    n_embd = int(key(gguf, "embedding_length"))
+    n_head = int(key(gguf, "attention.head_count"))
+    return Decoder(
+        n_layer=int(key(gguf, "block_count")),
+        n_embd=n_embd,
+        n_head=n_head,
+        n_kv_head=int(key(gguf, "attention.head_count_kv", n_head)),
+        head_dim=int(key(gguf, "attention.key_length", n_embd // n_head)),
+        eps=float(key(gguf, "attention.layer_norm_rms_epsilon", default_eps)),
+    )
 
 
 def key(gguf: GGUFFile, suffix: str, default: Any = _MISSING) -> Any:

@@ -21,33 +21,28 @@ LOCAL_ROPE_BASE = 10000.0
 
 def build(m: Blocks) -> int:
     g = m.gguf
-    n_layer = int(hp.key(g, "block_count"))
-    n_embd = int(hp.key(g, "embedding_length"))
-    n_head = int(hp.key(g, "attention.head_count"))
-    n_kv_head = int(hp.key(g, "attention.head_count_kv", n_head))
-    head_dim = int(hp.key(g, "attention.key_length", n_embd // n_head))
-    eps = float(hp.key(g, "attention.layer_norm_rms_epsilon", 1e-6))
+    d = hp.decoder(g, default_eps=1e-6)
     window = int(hp.key(g, "attention.sliding_window", 0))
-    global_rope = hp.rope(g, n_head=n_head, head_dim=head_dim, neox=True)
+    global_rope = hp.rope(g, n_head=d.n_head, head_dim=d.head_dim, neox=True)
     local_base = float(hp.key(g, "rope.freq_base_swa", LOCAL_ROPE_BASE))
-    local_rope = hp.rope(g, n_head=n_head, head_dim=head_dim, neox=True, theta=local_base)
+    local_rope = hp.rope(g, n_head=d.n_head, head_dim=d.head_dim, neox=True, theta=local_base)
 
     positions = m.input("positions")
     x = m.embed("token_embd.weight", m.input("tokens"))
-    x = m.scale(x, math.sqrt(n_embd))  # f32 [T, n_embd]
-    for il in range(n_layer):
+    x = m.scale(x, math.sqrt(d.n_embd))  # f32 [T, n_embd]
+    for il in range(d.n_layer):
         is_local = window > 0 and il % SWA_PATTERN < SWA_PATTERN - 1
         p = f"blk.{il}."
-        h = m.rms_norm(x, p + "attn_norm.weight", eps=eps)
-        h = m.attention(h, layer=il, positions=positions, n_head=n_head, n_kv_head=n_kv_head,
-                        head_dim=head_dim, rope=local_rope if is_local else global_rope,
-                        scale=1.0 / math.sqrt(head_dim), window=window if is_local else 0,
-                        qk_norm_eps=eps)
-        x = m.add(x, m.rms_norm(h, p + "post_attention_norm.weight", eps=eps))
-        h = m.rms_norm(x, p + "ffn_norm.weight", eps=eps)
+        h = m.rms_norm(x, p + "attn_norm.weight", eps=d.eps)
+        h = m.attention(h, layer=il, positions=positions, n_head=d.n_head, n_kv_head=d.n_kv_head,
+                        head_dim=d.head_dim, rope=local_rope if is_local else global_rope,
+                        scale=1.0 / math.sqrt(d.head_dim), window=window if is_local else 0,
+                        qk_norm_eps=d.eps)
+        x = m.add(x, m.rms_norm(h, p + "post_attention_norm.weight", eps=d.eps))
+        h = m.rms_norm(x, p + "ffn_norm.weight", eps=d.eps)
         h = m.ffn(h, layer=il, act=Act.GELU)
-        x = m.add(x, m.rms_norm(h, p + "post_ffw_norm.weight", eps=eps))
-    return m.head(x, eps=eps)
+        x = m.add(x, m.rms_norm(h, p + "post_ffw_norm.weight", eps=d.eps))
+    return m.head(x, eps=d.eps)
 
 
 FAMILY = Family(name="gemma3", architectures=("gemma3",), build=build)

@@ -15,25 +15,19 @@ from kinetic.frontend.families.base import Family
 
 
 def build(m: Blocks) -> int:
-    g = m.gguf
-    n_layer = int(hp.key(g, "block_count"))
-    n_embd = int(hp.key(g, "embedding_length"))
-    n_head = int(hp.key(g, "attention.head_count"))
-    n_kv_head = int(hp.key(g, "attention.head_count_kv", n_head))
-    head_dim = int(hp.key(g, "attention.key_length", n_embd // n_head))
-    eps = float(hp.key(g, "attention.layer_norm_rms_epsilon", 1e-5))
-    rope = hp.rope(g, n_head=n_head, head_dim=head_dim, neox=False)
+    d = hp.decoder(m.gguf, default_eps=1e-5)
+    rope = hp.rope(m.gguf, n_head=d.n_head, head_dim=d.head_dim, neox=False)
 
     positions = m.input("positions")
     x = m.embed("token_embd.weight", m.input("tokens"))  # f32 [T, n_embd]
-    for il in range(n_layer):
-        h = m.rms_norm(x, f"blk.{il}.attn_norm.weight", eps=eps)
-        h = m.attention(h, layer=il, positions=positions, n_head=n_head, n_kv_head=n_kv_head,
-                        head_dim=head_dim, rope=rope, scale=1.0 / math.sqrt(head_dim))
+    for il in range(d.n_layer):
+        h = m.rms_norm(x, f"blk.{il}.attn_norm.weight", eps=d.eps)
+        h = m.attention(h, layer=il, positions=positions, n_head=d.n_head, n_kv_head=d.n_kv_head,
+                        head_dim=d.head_dim, rope=rope, scale=1.0 / math.sqrt(d.head_dim))
         x = m.add(x, h)
-        h = m.rms_norm(x, f"blk.{il}.ffn_norm.weight", eps=eps)
+        h = m.rms_norm(x, f"blk.{il}.ffn_norm.weight", eps=d.eps)
         x = m.add(x, m.ffn(h, layer=il, act=Act.SILU))
-    return m.head(x, eps=eps)  # f32 [R, n_vocab]
+    return m.head(x, eps=d.eps)  # f32 [R, n_vocab]
 
 
 FAMILY = Family(name="llama", architectures=("llama",), build=build)
