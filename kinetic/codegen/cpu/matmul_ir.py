@@ -1,0 +1,153 @@
+"""Renders the quantized matmul kernel: y[r, n] = sum_b (weight block b of row n) . (activation row r).
+
+Owns: the loops and the order of summation. One kernel per (weight type, K, variant, row tile):
+
+    for n in [n0, n1):                      # output columns; threads split this range
+        for each tile of T activation rows, then each leftover row alone:
+            for b in blocks of K:           # the weight block is decoded once per tile
+                per row: isum = sum over the block's chunks of lane_scale * dot8  (exact int32 lanes)
+                         acc  = fma(d_w * d_x, float(isum), acc)                  (8 float lanes)
+                         accm = accm + m * s_x           (Q4_1/Q5_1)
+                         accm = accm - dmin * d_x * sum_j min_j * bsum_j          (k-quants)
+            y[r, n] = ((acc0+acc4) + (acc2+acc6)) + ((acc1+acc5) + (acc3+acc7)) + accm
+
+A row's float operations are the same sequence whatever T, M, [n0, n1) or the variant, so results
+are bit-identical across batch sizes, tilings, thread counts and variants. The reduction dimension is
+never split.
+"""
+
+from __future__ import annotations
+
+from kinetic.codegen.cpu.llvm_ir import Function, const_vec, module
+from kinetic.codegen.cpu.quant_blocks import LAYOUTS, Block, Layout
+from kinetic.codegen.cpu.target import DECLARATIONS, dot8
+
+FLOAT_DECLARATIONS = [
+    "declare <8 x float> @llvm.fma.v8f32(<8 x float>, <8 x float>, <8 x float>)",
+    "declare i32 @llvm.vector.reduce.add.v16i32(<16 x i32>)",
+]
+
+PARAMS = [
+    ("ptr", "w"),  # u8 [N, row_bytes]
+    ("ptr", "xq"),  # i8 [M, K]
+    ("ptr", "xd"),  # f32 [M, K/block]
+    ("ptr", "xe"),  # q8_1: f32 s [M, K/32]; q8_k: i32 sums of 16 [M, K/16]; else unused
+    ("ptr", "out"),  # f32 [M, ldo]
+    ("i64", "m"),
+    ("i64", "n0"),
+    ("i64", "n1"),
+    ("i64", "ldo"),
+]
+
+
+def kernel_name(layout: Layout, k: int, variant: str, tile: int) -> str:
+    return f"kin_mm_{layout.wtype.name.lower()}_k{k}_{variant}_t{tile}"
+
+
+class _Rows:
+    """Per-row pointers into the quantized activations."""
+
+    def __init__(self, fn: Function, r: str, k: int, layout: Layout):
+        self.r = r
+        self.xq = fn.gep("%xq", fn.v(f"mul i64 {r}, {k}"))
+        self.xd = fn.gep("%xd", fn.v(f"mul i64 {r}, {k // layout.block}"), "float")
+        extra = {"q8_1": (k // 32, "float"), "q8_k": (k // 16, "i32")}.get(layout.activation)
+        self.xe = fn.gep("%xe", fn.v(f"mul i64 {r}, {extra[0]}"), extra[1]) if extra else None
+
+
+def _block_dot(fn: Function, variant: str, blk: Block, row: _Rows, b: str, block: int) -> str:
+    """<8 x i32> exact lane sums of one weight block against one activation row."""
+    base = fn.gep(row.xq, fn.v(f"mul i64 {b}, {block}"))
+    total = None
+    for c, chunk in enumerate(blk.chunks):
+        x = fn.load("<32 x i8>", fn.gep(base, 32 * c))
+        p = dot8(fn, variant, chunk.w, x, chunk.signed)
+        if chunk.lane_scale is not None:
+            p = fn.v(f"mul <8 x i32> {p}, {chunk.lane_scale}")
+        total = p if total is None else fn.v(f"add <8 x i32> {total}, {p}")
+    return total
+
+
+def _min_term(fn: Function, layout: Layout, blk: Block, row: _Rows, b: str, dx: str, accm: str) -> str:
+    if layout.activation == "q8_1":  # + m * s
+        s = fn.load("float", fn.gep(row.xe, b, "float"), 4)
+        return fn.v(f"fadd float {accm}, {fn.v(f'fmul float {blk.min_scale}, {s}')}")
+    sums = fn.load("<16 x i32>", fn.gep(row.xe, fn.v(f"mul i64 {b}, 16"), "i32"), 4)
+    summ = fn.v(f"call i32 @llvm.vector.reduce.add.v16i32(<16 x i32> {fn.v(f'mul <16 x i32> {blk.mins}, {sums}')})")
+    scale = fn.v(f"fmul float {blk.min_scale}, {dx}")
+    term = fn.v(f"fmul float {scale}, {fn.v(f'sitofp i32 {summ} to float')}")
+    return fn.v(f"fsub float {accm}, {term}")
+
+
+def _accumulate(fn: Function, layout: Layout, variant: str, rows: list[_Rows], wrow: str, b: str, accs: list[str]):
+    blk = layout.decode(fn, fn.gep(wrow, fn.v(f"mul i64 {b}, {layout.block_bytes}")))
+    has_min = layout.has_min
+    new_acc, new_min = [], []
+    for i, row in enumerate(rows):
+        isum = _block_dot(fn, variant, blk, row, b, layout.block)
+        dx = fn.load("float", fn.gep(row.xd, b, "float"), 4)
+        scale = fn.splat_value(8, "float", fn.v(f"fmul float {blk.d}, {dx}"))
+        lanes = fn.v(f"sitofp <8 x i32> {isum} to <8 x float>")
+        new_acc.append(fn.v(f"call <8 x float> @llvm.fma.v8f32(<8 x float> {scale}, <8 x float> {lanes}, "
+                            f"<8 x float> {accs[i]})"))
+        if has_min:
+            new_min.append(_min_term(fn, layout, blk, row, b, dx, accs[len(rows) + i]))
+    return new_acc + new_min
+
+
+def _hsum(fn: Function, acc: str) -> str:
+    """Fixed-tree sum of 8 float lanes."""
+    lo = fn.v(f"shufflevector <8 x float> {acc}, <8 x float> poison, {const_vec('i32', range(4))}")
+    hi = fn.v(f"shufflevector <8 x float> {acc}, <8 x float> poison, {const_vec('i32', range(4, 8))}")
+    s4 = fn.v(f"fadd <4 x float> {lo}, {hi}")
+    a = fn.v(f"shufflevector <4 x float> {s4}, <4 x float> poison, {const_vec('i32', [0, 1])}")
+    b = fn.v(f"shufflevector <4 x float> {s4}, <4 x float> poison, {const_vec('i32', [2, 3])}")
+    s2 = fn.v(f"fadd <2 x float> {a}, {b}")
+    e0 = fn.v(f"extractelement <2 x float> {s2}, i64 0")
+    e1 = fn.v(f"extractelement <2 x float> {s2}, i64 1")
+    return fn.v(f"fadd float {e0}, {e1}")
+
+
+def _row_tile(fn: Function, layout: Layout, variant: str, k: int, wrow: str, n: str, first_row: str, tile: int):
+    rows = [_Rows(fn, fn.v(f"add i64 {first_row}, {i}"), k, layout) for i in range(tile)]
+    has_min = layout.has_min
+    carried = [("<8 x float>", "zeroinitializer")] * tile + ([("float", "0.0")] * tile if has_min else [])
+    finals = fn.loop(
+        0, k // layout.block, carried, lambda b, accs: _accumulate(fn, layout, variant, rows, wrow, b, accs)
+    )
+    for i, row in enumerate(rows):
+        y = _hsum(fn, finals[i])
+        if has_min:
+            y = fn.v(f"fadd float {y}, {finals[tile + i]}")
+        at = fn.v(f"add i64 {fn.v(f'mul i64 {row.r}, %ldo')}, {n}")
+        fn.store("float", y, fn.gep("%out", at, "float"), 4)
+
+
+def _column(fn: Function, layout: Layout, variant: str, k: int, tile: int, n: str) -> list[str]:
+    wrow = fn.gep("%w", fn.v(f"mul i64 {n}, {k // layout.block * layout.block_bytes}"))
+    tiles = fn.v(f"udiv i64 %m, {tile}")
+
+    def tile_body(t: str, _carried: list[str]) -> list[str]:
+        _row_tile(fn, layout, variant, k, wrow, n, fn.v(f"mul i64 {t}, {tile}"), tile)
+        return []
+
+    fn.loop(0, tiles, [], tile_body)
+    if tile > 1:
+
+        def single(r: str, _carried: list[str]) -> list[str]:
+            _row_tile(fn, layout, variant, k, wrow, n, r, 1)
+            return []
+
+        fn.loop(fn.v(f"mul i64 {tiles}, {tile}"), "%m", [], single)
+    return []
+
+
+def render_matmul(wtype, k: int, variant: str, tile: int) -> tuple[str, str]:
+    """(module IR text, function name) for one specialized kernel."""
+    layout = LAYOUTS[wtype]
+    if k % layout.block:
+        raise ValueError(f"{wtype.name} needs K a multiple of {layout.block}, got {k}")
+    fn = Function(kernel_name(layout, k, variant, tile), PARAMS)
+    fn.loop("%n0", "%n1", [], lambda n, _c: _column(fn, layout, variant, k, tile, n))
+    fn.do("ret void")
+    return module([fn], DECLARATIONS[variant] + FLOAT_DECLARATIONS), fn.name

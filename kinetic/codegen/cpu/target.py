@@ -1,0 +1,110 @@
+"""The CPU renderer's capabilities as data: which int8 dot variant a host runs, and how each is spelled.
+
+Owns: reading the host's CPU features from llvmlite, the list of variants (`vnni`, `avx2`,
+`generic`), and the one primitive every quantized kernel is built on, `dot8`: 32 weight bytes times
+32 int8 activations -> 8 int32 lanes, lane i holding the exact sum of elements 4i..4i+3.
+
+Every variant produces the same lanes exactly (integer arithmetic, no saturation is reachable: AVX2's
+`pmaddubsw` pairs stay below 2 * 128 * 127 because signed weights go through abs/sign and activations
+lie in [-127, 127]), so the float code after it, which is shared text, gives bit-identical results
+whichever variant runs. It does not own kernels or block layouts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+
+import llvmlite.binding as llvm
+
+from kinetic.codegen.cpu.llvm_ir import Function, const_vec, splat
+
+VARIANTS = ("vnni", "avx2", "generic")
+
+_NEEDS = {
+    "vnni": ("avx2", "avx512vnni", "avx512vl", "avx512bw"),
+    "avx2": ("avx2", "fma"),
+    "generic": (),
+}
+
+
+@cache
+def _init_llvm() -> None:
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+
+
+@dataclass(frozen=True)
+class Host:
+    """What the JIT targets: triple, CPU name and feature string (all part of the cache key)."""
+
+    triple: str
+    cpu: str
+    features: str
+    flags: frozenset[str]
+
+    def supports(self, variant: str) -> bool:
+        return all(f in self.flags for f in _NEEDS[variant])
+
+    def best_variant(self) -> str:
+        return next(v for v in VARIANTS if self.supports(v))
+
+
+@cache
+def host() -> Host:
+    _init_llvm()
+    feats = llvm.get_host_cpu_features()
+    flags = frozenset(k for k, on in feats.items() if on)
+    return Host(llvm.get_process_triple(), llvm.get_host_cpu_name(), feats.flatten(), flags)
+
+
+DECLARATIONS = {
+    "avx2": [
+        "declare <16 x i16> @llvm.x86.avx2.pmadd.ub.sw(<32 x i8>, <32 x i8>)",
+        "declare <8 x i32> @llvm.x86.avx2.pmadd.wd(<16 x i16>, <16 x i16>)",
+        "declare <32 x i8> @llvm.x86.avx2.psign.b(<32 x i8>, <32 x i8>)",
+        "declare <32 x i8> @llvm.abs.v32i8(<32 x i8>, i1)",
+    ],
+    "vnni": [
+        "declare <8 x i32> @llvm.x86.avx512.vpdpbusd.256(<8 x i32>, <32 x i8>, <32 x i8>)",
+        "declare <32 x i8> @llvm.x86.avx2.psign.b(<32 x i8>, <32 x i8>)",
+        "declare <32 x i8> @llvm.abs.v32i8(<32 x i8>, i1)",
+    ],
+    "generic": [],
+}
+
+
+def _unsigned_operands(fn: Function, w: str, x: str, signed: bool) -> tuple[str, str]:
+    """(u8, s8) operands with the same products: w*x = |w| * (x with w's sign)."""
+    if not signed:
+        return w, x
+    a = fn.v(f"call <32 x i8> @llvm.abs.v32i8(<32 x i8> {w}, i1 false)")
+    b = fn.v(f"call <32 x i8> @llvm.x86.avx2.psign.b(<32 x i8> {x}, <32 x i8> {w})")
+    return a, b
+
+
+def _dot8_generic(fn: Function, w: str, x: str, signed: bool) -> str:
+    ext = "sext" if signed else "zext"
+    a = fn.v(f"{ext} <32 x i8> {w} to <32 x i32>")
+    b = fn.v(f"sext <32 x i8> {x} to <32 x i32>")
+    p = fn.v(f"mul <32 x i32> {a}, {b}")
+    parts = [
+        fn.v(f"shufflevector <32 x i32> {p}, <32 x i32> poison, {const_vec('i32', range(k, 32, 4))}")
+        for k in range(4)
+    ]
+    lo = fn.v(f"add <8 x i32> {parts[0]}, {parts[1]}")
+    hi = fn.v(f"add <8 x i32> {parts[2]}, {parts[3]}")
+    return fn.v(f"add <8 x i32> {lo}, {hi}")
+
+
+def dot8(fn: Function, variant: str, w: str, x: str, signed: bool) -> str:
+    """<32 x i8> weights (signed or unsigned) . <32 x i8> activations -> <8 x i32> lane sums of 4."""
+    if variant == "generic":
+        return _dot8_generic(fn, w, x, signed)
+    a, b = _unsigned_operands(fn, w, x, signed)
+    if variant == "vnni":
+        return fn.v(
+            f"call <8 x i32> @llvm.x86.avx512.vpdpbusd.256(<8 x i32> zeroinitializer, <32 x i8> {a}, <32 x i8> {b})"
+        )
+    p16 = fn.v(f"call <16 x i16> @llvm.x86.avx2.pmadd.ub.sw(<32 x i8> {a}, <32 x i8> {b})")
+    return fn.v(f"call <8 x i32> @llvm.x86.avx2.pmadd.wd(<16 x i16> {p16}, <16 x i16> {splat('i16', 1)})")
