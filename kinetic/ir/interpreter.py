@@ -126,18 +126,14 @@ def _rope(x: np.ndarray, positions: np.ndarray, a) -> np.ndarray:
         raise NotImplementedError("the reference interpreter applies only linear rotary scaling so far")
     rows = x.shape[0]
     heads = x.reshape(rows, a.n_head, a.head_dim).copy()
-    angles = numerics.rope_angles(positions, a.n_rot, a.theta, a.freq_scale)[:, None, :]
-    cos, sin = np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+    cos, sin = numerics.rope_cos_sin(positions, a.n_rot, a.theta, a.freq_scale)
+    cos, sin = cos[:, None, :], sin[:, None, :]
     rot = heads[:, :, : a.n_rot]
     if a.neox:
         half = a.n_rot // 2
-        x0, x1 = rot[:, :, :half].copy(), rot[:, :, half:].copy()
-        rot[:, :, :half] = x0 * cos - x1 * sin
-        rot[:, :, half:] = x0 * sin + x1 * cos
+        rot[:, :, :half], rot[:, :, half:] = numerics.rope_rotate(rot[:, :, :half], rot[:, :, half:], cos, sin)
     else:
-        x0, x1 = rot[:, :, 0::2].copy(), rot[:, :, 1::2].copy()
-        rot[:, :, 0::2] = x0 * cos - x1 * sin
-        rot[:, :, 1::2] = x0 * sin + x1 * cos
+        rot[:, :, 0::2], rot[:, :, 1::2] = numerics.rope_rotate(rot[:, :, 0::2], rot[:, :, 1::2], cos, sin)
     return heads.reshape(rows, -1).astype(np.float32)
 
 
@@ -187,7 +183,7 @@ _ELEMENTWISE: dict[Op, Callable] = {
     Op.SCALE: lambda x, a: (x[0] * np.float32(a.factor)).astype(np.float32),
     Op.SILU: lambda x, a: numerics.silu(x[0]),
     Op.GELU: lambda x, a: numerics.gelu_ggml(x[0]),
-    Op.SOFTCAP: lambda x, a: (np.float32(a.cap) * np.tanh(x[0] / np.float32(a.cap))).astype(np.float32),
+    Op.SOFTCAP: lambda x, a: numerics.softcap(x[0], a.cap),
     Op.SWIGLU: lambda x, a: (numerics.silu(x[0]) * x[1]).astype(np.float32),
     Op.GEGLU: lambda x, a: (numerics.gelu_ggml(x[0]) * x[1]).astype(np.float32),
     Op.SPLIT: lambda x, a: np.ascontiguousarray(x[0][:, a.start : a.start + a.size]),
