@@ -107,8 +107,13 @@ class Blocks:
         scale: float,
         window: int = 0,
         qk_norm_eps: float | None = None,
+        q_prescale: bool = False,
     ) -> int:
-        """Self-attention of one layer over its KV cache, output projection included."""
+        """Self-attention of one layer over its KV cache, output projection included.
+
+        q_prescale multiplies q by `scale` after rotary and runs attention with scale 1 (Gemma's
+        graph does this; it changes how q rounds to the f16 cache type, so it is kept as written).
+        """
         p = f"blk.{layer}."
         q = self.linear(x, p + "attn_q.weight")
         k = self.linear(x, p + "attn_k.weight")
@@ -119,6 +124,8 @@ class Blocks:
         q = self.b.add(Op.ROPE, (q, positions), rope)
         k_rope = RopeAttrs(**{**rope.__dict__, "n_head": n_kv_head})
         k = self.b.add(Op.ROPE, (k, positions), k_rope)
+        if q_prescale:
+            q, scale = self.scale(q, scale), 1.0
         state = self.b.add(
             Op.STATE, (), StateAttrs(f"kv.{layer}", layer, n_kv_head, head_dim), TensorType("kv", ())
         )

@@ -93,6 +93,10 @@ class Interpreter:
             self._dequantized[name] = numerics.DequantizedWeight(raw2d, node.type.ggml_type)
         return self._dequantized[name]
 
+    def matmul(self, x: np.ndarray, weight: Node, attrs) -> np.ndarray:
+        """A matmul as the reference defines it; device executors override this with their kernels."""
+        return numerics.matmul(x, self.weight(weight), attrs.activations)
+
     def _eval(self, graph, node: Node, env, rows: PassRows, kv: KVView, new_kv):
         op, a = node.op, node.attrs
         x = [env[i] for i in node.inputs]
@@ -107,7 +111,7 @@ class Interpreter:
             raw = self.weights.tensor(table.attrs.tensor)
             return dequantize_rows(raw, table.type.ggml_type, x[1]).reshape(len(x[1]), -1)
         if op is Op.MATMUL:
-            return numerics.matmul(x[0], self.weight(x[1]), a.activations)
+            return self.matmul(x[0], x[1], a)
         if op is Op.RMS_NORM:
             y = numerics.rms_norm(x[0], a.eps, a.group)
             if len(x) == 2:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from kinetic.errors import KineticError
 from kinetic.ir.graph import Graph
 from kinetic.ir.interpreter import Interpreter, PassRows, WeightSource
 from kinetic.ir.ops import Op
@@ -19,6 +20,20 @@ from kinetic.runtime.kv_cache import KVCache, SequenceCaches
 
 DEFAULT_CONTEXT = 4096
 DEFAULT_BATCH = 64  # prompt rows per pass
+
+
+DEVICES = ("cpu", "reference")
+
+
+def _executor(device: str, weights: WeightSource) -> Interpreter:
+    """`cpu`: generated kernels for quantized matmuls; `reference`: the numpy interpreter alone."""
+    if device == "reference":
+        return Interpreter(weights)
+    if device == "cpu":
+        from kinetic.codegen.cpu.executor import CpuInterpreter
+
+        return CpuInterpreter(weights)
+    raise KineticError(f"device {device!r} is not available", "Use --device cpu (or reference).")
 
 
 @dataclass
@@ -31,11 +46,12 @@ class Sequence:
 
 class Engine:
     def __init__(self, graph: Graph, weights: WeightSource, *, n_ctx: int = DEFAULT_CONTEXT,
-                 batch: int = DEFAULT_BATCH):
+                 batch: int = DEFAULT_BATCH, device: str = "cpu"):
         self.graph = graph
         self.n_ctx = n_ctx
         self.batch = batch
-        self.interpreter = Interpreter(weights)
+        self.device = device
+        self.interpreter = _executor(device, weights)
         self.kv_width: dict[int, int] = {}
         self.kv_dtype = np.float16
         for node in graph.nodes:

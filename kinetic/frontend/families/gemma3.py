@@ -3,7 +3,8 @@
 Differences from llama: the embedding is scaled by sqrt(width); five sliding-window layers (local
 rotary base 10000) alternate with one global layer (the file's base); q and k are RMS-normed per
 head; norms sit before and after both attention and feed-forward; the feed-forward uses GELU;
-rotary uses the NeoX layout; the attention scale comes from the head size. The GGUF converter has
+rotary uses the NeoX layout; q is multiplied by 1/sqrt(head size) before attention (as
+llama.cpp's gemma3 graph does), not inside it. The GGUF converter has
 already folded Gemma's `1 + w` into the norm weights, so they are used as stored.
 """
 
@@ -37,7 +38,7 @@ def build(m: Blocks) -> int:
         h = m.attention(h, layer=il, positions=positions, n_head=d.n_head, n_kv_head=d.n_kv_head,
                         head_dim=d.head_dim, rope=local_rope if is_local else global_rope,
                         scale=1.0 / math.sqrt(d.head_dim), window=window if is_local else 0,
-                        qk_norm_eps=d.eps)
+                        qk_norm_eps=d.eps, q_prescale=True)
         x = m.add(x, m.rms_norm(h, p + "post_attention_norm.weight", eps=d.eps))
         h = m.rms_norm(x, p + "ffn_norm.weight", eps=d.eps)
         h = m.ffn(h, layer=il, act=Act.GELU)

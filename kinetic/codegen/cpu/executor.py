@@ -1,0 +1,45 @@
+"""Running a graph on the CPU with the generated kernels.
+
+Owns: evaluating a graph like the reference interpreter does, except that quantized matmuls (the
+bulk of the work) run through the generated kernels on the stored weight bytes instead of
+dequantized float copies. Every other op, and matmuls of types without a kernel, run as the
+reference defines them. Both kernels and reference ops compute each row independently, so a batch
+still gives each row what it gets alone.
+
+Not yet the compiled step of issue 5: this is one Python call per op.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gguf import GGMLQuantizationType as Q
+
+from kinetic.codegen.cpu.matmul import SUPPORTED, quantized_matmul
+from kinetic.ir.graph import Node
+from kinetic.ir.interpreter import Interpreter, WeightSource
+
+# Types whose kernels sum in exactly the reference's order (ggml's block-32 vec-dot order), so the
+# CPU device gives bit for bit what the reference interpreter gives. The k-quant kernels are correct
+# to float rounding but sum in another order; until they follow the reference's order, those
+# matmuls run through the reference (tests/codegen/cpu/test_cpu_executor.py checks the equality).
+BIT_EXACT = frozenset({Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1}) & SUPPORTED
+
+# Splitting a matmul's columns over a second thread pays only when the weight is large enough to
+# amortize the hand-off (measured ~15 us per call; see docs/cpu-kernels.md).
+TWO_THREADS_FROM_BYTES = 2 * 1024 * 1024
+
+
+class CpuInterpreter(Interpreter):
+    def __init__(self, weights: WeightSource, threads: int = 2):
+        super().__init__(weights)
+        self.threads = threads
+
+    def matmul(self, x: np.ndarray, weight: Node, attrs) -> np.ndarray:
+        wtype = weight.type.ggml_type
+        if attrs.activations != "q8" or wtype not in BIT_EXACT:
+            return super().matmul(x, weight, attrs)
+        raw = np.asarray(self.weights.tensor(weight.attrs.tensor))
+        raw = raw.reshape(raw.shape[0], -1)
+        threads = self.threads if raw.nbytes >= TWO_THREADS_FROM_BYTES else 1
+        return quantized_matmul(x, raw, wtype, threads=threads)
