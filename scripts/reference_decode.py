@@ -69,7 +69,8 @@ def main() -> int:
                     cases[f"{kind}{i}"] = {
                         "tokens": prompt + ids[:-1],
                         "prompt_tokens": len(prompt),
-                        "top2": [[int(a), float(steps[s, a]), int(b), float(steps[s, b])] for s, (a, b) in enumerate(top)],
+                        "top2": [[int(a), float(steps[s, a]), int(b), float(steps[s, b])]
+                                 for s, (a, b) in enumerate(top)],
                     }
                     print(f"{name} {kind}[{i}]: {len(steps)} steps", flush=True)
             data = {"llama_cpp": "b1-0c1e570, CPU, 2 threads, flash attention auto, one token per decode",

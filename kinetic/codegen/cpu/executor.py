@@ -12,7 +12,6 @@ Not yet the compiled step of issue 5: this is one Python call per op.
 from __future__ import annotations
 
 import numpy as np
-
 from gguf import GGMLQuantizationType as Q
 
 from kinetic.codegen.cpu.matmul import SUPPORTED, quantized_matmul
