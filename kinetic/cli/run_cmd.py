@@ -29,6 +29,8 @@ def add_parser(sub) -> None:
     p.add_argument("-s", "--seed", type=int, metavar="N", help="seed for repeatable sampling")
     p.add_argument("-c", "--ctx-size", type=int, default=4096, metavar="N", help="context size in tokens")
     p.add_argument("--chat-template-file", metavar="FILE", help="use this Jinja chat template")
+    p.add_argument("--device", choices=("cpu", "reference"), default="cpu",
+                   help="cpu: generated kernels; reference: the numpy reference interpreter [default: cpu]")
     p.set_defaults(run=run, collect_words=_collect_words)
 
 
@@ -55,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
         raise KineticError("no model given", "Usage: kinetic run MODEL [PROMPT]; see `kinetic run --help`.")
     if args.ctx_size <= 0:
         raise KineticError(f"-c must be positive, not {args.ctx_size}", "Give a context size such as -c 4096.")
-    model = Model(spec, n_ctx=args.ctx_size, chat_template_file=args.chat_template_file)
+    model = Model(spec, n_ctx=args.ctx_size, chat_template_file=args.chat_template_file, device=args.device)
     if args.prompt_ids is not None:
         prompt_in = _parse_ids(args.prompt_ids)
     else:
@@ -76,8 +78,11 @@ def run(args: argparse.Namespace) -> int:
     answer_speed = s.generated_tokens / s.generate_seconds if s.generate_seconds else 0.0
     prompt_speed = s.prompt_tokens / s.prompt_seconds if s.prompt_seconds else 0.0
     sys.stderr.write(f"[{s.generated_tokens} tokens at {answer_speed:.1f} tok/s; prompt {s.prompt_tokens} "
-                     f"tokens at {prompt_speed:.1f} tok/s on the CPU (reference interpreter)]\n")
+                     f"tokens at {prompt_speed:.1f} tok/s on {_DEVICE_NAMES[args.device]}]\n")
     return 0
+
+
+_DEVICE_NAMES = {"cpu": "the CPU", "reference": "the CPU (reference interpreter)"}
 
 
 def _parse_ids(text: str) -> list[int]:
