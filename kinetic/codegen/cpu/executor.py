@@ -18,11 +18,12 @@ from kinetic.codegen.cpu.matmul import SUPPORTED, quantized_matmul
 from kinetic.ir.graph import Node
 from kinetic.ir.interpreter import Interpreter, WeightSource
 
-# Types whose kernels sum in exactly the reference's order (ggml's block-32 vec-dot order), so the
-# CPU device gives bit for bit what the reference interpreter gives. The k-quant kernels are correct
-# to float rounding but sum in another order; until they follow the reference's order, those
-# matmuls run through the reference (tests/codegen/cpu/test_cpu_executor.py checks the equality).
-BIT_EXACT = frozenset({Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1}) & SUPPORTED
+# Types whose kernels sum in exactly the reference's order (ggml's single-row kernels: the block-32
+# vec-dots, the repacked Q4_K gemv, the Q6_K vec-dot), so the CPU device gives bit for bit what the
+# reference interpreter gives. Q5_K's kernel is correct to float rounding but its reference is a
+# float32 product of dequantized values, so it runs through the reference
+# (tests/codegen/cpu/test_cpu_executor.py checks the equality).
+BIT_EXACT = frozenset({Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q4_K, Q.Q6_K}) & SUPPORTED
 
 # Splitting a matmul's columns over a second thread pays only when the weight is large enough to
 # amortize the hand-off (measured ~15 us per call; see docs/cpu-kernels.md).

@@ -6,11 +6,20 @@ Owns: the loops and the order of summation. One kernel per (weight type, K, vari
         for each tile of T activation rows, then each leftover row alone:
             for b in blocks of K:           # the weight block is decoded once per tile
                 per row: isum = sum over the block's chunks of lane_scale * dot8  (exact int32 lanes)
+                         isum -= pair sums of offsets * xsum16                    (Q6_K)
+                "lanes" order (block-32 types, Q5_K, Q6_K):
                          acc  = fma(d_w * d_x, float(isum), acc)                  (8 float lanes)
                          accm = accm + m * s_x           (Q4_1/Q5_1)
-                         accm = accm - dmin * d_x * sum_j min_j * bsum_j          (k-quants)
-            y[r, n] = ((acc0+acc4) + (acc2+acc6)) + ((acc1+acc5) + (acc3+acc7)) + accm
+                         accm = accm - dmin * d_x * sum_j min_j * bsum_j          (Q5_K)
+                "scalar" order (Q4_K, ggml_gemv_q4_K_8x8_q8_K):
+                         acc  = fma(float(sum of isum lanes), d_w * d_x, acc)     (one float)
+                         accm = fma(float(sum_j min_j * bsum_j), dmin * d_x, accm)
+            lanes:  y[r, n] = ((acc0+acc4) + (acc2+acc6)) + ((acc1+acc5) + (acc3+acc7)) + accm
+            scalar: y[r, n] = acc - accm
 
+These are `kinetic.ir.numerics.matmul`'s float operations in its order (ggml's single-row kernels)
+for the block-32 types, Q4_K and Q6_K, so those kernels give the reference bit for bit; Q5_K's
+reference is still a float32 product of dequantized values, so it differs by rounding.
 A row's float operations are the same sequence whatever T, M, [n0, n1) or the variant, so results
 are bit-identical across batch sizes, tilings, thread counts and variants. The reduction dimension is
 never split.
@@ -24,6 +33,8 @@ from kinetic.codegen.cpu.target import DECLARATIONS, dot8
 
 FLOAT_DECLARATIONS = [
     "declare <8 x float> @llvm.fma.v8f32(<8 x float>, <8 x float>, <8 x float>)",
+    "declare float @llvm.fma.f32(float, float, float)",
+    "declare i32 @llvm.vector.reduce.add.v8i32(<8 x i32>)",
     "declare i32 @llvm.vector.reduce.add.v16i32(<16 x i32>)",
 ]
 
@@ -65,32 +76,65 @@ def _block_dot(fn: Function, variant: str, blk: Block, row: _Rows, b: str, block
         if chunk.lane_scale is not None:
             p = fn.v(f"mul <8 x i32> {p}, {chunk.lane_scale}")
         total = p if total is None else fn.v(f"add <8 x i32> {total}, {p}")
+    if blk.offsets is not None:  # lane l -= offsets[2l] * xsum16[2l] + offsets[2l+1] * xsum16[2l+1]
+        prod = fn.v(f"mul <16 x i32> {blk.offsets}, {_sums16(fn, row, b)}")
+        even = fn.v(f"shufflevector <16 x i32> {prod}, <16 x i32> poison, {const_vec('i32', range(0, 16, 2))}")
+        odd = fn.v(f"shufflevector <16 x i32> {prod}, <16 x i32> poison, {const_vec('i32', range(1, 16, 2))}")
+        total = fn.v(f"sub <8 x i32> {total}, {fn.v(f'add <8 x i32> {even}, {odd}')}")
     return total
+
+
+def _sums16(fn: Function, row: _Rows, b: str) -> str:
+    """<16 x i32>: the Q8_K sums of 16 activations of super-block b."""
+    return fn.load("<16 x i32>", fn.gep(row.xe, fn.v(f"mul i64 {b}, 16"), "i32"), 4)
+
+
+def _min_dot(fn: Function, blk: Block, row: _Rows, b: str) -> str:
+    """i32: sum_j mins[j] * (sum of the activations of sub-block j), exact."""
+    prod = fn.v(f"mul <16 x i32> {blk.mins}, {_sums16(fn, row, b)}")
+    return fn.v(f"call i32 @llvm.vector.reduce.add.v16i32(<16 x i32> {prod})")
 
 
 def _min_term(fn: Function, layout: Layout, blk: Block, row: _Rows, b: str, dx: str, accm: str) -> str:
     if layout.activation == "q8_1":  # + m * s
         s = fn.load("float", fn.gep(row.xe, b, "float"), 4)
         return fn.v(f"fadd float {accm}, {fn.v(f'fmul float {blk.min_scale}, {s}')}")
-    sums = fn.load("<16 x i32>", fn.gep(row.xe, fn.v(f"mul i64 {b}, 16"), "i32"), 4)
-    summ = fn.v(f"call i32 @llvm.vector.reduce.add.v16i32(<16 x i32> {fn.v(f'mul <16 x i32> {blk.mins}, {sums}')})")
     scale = fn.v(f"fmul float {blk.min_scale}, {dx}")
-    term = fn.v(f"fmul float {scale}, {fn.v(f'sitofp i32 {summ} to float')}")
+    term = fn.v(f"fmul float {scale}, {fn.v(f'sitofp i32 {_min_dot(fn, blk, row, b)} to float')}")
     return fn.v(f"fsub float {accm}, {term}")
+
+
+def _fma(fn: Function, a: str, b: str, c: str) -> str:
+    return fn.v(f"call float @llvm.fma.f32(float {a}, float {b}, float {c})")
+
+
+def _accumulate_scalar(fn: Function, blk: Block, row: _Rows, b: str, isum: str, dx: str, acc: str, accm: str):
+    """Q4_K as ggml_gemv_q4_K_8x8_q8_K: acc = fma(float(iacc), d_w*d_x, acc),
+    accm = fma(float(imin), dmin*d_x, accm), with iacc and imin exact int32 per super-block."""
+    iacc = fn.v(f"call i32 @llvm.vector.reduce.add.v8i32(<8 x i32> {isum})")
+    acc = _fma(fn, fn.v(f"sitofp i32 {iacc} to float"), fn.v(f"fmul float {blk.d}, {dx}"), acc)
+    imin = fn.v(f"sitofp i32 {_min_dot(fn, blk, row, b)} to float")
+    accm = _fma(fn, imin, fn.v(f"fmul float {blk.min_scale}, {dx}"), accm)
+    return acc, accm
 
 
 def _accumulate(fn: Function, layout: Layout, variant: str, rows: list[_Rows], wrow: str, b: str, accs: list[str]):
     blk = layout.decode(fn, fn.gep(wrow, fn.v(f"mul i64 {b}, {layout.block_bytes}")))
-    has_min = layout.has_min
     new_acc, new_min = [], []
     for i, row in enumerate(rows):
         isum = _block_dot(fn, variant, blk, row, b, layout.block)
         dx = fn.load("float", fn.gep(row.xd, b, "float"), 4)
+        if layout.float_order == "scalar":
+            acc, accm = _accumulate_scalar(fn, blk, row, b, isum, dx, accs[i], accs[len(rows) + i])
+            new_acc.append(acc)
+            new_min.append(accm)
+            continue
         scale = fn.splat_value(8, "float", fn.v(f"fmul float {blk.d}, {dx}"))
         lanes = fn.v(f"sitofp <8 x i32> {isum} to <8 x float>")
-        new_acc.append(fn.v(f"call <8 x float> @llvm.fma.v8f32(<8 x float> {scale}, <8 x float> {lanes}, "
-                            f"<8 x float> {accs[i]})"))
-        if has_min:
+        new_acc.append(
+            fn.v(f"call <8 x float> @llvm.fma.v8f32(<8 x float> {scale}, <8 x float> {lanes}, <8 x float> {accs[i]})")
+        )
+        if layout.has_min:
             new_min.append(_min_term(fn, layout, blk, row, b, dx, accs[len(rows) + i]))
     return new_acc + new_min
 
@@ -110,15 +154,20 @@ def _hsum(fn: Function, acc: str) -> str:
 
 def _row_tile(fn: Function, layout: Layout, variant: str, k: int, wrow: str, n: str, first_row: str, tile: int):
     rows = [_Rows(fn, fn.v(f"add i64 {first_row}, {i}"), k, layout) for i in range(tile)]
+    scalar = layout.float_order == "scalar"
     has_min = layout.has_min
-    carried = [("<8 x float>", "zeroinitializer")] * tile + ([("float", "0.0")] * tile if has_min else [])
+    carried = [("float" if scalar else "<8 x float>", "0.0" if scalar else "zeroinitializer")] * tile
+    carried += [("float", "0.0")] * tile if has_min else []
     finals = fn.loop(
         0, k // layout.block, carried, lambda b, accs: _accumulate(fn, layout, variant, rows, wrow, b, accs)
     )
     for i, row in enumerate(rows):
-        y = _hsum(fn, finals[i])
-        if has_min:
-            y = fn.v(f"fadd float {y}, {finals[tile + i]}")
+        if scalar:
+            y = fn.v(f"fsub float {finals[i]}, {finals[tile + i]}")
+        else:
+            y = _hsum(fn, finals[i])
+            if has_min:
+                y = fn.v(f"fadd float {y}, {finals[tile + i]}")
         at = fn.v(f"add i64 {fn.v(f'mul i64 {row.r}, %ldo')}, {n}")
         fn.store("float", y, fn.gep("%out", at, "float"), 4)
 

@@ -32,12 +32,15 @@ class Block:
 
     `min_scale` is m (Q4_1/Q5_1, multiplied by the activation's s) or dmin (k-quants, multiplied by
     sum_j mins[j] * sum of activations in sub-block j, with `mins` a <16 x i32> per 16 elements).
+    `offsets` (Q6_K) is a <16 x i32> per 16 elements: lane l of the integer dot loses
+    offsets[2l] * xsum16[2l] + offsets[2l+1] * xsum16[2l+1], ggml's -32 applied through the Q8_K sums.
     """
 
     chunks: list[Chunk]
     d: str
     min_scale: str | None = None
     mins: str | None = None
+    offsets: str | None = None
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,9 @@ class Layout:
     activation: str  # "q8_0", "q8_1" or "q8_k"
     decode: Callable[[Function, str], Block]
     has_min: bool = False  # the block's decode sets min_scale (and mins for k-quants)
+    # how the float side sums (matmul_ir): "lanes" keeps 8 float lanes per row; "scalar" sums the
+    # block's int32 lanes first and keeps one float accumulator (Q4_K, ggml's repacked gemv)
+    float_order: str = "lanes"
 
 
 CONCAT_16 = const_vec("i32", range(32))
@@ -170,7 +176,10 @@ def _decode_q5_k(fn: Function, blk: str) -> Block:
 
 
 def _decode_q6_k(fn: Function, blk: str) -> Block:
-    sc = [fn.v(f"sext i8 {fn.load('i8', fn.gep(blk, 192 + k))} to i32") for k in range(16)]
+    """Unsigned 6-bit quants (0..63) with their int8 scale per 16; the -32 offset is not applied to
+    the weights but through the activation sums (`offsets`), as ggml_vec_dot_q6_K_q8_K does, which
+    moves it between lanes: the lane sums are ggml's, not only their total."""
+    sc = fn.v(f"sext <16 x i8> {fn.load('<16 x i8>', fn.gep(blk, 192))} to <16 x i32>")
     chunks = []
     for half in range(2):
         ql = [fn.load("<32 x i8>", fn.gep(blk, 64 * half + 32 * k)) for k in range(2)]
@@ -180,8 +189,12 @@ def _decode_q6_k(fn: Function, blk: str) -> Block:
             nib = fn.v(f"{op} <32 x i8> {ql[k % 2]}, {splat('i8', amount)}")
             w = fn.v(f"or <32 x i8> {nib}, {_bit_plane(fn, qh, 2 * k, 3)}")
             c = 4 * half + k
-            chunks.append(Chunk(_offset(fn, w, 32), True, _lanes(fn, sc[2 * c], sc[2 * c + 1])))
-    return Block(chunks, fn.load_f16(fn.gep(blk, 208)))
+            lane_scale = fn.v(
+                f"shufflevector <16 x i32> {sc}, <16 x i32> poison, {const_vec('i32', [2 * c] * 4 + [2 * c + 1] * 4)}"
+            )
+            chunks.append(Chunk(w, False, lane_scale))
+    offsets = fn.v(f"shl <16 x i32> {sc}, {splat('i32', 5)}")  # 32 * sc
+    return Block(chunks, fn.load_f16(fn.gep(blk, 208)), offsets=offsets)
 
 
 LAYOUTS: dict[Q, Layout] = {
@@ -192,7 +205,7 @@ LAYOUTS: dict[Q, Layout] = {
         Layout(Q.Q4_1, 32, 20, "q8_1", _decode_q4_1, True),
         Layout(Q.Q5_0, 32, 22, "q8_0", _decode_q5_0),
         Layout(Q.Q5_1, 32, 24, "q8_1", _decode_q5_1, True),
-        Layout(Q.Q4_K, 256, 144, "q8_k", _decode_q4_k, True),
+        Layout(Q.Q4_K, 256, 144, "q8_k", _decode_q4_k, True, "scalar"),
         Layout(Q.Q5_K, 256, 176, "q8_k", _decode_q5_k, True),
         Layout(Q.Q6_K, 256, 210, "q8_k", _decode_q6_k),
     )
