@@ -112,19 +112,13 @@ class Model:
                                "Use a larger context (-c N) or a shorter prompt.")
         return ids
 
-    def _stop_ids(self) -> set[int]:
-        try:
-            return set(self.tokenizer.eot_ids)
-        except KineticError:
-            return set()
-
     def _generate_ids(self, ids: list[int], max_tokens: int | None, temperature: float | None,
                       seed: int | None) -> Iterator[int]:
         stats = self.last_stats = GenerationStats(prompt_tokens=len(ids))
         room = self.engine.n_ctx - len(ids)
         limit = room if max_tokens is None or max_tokens < 0 else min(max_tokens, room)
         rng = np.random.default_rng(seed)
-        stop = self._stop_ids()
+        stop = set(self.tokenizer.eot_ids)
         seq = self.engine.new_sequence()
         start = time.perf_counter()
         logits = self.engine.prefill(seq, ids)
@@ -141,7 +135,6 @@ class Model:
             yield token
             if stats.generated_tokens < limit:
                 logits = self.engine.decode(seq, token)
-            stats.generate_seconds = time.perf_counter() - start
         stats.generate_seconds = time.perf_counter() - start
 
     def _as_text(self, ids: Iterator[int]) -> Iterator[str]:
