@@ -97,6 +97,11 @@ class Interpreter:
         """A matmul as the reference defines it; device executors override this with their kernels."""
         return numerics.matmul(x, self.weight(weight), attrs.activations)
 
+    def attend(self, q: np.ndarray, keys: np.ndarray, vals: np.ndarray, visible: np.ndarray, attrs) -> np.ndarray:
+        """Attention of some rows over their sequence's keys, as the reference defines it; device
+        executors override this with their kernels."""
+        return numerics.attention_online(q, keys, vals, visible, attrs)
+
     def _eval(self, graph, node: Node, env, rows: PassRows, kv: KVView, new_kv):
         op, a = node.op, node.attrs
         x = [env[i] for i in node.inputs]
@@ -121,7 +126,7 @@ class Interpreter:
         if op is Op.ROPE:
             return _rope(x[0], x[1], a)
         if op is Op.ATTENTION:
-            return _attention(x[0], x[1], x[2], x[3], a, rows, kv, new_kv)
+            return _attention(x[0], x[1], x[2], x[3], a, rows, kv, new_kv, self.attend)
         return _ELEMENTWISE[op](x, a)
 
 
@@ -141,7 +146,7 @@ def _rope(x: np.ndarray, positions: np.ndarray, a) -> np.ndarray:
     return heads.reshape(rows, -1).astype(np.float32)
 
 
-def _attention(q, k, v, state, a, rows: PassRows, kv: KVView, new_kv) -> np.ndarray:
+def _attention(q, k, v, state, a, rows: PassRows, kv: KVView, new_kv, attend: Callable) -> np.ndarray:
     """Each row attends over the cache entries it may see; returns f32 [T, n_head*head_dim].
 
     Rows are grouped by sequence; a group's keys are the sequence's committed entries followed by
@@ -157,7 +162,7 @@ def _attention(q, k, v, state, a, rows: PassRows, kv: KVView, new_kv) -> np.ndar
         keys = np.concatenate([ck, k_new[mine]])
         vals = np.concatenate([cv, v_new[mine]])
         visible = _visibility(rows, mine, cpos, a.window)
-        out[mine] = numerics.attention_online(q[mine], keys, vals, visible, a)
+        out[mine] = attend(q[mine], keys, vals, visible, a)
     return out
 
 
