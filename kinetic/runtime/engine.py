@@ -16,7 +16,7 @@ from kinetic.errors import KineticError
 from kinetic.ir.graph import Graph
 from kinetic.ir.interpreter import Interpreter, PassRows, WeightSource
 from kinetic.ir.ops import Op
-from kinetic.runtime.kv_cache import KVCache, SequenceCaches
+from kinetic.runtime.kv_cache import KVCache, SequenceCaches, check_cache_fits
 
 DEFAULT_CONTEXT = 4096
 DEFAULT_BATCH = 64  # prompt rows per pass
@@ -62,6 +62,7 @@ class Engine:
         self.n_vocab = graph.output("logits").type.shape[1]
 
     def new_sequence(self) -> Sequence:
+        check_cache_fits(self.n_ctx, sum(self.kv_width.values()), np.dtype(self.kv_dtype).itemsize)
         return Sequence(KVCache(len(self.kv_width), self.kv_width, self.n_ctx, self.kv_dtype), [])
 
     def forward(self, rows: PassRows, seqs: dict[int, Sequence], commit: bool = True) -> np.ndarray:

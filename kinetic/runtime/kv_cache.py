@@ -7,9 +7,38 @@ the accepted rows). Does not own what the model computes.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from kinetic.errors import KineticError
+
+
+def available_memory() -> int | None:
+    """Bytes of memory the system reports available (Linux), None when it cannot tell."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError):
+        return None
+
+
+def check_cache_fits(n_ctx: int, kv_width_total: int, itemsize: int) -> None:
+    """Refuse a context whose keys and values would not fit in memory, before allocating them."""
+    need = 2 * n_ctx * kv_width_total * itemsize
+    free = available_memory()
+    if free is not None and need > free:
+        raise KineticError(
+            f"a context of {n_ctx} tokens needs {need / 1024**3:.1f} GiB for its KV cache, "
+            f"more than the {free / 1024**3:.1f} GiB of memory available",
+            "Use a smaller context (-c N).",
+        )
 
 
 class KVCache:

@@ -104,3 +104,12 @@ def test_context_full_is_a_clear_error(engine):
     seq = small.new_sequence()
     with pytest.raises(KineticError, match="context is full"):
         small.prefill(seq, PROMPT[:5])
+
+
+def test_oversized_context_is_refused_before_allocating(engine):
+    """A context whose KV cache cannot fit in memory fails with a clear error, not a MemoryError."""
+    from kinetic.errors import KineticError
+
+    huge = Engine(engine.graph, engine.interpreter.weights, n_ctx=10**10)
+    with pytest.raises(KineticError, match="Use a smaller context"):
+        huge.new_sequence()
