@@ -20,48 +20,22 @@ from gguf import GGUFValueType
 from kinetic.errors import KineticError
 from kinetic.frontend.gguf_file import GGUFFile, open_gguf
 
-# Used only while the family registry (kinetic/frontend/families/) cannot be imported, e.g. while
-# it is being built: the families Kinetic is built to run first.
-FALLBACK_ARCHITECTURES = frozenset({"llama", "gemma3"})
-
-# BPE pre-tokenizers (tokenizer.ggml.pre) assumed while the tokenizer's own table
-# (kinetic/frontend/tokenizer/pretok.py) cannot be imported. SentencePiece files ignore the name.
-FALLBACK_PRE_TOKENIZERS = frozenset({"default", "smollm"})
 TOKENIZER_MODELS = frozenset({"gpt2", "llama"})
 
 
 def supported_architectures() -> frozenset[str]:
-    """The `general.architecture` names the family registry answers to.
+    """The `general.architecture` names the family registry answers to (imported lazily: only
+    `kinetic info` and loading need it)."""
+    from kinetic.frontend import families
 
-    The registry is imported lazily (only `kinetic info` and loading need it) and may be missing
-    or half-built while another engineer works on it; the fallback set covers that window.
-    """
-    try:
-        from kinetic.frontend import families
-    except ImportError:
-        return FALLBACK_ARCHITECTURES
     return frozenset(families.supported_architectures())
 
 
 def supported_pre_tokenizers() -> frozenset[str]:
     """The BPE pre-tokenizers the tokenizer implements (its table, imported lazily like the registry)."""
-    try:
-        from kinetic.frontend.tokenizer.pretok import PRE_TOKENIZERS
-    except ImportError:
-        return FALLBACK_PRE_TOKENIZERS
+    from kinetic.frontend.tokenizer.pretok import PRE_TOKENIZERS
+
     return frozenset(PRE_TOKENIZERS)
-
-
-def _default_add_bos(model: str | None, pre: str) -> bool:
-    """Whether prompts start with BOS when the file does not say (tokenizer.ggml.add_bos_token)."""
-    if model == "llama":  # SentencePiece vocabularies do by default
-        return True
-    try:
-        from kinetic.frontend.tokenizer.pretok import PRE_TOKENIZERS
-    except ImportError:
-        return False
-    kind = PRE_TOKENIZERS.get(pre)
-    return bool(kind is not None and kind.add_bos)
 
 
 @dataclass(frozen=True)
@@ -156,7 +130,9 @@ def _tokenizer_info(gguf: GGUFFile) -> TokenizerInfo:
     supported = model in TOKENIZER_MODELS and (model != "gpt2" or known_pre in supported_pre_tokenizers())
     add_bos = meta.get("tokenizer.ggml.add_bos_token")
     if not isinstance(add_bos, bool):
-        add_bos = _default_add_bos(model, known_pre)
+        from kinetic.frontend.tokenizer.vocab import default_add_bos
+
+        add_bos = default_add_bos(model, known_pre)
     bos_id = _int(meta, "tokenizer.ggml.bos_token_id")
     eos_id = _int(meta, "tokenizer.ggml.eos_token_id")
     tokens = meta.array_length("tokenizer.ggml.tokens")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 
 import numpy as np
 import pytest
@@ -108,12 +107,6 @@ def test_prediction_block_and_odd_values(tmp_path):
     text = format_text(info)
     assert "  prediction     yes (drafts for speculative decoding)" in text
     assert "  context        unknown" in text and "  tokenizer      none" in text
-
-
-def test_supported_architectures_fall_back_without_the_registry(monkeypatch):
-    """While the family registry cannot be imported, the built-in set answers."""
-    monkeypatch.setitem(sys.modules, "kinetic.frontend.families", None)
-    assert model_info.supported_architectures() == {"llama", "gemma3"}
 
 
 def test_describe_reads_no_tensor_data(smollm2_path):

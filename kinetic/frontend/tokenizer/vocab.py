@@ -13,7 +13,7 @@ from enum import IntEnum
 from typing import Any
 
 from kinetic.errors import KineticError
-from kinetic.frontend.tokenizer.pretok import PreTokenizer, pre_tokenizer
+from kinetic.frontend.tokenizer.pretok import PRE_TOKENIZERS, PreTokenizer, pre_tokenizer
 
 
 class TokenType(IntEnum):
@@ -107,6 +107,15 @@ class Vocab:
         return sorted(ids, key=lambda i: -len(self.tokens[i].encode("utf-8")))
 
 
+def default_add_bos(model: str | None, pre_name: str | None) -> bool:
+    """llama.cpp's add_bos when the file does not say: the pre-tokenizer's for byte-level BPE, the
+    vocabulary type's otherwise (False for an unknown one)."""
+    if model == "gpt2":
+        pre = PRE_TOKENIZERS.get(pre_name or "default")
+        return bool(pre is not None and pre.add_bos)
+    return bool(_DEFAULTS.get(model, {}).get("add_bos", False))
+
+
 def read_vocab(meta) -> Vocab:
     """Read `tokenizer.ggml.*` from a GGUF metadata mapping."""
     model = meta.get("tokenizer.ggml.model")
@@ -153,7 +162,7 @@ def read_vocab(meta) -> Vocab:
         eos_id=special("eos", defaults["eos"]),
         unk_id=special("unknown", defaults["unk"]),
         sep_id=special("seperator", special("separator", defaults["sep"])),
-        add_bos=flag("add_bos_token", pre.add_bos if pre else defaults["add_bos"]),
+        add_bos=flag("add_bos_token", default_add_bos(model, pre_name)),
         add_eos=flag("add_eos_token", False),
         add_space_prefix=flag("add_space_prefix", defaults["add_space_prefix"]),
         clean_spaces=pre.clean_spaces if pre else model == "bert",
