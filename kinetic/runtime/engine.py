@@ -22,9 +22,6 @@ DEFAULT_CONTEXT = 4096
 DEFAULT_BATCH = 64  # prompt rows per pass
 
 
-DEVICES = ("cpu", "reference")
-
-
 def _executor(device: str, weights: WeightSource) -> Interpreter:
     """`cpu`: generated kernels for quantized matmuls; `reference`: the numpy interpreter alone."""
     if device == "reference":
@@ -63,7 +60,7 @@ class Engine:
 
     def new_sequence(self) -> Sequence:
         check_cache_fits(self.n_ctx, sum(self.kv_width.values()), np.dtype(self.kv_dtype).itemsize)
-        return Sequence(KVCache(len(self.kv_width), self.kv_width, self.n_ctx, self.kv_dtype), [])
+        return Sequence(KVCache(self.kv_width, self.n_ctx, self.kv_dtype), [])
 
     def forward(self, rows: PassRows, seqs: dict[int, Sequence], commit: bool = True) -> np.ndarray:
         """One pass: logits f32 [R, n_vocab] for rows.output_rows; commits every row unless told not to."""

@@ -44,7 +44,7 @@ def check_cache_fits(n_ctx: int, kv_width_total: int, itemsize: int) -> None:
 class KVCache:
     """The cache of one sequence: entries [0, length) are committed."""
 
-    def __init__(self, n_layer: int, kv_width: dict[int, int], n_ctx: int, dtype=np.float16):
+    def __init__(self, kv_width: dict[int, int], n_ctx: int, dtype=np.float16):
         self.n_ctx = n_ctx
         self.k = {layer: np.zeros((n_ctx, w), dtype) for layer, w in kv_width.items()}
         self.v = {layer: np.zeros((n_ctx, w), dtype) for layer, w in kv_width.items()}
