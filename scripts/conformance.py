@@ -16,21 +16,16 @@ import sys
 import time
 from pathlib import Path
 
-from kinetic import hub
+import kinetic
 from kinetic.frontend.blocks import Options
-from kinetic.frontend.gguf_file import open_gguf
-from kinetic.frontend.lower import lower
 from kinetic.runtime.conformance import compare
-from kinetic.runtime.engine import Engine
-from kinetic.runtime.weights import GGUFWeights
 
 GOLDEN = Path(__file__).resolve().parent.parent / "tests" / "data" / "golden"
 FILES = {"smollm2-135m": "smollm2-135m-instruct-q4_1.json", "gemma3-270m": "gemma-3-270m-q4_k_m.json"}
 
 
 def run_model(name: str, options: Options) -> bool:
-    gguf = open_gguf(hub.resolve_model(name))
-    engine = Engine(lower(gguf, options), GGUFWeights(gguf))
+    engine = kinetic.Model(name, options=options).engine
     golden = json.loads((GOLDEN / FILES[name]).read_text())
     all_ok = True
     for kind in ("raw", "chat"):

@@ -20,13 +20,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kinetic.frontend.gguf_file import open_gguf
-from kinetic.frontend.lower import lower
+import kinetic
 from kinetic.ir.interpreter import PassRows
-from kinetic.passes import PassOptions, run_pipeline
 from kinetic.runtime.conformance import compare
 from kinetic.runtime.engine import Engine
-from kinetic.runtime.weights import GGUFWeights
 from tests.conftest import load_golden, model_path
 
 MODELS = ("smollm2-135m", "gemma3-270m")
@@ -47,8 +44,7 @@ _ENGINES: dict[str, Engine] = {}
 def engine_for(name: str) -> Engine:
     if name not in _ENGINES:
         _ENGINES.clear()  # one model's dequantized weights in memory at a time
-        gguf = open_gguf(model_path(name))
-        _ENGINES[name] = Engine(run_pipeline(lower(gguf), PassOptions()), GGUFWeights(gguf), n_ctx=256)
+        _ENGINES[name] = kinetic.Model(model_path(name), n_ctx=256).engine
     return _ENGINES[name]
 
 
