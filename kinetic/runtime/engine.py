@@ -22,11 +22,16 @@ DEFAULT_CONTEXT = 4096
 DEFAULT_BATCH = 64  # prompt rows per pass
 
 
-def _executor(device: str, weights: WeightSource) -> Interpreter:
-    """`cpu`: generated kernels for quantized matmuls; `reference`: the numpy interpreter alone."""
+def _executor(device: str, graph: Graph, weights: WeightSource, batch: int, threads: int | None):
+    """`cpu`: the compiled step (or, for a graph it cannot run yet, the generated matmul kernels
+    called op by op); `reference`: the numpy interpreter alone."""
     if device == "reference":
         return Interpreter(weights)
     if device == "cpu":
+        from kinetic.codegen.cpu.step import CompiledStep, unsupported
+
+        if unsupported(graph) is None:
+            return CompiledStep(graph, weights, threads=threads, rows=batch)
         from kinetic.codegen.cpu.executor import CpuInterpreter
 
         return CpuInterpreter(weights)
@@ -43,12 +48,13 @@ class Sequence:
 
 class Engine:
     def __init__(self, graph: Graph, weights: WeightSource, *, n_ctx: int = DEFAULT_CONTEXT,
-                 batch: int = DEFAULT_BATCH, device: str = "cpu"):
+                 batch: int = DEFAULT_BATCH, device: str = "cpu", threads: int | None = None):
         self.graph = graph
         self.n_ctx = n_ctx
         self.batch = batch
         self.device = device
-        self.interpreter = _executor(device, weights)
+        self.interpreter = _executor(device, graph, weights, batch, threads)
+        self.in_place = getattr(self.interpreter, "in_place", False)
         self.kv_width: dict[int, int] = {}
         self.kv_dtype = np.float16
         for node in graph.nodes:
@@ -72,7 +78,10 @@ class Engine:
         if commit:
             for sid, s in seqs.items():
                 mine = np.flatnonzero(rows.seqs == sid)
-                s.cache.commit(result.new_kv, mine, rows.positions)
+                if self.in_place:
+                    s.cache.commit_written(rows.positions[mine])
+                else:
+                    s.cache.commit(result.new_kv, mine, rows.positions)
                 s.tokens.extend(int(t) for t in rows.tokens[mine])
         return result.outputs["logits"]
 

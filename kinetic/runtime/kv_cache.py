@@ -55,6 +55,11 @@ class KVCache:
         n = self.length
         return self.k[layer][:n], self.v[layer][:n], self.positions[:n]
 
+    def addresses(self, layers: list[int]) -> np.ndarray:
+        """int64 [len(layers), 2]: where each layer's keys and values start (compiled code writes and
+        reads them in place)."""
+        return np.array([[self.k[layer].ctypes.data, self.v[layer].ctypes.data] for layer in layers], np.int64)
+
     def check_room(self, n: int) -> None:
         """Fail before a pass whose n new rows would not fit."""
         if self.length + n > self.n_ctx:
@@ -74,6 +79,13 @@ class KVCache:
             self.v[layer][self.length : end] = v[rows]
         self.positions[self.length : end] = positions[rows]
         self.length = end
+
+    def commit_written(self, positions: np.ndarray) -> None:
+        """Append len(positions) entries whose keys and values a pass already wrote in place."""
+        n = len(positions)
+        self.check_room(n)
+        self.positions[self.length : self.length + n] = positions
+        self.length += n
 
     def truncate(self, length: int) -> None:
         """Roll back to the first `length` entries."""

@@ -1,0 +1,434 @@
+"""`kinetic bench`: llama-bench's two tests on Kinetic's engine, and the card against llama.cpp.
+
+Owns: timing pp<N> (one prompt of N tokens) and tg<N> (N greedy decode steps) on a loaded model,
+the table and JSON that report them, finding and running llama.cpp's own llama-bench on the same
+file (never downloading it) and the comparison card. It does not own the engine (it calls
+`new_sequence`, `prefill` and `decode` as any user would) nor the command line (kinetic.cli.bench_cmd).
+
+Each test runs on a fresh sequence, after one untimed warm-up that loads the compiled kernels, and is
+repeated; the best run is the reported number, as llama.cpp's best run is on the card.
+"""
+
+from __future__ import annotations
+
+import gc
+import inspect
+import json
+import os
+import platform
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from kinetic import __version__
+from kinetic.errors import KineticError
+
+# Speed technologies `--off` can name; none of them is built yet, so naming one changes nothing today.
+OFF_NAMES = ("rad1", "shortlist", "torque", "warm-start")
+EDIT_NOT_MEASURED = "not measured yet: it needs speculative decoding (RAD-1), which is not built yet"
+DEVICE_NAMES = {"cpu": "the CPU", "reference": "the CPU (reference interpreter)"}
+BACKENDS = {"cpu": "CPU", "reference": "CPU (reference)"}
+TOKEN_SEED = 0  # prompt tokens are random ids, as llama-bench's are, but the same on every run
+
+# Where --compare looks for llama-bench after PATH (Kinetic never downloads it).
+LLAMA_BENCH_PLACES = (
+    Path.home() / ".cache/kinetic-ref/llama.cpp/build/bin/llama-bench",
+    Path("/usr/local/bin/llama-bench"),
+)
+
+
+@dataclass
+class TestResult:
+    """One test (pp512 or tg128): tokens per run and the seconds of each timed run."""
+
+    name: str
+    tokens: int
+    seconds: list[float]
+
+    @property
+    def rates(self) -> list[float]:
+        return [self.tokens / s for s in self.seconds]
+
+    @property
+    def best(self) -> float:
+        return max(self.rates)
+
+    def to_json(self) -> dict:
+        rates = self.rates
+        return {
+            "name": self.name,
+            "tokens": self.tokens,
+            "t_s": round(self.best, 2),
+            "mean": round(statistics.fmean(rates), 2),
+            "stddev": round(statistics.stdev(rates), 2) if len(rates) > 1 else 0.0,
+            "runs": [round(r, 2) for r in rates],
+        }
+
+
+@dataclass
+class BenchResult:
+    path: Path
+    device: str
+    threads: int
+    threads_applied: bool  # False when the engine takes no thread count and used its default
+    repetitions: int
+    off: list[str]
+    load_seconds: float
+    size_bytes: int
+    parameters: int
+    weight_type: str  # the type holding most of the file's bytes, e.g. Q4_1
+    peak_rss_bytes: int
+    tests: list[TestResult] = field(default_factory=list)
+
+    def test(self, prefix: str) -> TestResult | None:
+        return next((t for t in self.tests if t.name.startswith(prefix)), None)
+
+
+def parse_off(text: str | None) -> list[str]:
+    """`rad1,torque` -> ["rad1", "torque"]; an unknown name is a KineticError listing the known ones."""
+    names = [n.strip().lower() for n in (text or "").split(",") if n.strip()]
+    unknown = [n for n in names if n not in OFF_NAMES]
+    if unknown:
+        raise KineticError(
+            f"--off: unknown speed technology {unknown[0]!r}",
+            f"Name one or more of {', '.join(OFF_NAMES)}, separated by commas.",
+        )
+    return list(dict.fromkeys(names))
+
+
+def run_bench(
+    model_spec: str | os.PathLike,
+    *,
+    threads: int,
+    repetitions: int,
+    device: str = "cpu",
+    off: list[str] | None = None,
+    n_prompt: int = 512,
+    n_gen: int = 128,
+) -> BenchResult:
+    """Load the model, then time pp<n_prompt> and tg<n_gen> `repetitions` times each (0 skips a test)."""
+    from kinetic.model import Model
+
+    device = "cpu" if device == "auto" else device
+    kwargs = {"n_ctx": max(n_prompt, n_gen) + 1, "device": device}
+    threads_applied = "threads" in inspect.signature(Model.__init__).parameters
+    if threads_applied:
+        kwargs["threads"] = threads
+    start = time.perf_counter()
+    model = Model(model_spec, **kwargs)
+    load_seconds = time.perf_counter() - start
+    engine = model.engine
+    prompt = [int(t) for t in np.random.default_rng(TOKEN_SEED).integers(0, engine.n_vocab, max(n_prompt, 1))]
+    _warm_up(engine, prompt[: min(len(prompt), getattr(engine, "batch", 64))], n_gen)
+    result = BenchResult(
+        path=model.path,
+        device=device,
+        threads=threads,
+        threads_applied=threads_applied,
+        repetitions=repetitions,
+        off=list(off or []),
+        load_seconds=load_seconds,
+        size_bytes=model.path.stat().st_size,
+        parameters=sum(t.n_elements for t in model.gguf.tensors.values()),
+        weight_type=_main_weight_type(model.gguf),
+        peak_rss_bytes=0,
+    )
+    if n_prompt > 0:
+        result.tests.append(
+            TestResult(f"pp{n_prompt}", n_prompt, [_time_prompt(engine, prompt) for _ in range(repetitions)])
+        )
+    if n_gen > 0:
+        first = _first_token(model.gguf.metadata, prompt[0])
+        result.tests.append(
+            TestResult(f"tg{n_gen}", n_gen, [_time_generate(engine, first, n_gen) for _ in range(repetitions)])
+        )
+    result.peak_rss_bytes = peak_rss_bytes()
+    return result
+
+
+def _warm_up(engine, tokens: list[int], n_gen: int) -> None:
+    """One untimed prompt chunk and decode step, so kernel compilation or cache loads are not timed."""
+    seq = engine.new_sequence()
+    logits = engine.prefill(seq, tokens)
+    if n_gen > 0:
+        engine.decode(seq, int(np.argmax(logits)))
+
+
+def _time_prompt(engine, tokens: list[int]) -> float:
+    seq = engine.new_sequence()
+    gc.collect()
+    start = time.perf_counter()
+    engine.prefill(seq, tokens)
+    return time.perf_counter() - start
+
+
+def _time_generate(engine, first: int, n_gen: int) -> float:
+    """n_gen decode steps after one untimed token, each feeding back the likeliest token."""
+    seq = engine.new_sequence()
+    logits = engine.prefill(seq, [first])
+    gc.collect()
+    start = time.perf_counter()
+    for _ in range(n_gen):
+        logits = engine.decode(seq, int(np.argmax(logits)))
+    return time.perf_counter() - start
+
+
+def _first_token(metadata: dict, fallback: int) -> int:
+    """BOS when the model adds one (as llama-bench starts tg), else a fixed token."""
+    bos = metadata.get("tokenizer.ggml.bos_token_id")
+    return int(bos) if bos is not None and metadata.get("tokenizer.ggml.add_bos_token") else fallback
+
+
+def _main_weight_type(gguf) -> str:
+    nbytes: Counter[str] = Counter()
+    for info in gguf.tensors.values():
+        nbytes[info.type.name] += info.nbytes
+    return nbytes.most_common(1)[0][0] if nbytes else "unknown"
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident memory (ru_maxrss is KiB on Linux, bytes on macOS)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak if sys.platform == "darwin" else peak * 1024)
+
+
+# -- Kinetic's report ---------------------------------------------------------------------------------
+
+
+def technologies_line(off: list[str]) -> str:
+    told = f"; --off {','.join(off)} noted" if off else ""
+    return (
+        "speed technologies: none ran, RAD-1, Shortlist and Torque are not built yet"
+        + told
+        + "; Warm Start, Zero Wait and Convoy take no part"
+    )
+
+
+def table(r: BenchResult) -> str:
+    """llama-bench's markdown table, then the lines that say how it was measured."""
+    head = [
+        "| model | size | params | backend | threads | test | t/s |",
+        "| --- | ---: | ---: | --- | ---: | ---: | ---: |",
+    ]
+    cells = f"| {r.path.stem} | {_gib(r.size_bytes)} | {r.parameters / 1e9:.2f} B | {BACKENDS[r.device]} | {r.threads}"
+    rows = [f"{cells} | {t.name} | {t.best:.2f} |" for t in r.tests]
+    rows.append(f"{cells} | edit256 | not measured |")
+    threads = "" if r.threads_applied else f" ({r.threads} threads asked; the CPU device uses its default)"
+    notes = [
+        f"on {DEVICE_NAMES[r.device]}{threads}, best of {r.repetitions}, load {r.load_seconds:.2f} s",
+        technologies_line(r.off),
+        f"edit256: {EDIT_NOT_MEASURED}",
+        f"peak memory {_gib(r.peak_rss_bytes)}",
+    ]
+    return "\n".join(head + rows + [""] + notes)
+
+
+def to_json(r: BenchResult) -> dict:
+    pp, tg = r.test("pp"), r.test("tg")
+    return {
+        "model": r.path.name,
+        "backend": "cpu",
+        "device": DEVICE_NAMES[r.device],
+        "threads": r.threads,
+        "threads_applied": r.threads_applied,
+        "repetitions": r.repetitions,
+        "load_seconds": round(r.load_seconds, 4),
+        "size_bytes": r.size_bytes,
+        "parameters": r.parameters,
+        "prefill_tokens": pp.tokens if pp else 0,
+        "prefill_tokens_per_second": round(pp.best, 2) if pp else None,
+        "decode_tokens": tg.tokens if tg else 0,
+        "decode_tokens_per_second": round(tg.best, 2) if tg else None,
+        "tests": [t.to_json() for t in r.tests],
+        "edit256": None,
+        "edit256_reason": EDIT_NOT_MEASURED,
+        "technologies": technologies_line(r.off),
+        "off": r.off,
+        "peak_rss_bytes": r.peak_rss_bytes,
+        "kinetic_version": __version__,
+    }
+
+
+def _gib(n: int) -> str:
+    return f"{n / 1024**3:.2f} GiB"
+
+
+# -- llama.cpp's llama-bench ------------------------------------------------------------------------
+
+
+@dataclass
+class LlamaBenchResult:
+    build_number: int
+    build_commit: str
+    best: dict[str, float]  # test name (pp512, tg128) -> best sample, t/s
+    mean: dict[str, float]
+
+    @property
+    def build(self) -> str:
+        return f"b{self.build_number} ({self.build_commit})"
+
+
+def find_llama_bench(given: str | None) -> Path:
+    """The llama-bench to run: `given` (a file or the folder holding it), else PATH, else the usual places."""
+    if given:
+        path = Path(given).expanduser()
+        path = path / "llama-bench" if path.is_dir() else path
+        if path.is_file() and os.access(path, os.X_OK):
+            return path
+        if shutil.which(given):
+            return Path(shutil.which(given))
+        raise KineticError(
+            f"--compare: no llama-bench program at {path}",
+            "Give the path of llama.cpp's llama-bench (or its folder): --compare PATH.",
+        )
+    on_path = shutil.which("llama-bench")
+    if on_path:
+        return Path(on_path)
+    for place in LLAMA_BENCH_PLACES:
+        if place.is_file() and os.access(place, os.X_OK):
+            return place
+    looked = ", ".join(["PATH"] + [str(p) for p in LLAMA_BENCH_PLACES])
+    raise KineticError(
+        f"--compare: llama-bench not found (looked in {looked})",
+        "Build llama.cpp and pass its llama-bench: --compare PATH; Kinetic never downloads it.",
+    )
+
+
+def llama_bench_command(
+    exe: Path, model: Path, *, threads: int, repetitions: int, n_prompt: int, n_gen: int
+) -> list[str]:
+    """llama-bench on the CPU with flash attention on, spelling flags as this build's --help does."""
+    try:
+        shown = subprocess.run([str(exe), "--help"], capture_output=True, text=True, timeout=30)
+        helptext = shown.stdout + shown.stderr
+    except (OSError, subprocess.SubprocessError):
+        helptext = ""
+    flash = "on" if "<on|off|auto>" in helptext else "1"
+    flags = f"-t {threads} -r {repetitions} -p {n_prompt} -n {n_gen} -fa {flash} -ngl 0 -o json"
+    cmd = [str(exe), "-m", str(model), *flags.split()]
+    if "--device" in helptext:
+        cmd += ["-dev", "none"]
+    return cmd
+
+
+def run_llama_bench(
+    exe: Path, model: Path, *, threads: int, repetitions: int, n_prompt: int = 512, n_gen: int = 128
+) -> LlamaBenchResult:
+    cmd = llama_bench_command(exe, model, threads=threads, repetitions=repetitions, n_prompt=n_prompt, n_gen=n_gen)
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+    except OSError as exc:
+        hint = "Check that it is llama.cpp's llama-bench."
+        raise KineticError(f"--compare: could not start {exe}: {exc}", hint) from None
+    if proc.returncode != 0:
+        tail = (proc.stderr.strip().splitlines() or ["no message"])[-1]
+        raise KineticError(
+            f"--compare: llama-bench failed (exit {proc.returncode}): {tail}",
+            f"Run it by hand to see why: {' '.join(cmd)}",
+        )
+    return parse_llama_bench_json(proc.stdout)
+
+
+def parse_llama_bench_json(text: str) -> LlamaBenchResult:
+    """llama-bench -o json: a list of tests with n_prompt, n_gen, samples_ts, avg_ts and the build."""
+    try:
+        tests = json.loads(text)
+        best, mean = {}, {}
+        for t in tests:
+            name = f"pp{t['n_prompt']}" if t["n_gen"] == 0 else f"tg{t['n_gen']}"
+            best[name] = max(t.get("samples_ts") or [t["avg_ts"]])
+            mean[name] = t["avg_ts"]
+        return LlamaBenchResult(int(tests[0]["build_number"]), str(tests[0]["build_commit"]), best, mean)
+    except (ValueError, KeyError, TypeError, IndexError) as exc:
+        raise KineticError(
+            f"--compare: could not read llama-bench's JSON output ({type(exc).__name__}: {exc})",
+            "Check that the program is llama.cpp's llama-bench and supports -o json.",
+        ) from None
+
+
+# -- the card -----------------------------------------------------------------------------------------
+
+TEST_LABELS = {"pp": "prompt", "tg": "generate"}
+
+
+def card_rows(k: BenchResult, ll: LlamaBenchResult) -> list[dict]:
+    rows = []
+    for t in k.tests:
+        theirs = ll.best.get(t.name)
+        rows.append(
+            {
+                "test": t.name,
+                "kinetic_t_s": round(t.best, 2),
+                "llama_cpp_t_s": round(theirs, 2) if theirs else None,
+                "ratio": round(t.best / theirs, 3) if theirs else None,
+            }
+        )
+    return rows
+
+
+def card(k: BenchResult, ll: LlamaBenchResult) -> str:
+    """The markdown card of `kinetic bench --compare`."""
+    lines = [
+        f"## Kinetic vs llama.cpp: {k.path.stem}",
+        "",
+        f"| test | Kinetic {__version__} | llama.cpp {ll.build} | ratio |",
+        "| --- | ---: | ---: | ---: |",
+    ]
+    for row in card_rows(k, ll):
+        label = f"{TEST_LABELS[row['test'][:2]]} {row['test']}"
+        theirs = f"{row['llama_cpp_t_s']:.1f}" if row["llama_cpp_t_s"] else "not run"
+        ratio = f"{row['ratio']:.2f}x" if row["ratio"] else "-"
+        lines.append(f"| {label} | {row['kinetic_t_s']:.1f} | {theirs} | {ratio} |")
+    lines.append("| edit256 | not measured | not run | - |")
+    lines += [
+        "",
+        machine_line(),
+        f"Same file ({_gib(k.size_bytes)}, {k.weight_type}), on the CPU, {k.threads} threads, "
+        f"flash attention on, best of {k.repetitions}, t/s.",
+        f"edit256: {EDIT_NOT_MEASURED}.",
+    ]
+    return "\n".join(lines)
+
+
+def card_json(k: BenchResult, ll: LlamaBenchResult) -> dict:
+    return {
+        "model": k.path.stem,
+        "machine": machine_line(),
+        "threads": k.threads,
+        "repetitions": k.repetitions,
+        "kinetic_version": __version__,
+        "llama_cpp": {
+            "build": ll.build,
+            "build_number": ll.build_number,
+            "build_commit": ll.build_commit,
+            "best_t_s": ll.best,
+            "mean_t_s": ll.mean,
+        },
+        "tests": card_rows(k, ll),
+        "edit256": None,
+        "edit256_reason": EDIT_NOT_MEASURED,
+        "kinetic": to_json(k),
+    }
+
+
+def machine_line() -> str:
+    """`CPU model, OS`, e.g. `AMD EPYC, Debian GNU/Linux 12 (bookworm)`."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    try:
+        system = platform.freedesktop_os_release()["PRETTY_NAME"]
+    except (OSError, KeyError, AttributeError):
+        system = f"{platform.system()} {platform.release()}"
+    return f"{cpu}, {system}"

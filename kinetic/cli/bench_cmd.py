@@ -1,0 +1,117 @@
+"""`kinetic bench MODEL`: llama-bench's pp512 and tg128 on Kinetic, and with --compare on llama.cpp too.
+
+The measuring, the table, the JSON and the card live in kinetic.bench; this module reads the command
+line, checks it before anything slow starts, and prints. Kinetic runs first, then llama-bench (never
+both at once, so neither slows the other).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+from kinetic.errors import KineticError
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "bench",
+        help="measure prompt and generation speed, as llama-bench does",
+        description="Time a 512-token prompt (pp512) and 128 generated tokens (tg128), each the best of "
+        "-r runs, and print a table like llama-bench's with load time and peak memory. --compare also runs "
+        "llama.cpp's llama-bench on the same file and prints a card with both.",
+    )
+    p.add_argument("model", help="a .gguf file or a downloaded model's name")
+    p.add_argument(
+        "-t",
+        "--threads",
+        type=int,
+        default=os.cpu_count() or 1,
+        metavar="N",
+        help="CPU threads [default: all logical CPUs]",
+    )
+    p.add_argument(
+        "-r",
+        "--repetitions",
+        type=int,
+        default=3,
+        metavar="N",
+        help="runs of each test; the best is reported [default: 3]",
+    )
+    p.add_argument(
+        "-p",
+        "--n-prompt",
+        type=int,
+        default=512,
+        metavar="N",
+        help="prompt tokens of the pp test; 0 skips it [default: 512]",
+    )
+    p.add_argument(
+        "-n",
+        "--n-gen",
+        type=int,
+        default=128,
+        metavar="N",
+        help="generated tokens of the tg test; 0 skips it [default: 128]",
+    )
+    p.add_argument(
+        "--device",
+        choices=("auto", "cpu", "reference"),
+        default="auto",
+        help="auto and cpu: generated kernels; reference: the numpy reference interpreter [default: auto]",
+    )
+    p.add_argument(
+        "--off",
+        metavar="LIST",
+        help="speed technologies to turn off, comma-separated: rad1, shortlist, torque, warm-start",
+    )
+    p.add_argument(
+        "--compare",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="LLAMA_BENCH",
+        help="also run llama.cpp's llama-bench (this path, else PATH and the usual folders) and print a card with both",
+    )
+    p.add_argument("--json", action="store_true", help="print the results as one JSON object")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from kinetic import bench
+
+    _check(args)
+    off = bench.parse_off(args.off)
+    exe = bench.find_llama_bench(args.compare) if args.compare is not None else None
+    result = bench.run_bench(
+        args.model,
+        threads=args.threads,
+        repetitions=args.repetitions,
+        device=args.device,
+        off=off,
+        n_prompt=args.n_prompt,
+        n_gen=args.n_gen,
+    )
+    if exe is None:
+        print(json.dumps(bench.to_json(result), indent=2) if args.json else bench.table(result))
+        return 0
+    if not args.json:
+        print(bench.table(result) + "\n", flush=True)
+    theirs = bench.run_llama_bench(
+        exe, result.path, threads=args.threads, repetitions=args.repetitions, n_prompt=args.n_prompt, n_gen=args.n_gen
+    )
+    print(json.dumps(bench.card_json(result, theirs), indent=2) if args.json else bench.card(result, theirs))
+    return 0
+
+
+def _check(args: argparse.Namespace) -> None:
+    if args.threads < 1:
+        raise KineticError(f"-t must be at least 1, not {args.threads}", "Give a thread count such as -t 4.")
+    if args.repetitions < 1:
+        raise KineticError(f"-r must be at least 1, not {args.repetitions}", "Give a number of runs such as -r 3.")
+    if args.n_prompt < 0 or args.n_gen < 0 or args.n_prompt + args.n_gen == 0:
+        raise KineticError(
+            f"-p {args.n_prompt} -n {args.n_gen} measures nothing",
+            "Give -p and -n as token counts of 0 or more, not both 0 (defaults: -p 512 -n 128).",
+        )

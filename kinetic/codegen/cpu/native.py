@@ -1,0 +1,189 @@
+"""Machine-level primitives for numba-compiled code: calls through addresses, atomics, f16 bits.
+
+Owns: the few numba intrinsics the compiled step needs and numba does not offer — calling a
+generated (llvmlite) kernel given its address, raw pointers from integer addresses, 64-bit atomics
+and the spin-wait hint for the step's barrier, and IEEE f32 <-> f16 conversion (LLVM's fptrunc /
+fpext: round to nearest even, what numpy's astype(float16) does). Written by hand because numba has
+no public API for these; each is a handful of LLVM instructions.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import platform
+
+from llvmlite import ir
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+_I8P = ir.IntType(8).as_pointer()
+_I64 = ir.IntType(64)
+_X86 = platform.machine().lower() in ("x86_64", "amd64", "i686", "x86")
+
+
+def _call_through(builder, addr, ptr_args, int_args, ret=None):
+    fnty = ir.FunctionType(ret or ir.VoidType(), [_I8P] * len(ptr_args) + [_I64] * len(int_args))
+    fn = builder.inttoptr(addr, fnty.as_pointer())
+    return builder.call(fn, [builder.inttoptr(a, _I8P) for a in ptr_args] + list(int_args))
+
+
+@intrinsic
+def call_matmul(typingctx, addr, w, xq, xd, xe, out, m, n0, n1, ldo):
+    """kernel(w, xq, xd, xe, out, m, n0, n1, ldo) for a generated matmul at `addr` (all int64)."""
+    sig = types.void(*([types.int64] * 10))
+
+    def codegen(context, builder, signature, args):
+        _call_through(builder, args[0], args[1:6], args[6:10])
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def call_quantize(typingctx, addr, x, q, d, e, n_blocks):
+    """quantizer(x, q, d, e, n_blocks) for a generated activation quantizer at `addr` (all int64)."""
+    sig = types.void(*([types.int64] * 6))
+
+    def codegen(context, builder, signature, args):
+        _call_through(builder, args[0], args[1:5], args[5:6])
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def call_void(typingctx, addr):
+    """A C function `int f(void)` at `addr`, its result dropped (sched_yield)."""
+    sig = types.void(types.int64)
+
+    def codegen(context, builder, signature, args):
+        _call_through(builder, args[0], [], [], ir.IntType(32))
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+def _pointer_intrinsic(dtype):
+    @intrinsic
+    def as_pointer(typingctx, addr):
+        sig = types.CPointer(dtype)(types.int64)
+
+        def codegen(context, builder, signature, args):
+            return builder.inttoptr(args[0], context.get_value_type(signature.return_type))
+
+        return sig, codegen
+
+    return as_pointer
+
+
+u16_ptr = _pointer_intrinsic(types.uint16)
+i32_ptr = _pointer_intrinsic(types.int32)
+
+
+@intrinsic
+def atomic_add(typingctx, addr, value):
+    """*(int64*)addr += value, sequentially consistent; returns the old value."""
+    sig = types.int64(types.int64, types.int64)
+
+    def codegen(context, builder, signature, args):
+        p = builder.inttoptr(args[0], _I64.as_pointer())
+        return builder.atomic_rmw("add", p, args[1], "seq_cst")
+
+    return sig, codegen
+
+
+@intrinsic
+def atomic_load(typingctx, addr):
+    sig = types.int64(types.int64)
+
+    def codegen(context, builder, signature, args):
+        p = builder.inttoptr(args[0], _I64.as_pointer())
+        return builder.load_atomic(p, "seq_cst", 8)
+
+    return sig, codegen
+
+
+@intrinsic
+def atomic_store(typingctx, addr, value):
+    sig = types.void(types.int64, types.int64)
+
+    def codegen(context, builder, signature, args):
+        p = builder.inttoptr(args[0], _I64.as_pointer())
+        builder.store_atomic(args[1], p, "seq_cst", 8)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def spin_pause(typingctx):
+    """The x86 `pause` hint inside a spin loop (nothing elsewhere)."""
+    sig = types.void()
+
+    def codegen(context, builder, signature, args):
+        if _X86:
+            fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), []),
+                                                "llvm.x86.sse2.pause")
+            builder.call(fn, [])
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def f16_bits(typingctx, x):
+    """float32 -> the bits of the nearest f16 (ties to even, overflow to inf)."""
+    sig = types.uint16(types.float32)
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(builder.fptrunc(args[0], ir.HalfType()), ir.IntType(16))
+
+    return sig, codegen
+
+
+@intrinsic
+def f16_value(typingctx, bits):
+    """The bits of an f16 -> its value as float32 (exact)."""
+    sig = types.float32(types.uint16)
+
+    def codegen(context, builder, signature, args):
+        return builder.fpext(builder.bitcast(args[0], ir.HalfType()), ir.FloatType())
+
+    return sig, codegen
+
+
+@njit(cache=True, inline="always")
+def round_f16(x):
+    return f16_value(f16_bits(x))
+
+
+def sched_yield_address() -> int:
+    """The address of the C library's sched_yield (0 where there is none: the barrier only spins)."""
+    try:
+        return ctypes.cast(ctypes.CDLL(None).sched_yield, ctypes.c_void_p).value or 0
+    except (OSError, AttributeError):
+        return 0
+
+
+SPINS_BEFORE_YIELD = 4000
+
+
+@njit(cache=True, inline="always")
+def barrier(addr, n_threads, yield_addr):
+    """All n_threads wait here until the last arrives. addr: two int64 a cache line apart (arrivals,
+    generation). Spins with `pause`, then yields the core (another process may need it)."""
+    if n_threads == 1:
+        return
+    gen = atomic_load(addr + 64)
+    if atomic_add(addr, 1) == n_threads - 1:
+        atomic_store(addr, 0)
+        atomic_add(addr + 64, 1)
+        return
+    spins = 0
+    while atomic_load(addr + 64) == gen:
+        spins += 1
+        if spins < SPINS_BEFORE_YIELD or yield_addr == 0:
+            spin_pause()
+        else:
+            call_void(yield_addr)

@@ -1,0 +1,456 @@
+"""The compiled step: a graph turned into one tape that compiled code runs once per forward pass.
+
+Owns: lowering an optimized graph to a tape of ops (kinetic.codegen.cpu.step_ops runs it), the
+buffer plan (one float32 arena for activations and small weights, one byte arena for quantized
+activations, both reused by liveness), the barrier plan, the persistent worker threads, and the
+per-pass tables (rows' sequences, cache slots, who sees whom). Python runs per pass only the
+embedding lookup, the rotary tables and, between compiled segments, any op no kernel covers yet
+(a matmul of a type without a bit-exact kernel goes through the reference), so every file runs.
+
+Plan of a pass: every thread walks the same tape. Row-local ops (norms, rotary, activations,
+residual adds, activation quantization, KV stores) split the rows, and consecutive row-local ops
+need no barrier between them; matmuls split output columns and attention splits (row, head) pairs,
+so a barrier separates them from what reads their output. Consecutive independent matmuls (q/k/v,
+gate/up) share one phase with no barrier between them, which is what concatenating their weights
+would buy, without copying them. Buffers are reused only across a barrier.
+
+Exactness: each op repeats the reference's floats for each row on its own (kinetic.ir.numerics), so
+the step gives the reference interpreter's logits bit for bit, for any batch, grouping or thread
+count (tests/codegen/cpu/test_cpu_step.py).
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from kinetic.codegen.cpu import step_ops as S
+from kinetic.codegen.cpu.activation_ir import render_quantize
+from kinetic.codegen.cpu.executor import BIT_EXACT
+from kinetic.codegen.cpu.jit import default_jit
+from kinetic.codegen.cpu.matmul import DEFAULT_TILE
+from kinetic.codegen.cpu.matmul_ir import render_matmul
+from kinetic.codegen.cpu.native import sched_yield_address
+from kinetic.codegen.cpu.quant_blocks import LAYOUTS
+from kinetic.codegen.cpu.target import host
+from kinetic.errors import KineticError
+from kinetic.ir import numerics
+from kinetic.ir.graph import Graph, Node
+from kinetic.ir.interpreter import Interpreter, PassResult, PassRows, WeightSource
+from kinetic.ir.ops import Op
+from kinetic.ir.quants import dequantize_rows
+
+F32 = np.float32
+ALIGN = 16  # floats (64 bytes) between arena buffers
+_ELEMENTWISE = {Op.ADD: S.OP_ADD, Op.MUL: S.OP_MUL, Op.SCALE: S.OP_SCALE, Op.SILU: S.OP_SILU,
+                Op.GELU: S.OP_GELU, Op.SOFTCAP: S.OP_SOFTCAP, Op.SWIGLU: S.OP_SWIGLU, Op.GEGLU: S.OP_GEGLU}
+
+
+def unsupported(graph: Graph) -> str | None:
+    """Why the compiled step cannot run this graph (None: it can)."""
+    for node in graph.nodes:
+        a = node.attrs
+        if node.op is Op.ATTENTION and a.kv_dtype != "f16":
+            return f"a {a.kv_dtype} KV cache"
+        if node.op is Op.ROPE and (a.yarn_ext_factor or a.llama3_factor):
+            return "YaRN or llama3 rotary scaling"
+        if node.op is Op.RMS_NORM and len(node.inputs) == 2:
+            if graph.node(node.inputs[1]).op is not Op.PARAM:
+                return "an rms_norm weight computed in the graph"
+    return None
+
+
+@dataclass(eq=False)
+class _Instr:
+    op: int  # a step_ops code, or 0 for a Python op
+    args: list  # ints, or _Ref placeholders resolved by the buffer plan
+    floats: tuple = ()
+    reads: tuple = ()
+    writes: tuple = ()
+    row_local: bool = False
+    output_rows: bool = False
+    python: object = None  # callable(runner) for Python ops
+    barrier: bool = False
+    phase: int = 0
+
+
+@dataclass(frozen=True)
+class _Ref:
+    key: tuple
+    part: str = ""  # "" (f32 arena offset) or q / d / e (byte-arena addresses)
+
+
+@dataclass
+class _Plan:
+    instrs: list[_Instr] = field(default_factory=list)
+    f32_sizes: dict = field(default_factory=dict)  # key -> floats
+    q_sizes: dict = field(default_factory=dict)  # key -> (q bytes, d bytes, e bytes)
+    constants: dict = field(default_factory=dict)  # key -> f32 values
+    rope_tables: dict = field(default_factory=dict)  # (n_rot, theta, freq_scale) -> key
+
+
+class CompiledStep:
+    """Runs a graph's forward passes through one compiled tape; writes K/V into the caches in place."""
+
+    in_place = True
+
+    def __init__(self, graph: Graph, weights: WeightSource, *, threads: int | None = None, rows: int = 64):
+        self.graph = graph
+        self.weights = weights
+        self.threads = max(1, threads or min(os.cpu_count() or 1, 2))
+        self.reference = Interpreter(weights)  # weights of Python ops, dequantized once
+        self.jit = default_jit()
+        self.variant = host().best_variant()
+        self.gelu = numerics.gelu_table().astype(F32)
+        self.layers = sorted({n.attrs.layer for n in graph.nodes if n.op is Op.STATE})
+        self.layer_index = {layer: i for i, layer in enumerate(self.layers)}
+        self.barrier = np.zeros(32, np.int64)
+        self.yield_addr = sched_yield_address()
+        self._kernels: dict = {}
+        self._build(rows)
+
+    # -- building --------------------------------------------------------------------------------
+
+    def _build(self, rows: int) -> None:
+        self.capacity = rows
+        plan = self._lower()
+        self._phases(plan)
+        self._allocate(plan)
+        self._encode(plan)
+
+    def _kernel(self, kind: str, *key) -> int:
+        if (kind, key) not in self._kernels:
+            ir, name = render_quantize(*key) if kind == "quant" else render_matmul(*key, self.variant, DEFAULT_TILE)
+            self._kernels[kind, key] = self.jit.address(ir, name)
+        return self._kernels[kind, key]
+
+    def _lower(self) -> _Plan:
+        g, cap = self.graph, self.capacity
+        plan = _Plan()
+        quantized: dict = {}
+        for node in g.nodes:
+            op, a = node.op, node.attrs
+            ins = [g.node(i) for i in node.inputs]
+            if op in (Op.INPUT, Op.PARAM, Op.STATE):
+                continue
+            out = ("v", node.id)
+            out_rows = node.type.shape[0] == "R"
+            width = node.type.shape[1] if len(node.type.shape) == 2 else 0
+            if width:
+                plan.f32_sizes[out] = cap * width
+            v = lambda n: _Ref(("v", n.id))  # noqa: E731
+            if op is Op.EMBED:
+                plan.instrs.append(_Instr(0, [], writes=(out,), python=_embed(ins[0], node, self)))
+            elif op is Op.MATMUL:
+                w = ins[1]
+                k = ins[0].type.shape[1]
+                if a.activations == "q8" and w.type.ggml_type in BIT_EXACT:
+                    layout = LAYOUTS[w.type.ggml_type]
+                    fmt = layout.activation
+                    qkey = ("q", ins[0].id, fmt)
+                    if qkey not in quantized:
+                        block = 256 if fmt == "q8_k" else 32
+                        e_row = {"q8_1": k // 32 * 4, "q8_k": k // 16 * 4}.get(fmt, 0)
+                        plan.q_sizes[qkey] = (cap * k, cap * (k // block) * 4, cap * e_row)
+                        quantized[qkey] = True
+                        plan.instrs.append(_Instr(
+                            S.OP_QUANT,
+                            [v(ins[0]), k, self._kernel("quant", fmt), _Ref(qkey, "q"), _Ref(qkey, "d"),
+                             _Ref(qkey, "e"), block, e_row],
+                            reads=(("v", ins[0].id),), writes=(qkey,), row_local=True, output_rows=out_rows))
+                    raw = np.asarray(self.weights.tensor(w.attrs.tensor))
+                    self._keep = getattr(self, "_keep", []) + [raw]
+                    plan.instrs.append(_Instr(
+                        S.OP_MATMUL,
+                        [self._kernel("mm", layout.wtype, k), raw.ctypes.data, _Ref(qkey, "q"), _Ref(qkey, "d"),
+                         _Ref(qkey, "e"), _Ref(out), node.type.shape[1]],
+                        reads=(qkey,), writes=(out,), output_rows=out_rows))
+                else:
+                    plan.instrs.append(_Instr(0, [], reads=(("v", ins[0].id),), writes=(out,),
+                                              python=_matmul(ins[0], w, node, self)))
+            elif op is Op.RMS_NORM:
+                wref, wsize = -1, 0
+                if len(ins) == 2:
+                    values = self.reference.weight(ins[1]).values.reshape(-1).astype(F32)
+                    ckey = ("c", ins[1].attrs.tensor)
+                    plan.constants[ckey] = values
+                    wref, wsize = _Ref(ckey), values.size
+                plan.instrs.append(_Instr(
+                    S.OP_RMS_NORM, [v(ins[0]), _Ref(out), width, a.group or width, wref, wsize], (F32(a.eps),),
+                    reads=(("v", ins[0].id),), writes=(out,), row_local=True, output_rows=out_rows))
+            elif op is Op.ROPE:
+                tkey = (a.n_rot, float(a.theta), float(a.freq_scale))
+                if tkey not in plan.rope_tables:
+                    plan.rope_tables[tkey] = ("rope", len(plan.rope_tables))
+                    plan.constants[plan.rope_tables[tkey] + ("cos",)] = np.zeros(cap * (a.n_rot // 2), F32)
+                    plan.constants[plan.rope_tables[tkey] + ("sin",)] = np.zeros(cap * (a.n_rot // 2), F32)
+                table = plan.rope_tables[tkey]
+                plan.instrs.append(_Instr(
+                    S.OP_ROPE, [v(ins[0]), _Ref(out), a.n_head, a.head_dim, a.n_rot, int(a.neox),
+                                _Ref(table + ("cos",)), _Ref(table + ("sin",))],
+                    reads=(("v", ins[0].id),), writes=(out,), row_local=True, output_rows=out_rows))
+            elif op is Op.ATTENTION:
+                layer = self.layer_index[ins[3].attrs.layer]
+                kvkey = ("kv", layer)
+                plan.instrs.append(_Instr(
+                    S.OP_KV_STORE, [v(ins[1]), v(ins[2]), a.n_kv_head * a.head_dim, layer],
+                    reads=(("v", ins[1].id), ("v", ins[2].id)), writes=(kvkey,), row_local=True))
+                if a.softcap:
+                    scale, cap_ = F32(F32(a.scale) / F32(a.softcap)), F32(a.softcap)
+                else:
+                    scale, cap_ = F32(a.scale), F32(0)
+                plan.instrs.append(_Instr(
+                    S.OP_ATTEND, [v(ins[0]), _Ref(out), layer, a.n_head, a.n_kv_head, a.head_dim, a.window],
+                    (scale, cap_), reads=(("v", ins[0].id), kvkey), writes=(out,)))
+            elif op is Op.TAKE_ROWS:
+                plan.instrs.append(_Instr(S.OP_TAKE_ROWS, [v(ins[0]), _Ref(out), width],
+                                          reads=(("v", ins[0].id),), writes=(out,), output_rows=True))
+            elif op is Op.SPLIT:
+                plan.instrs.append(_Instr(
+                    S.OP_SPLIT, [v(ins[0]), _Ref(out), ins[0].type.shape[1], a.start, a.size],
+                    reads=(("v", ins[0].id),), writes=(out,), row_local=True, output_rows=out_rows))
+            elif op in _ELEMENTWISE:
+                second = v(ins[1]) if len(ins) == 2 else 0
+                floats = ()
+                if op is Op.SCALE:
+                    floats = (F32(a.factor),)
+                elif op is Op.SOFTCAP:
+                    floats = (F32(a.cap), F32(F32(1) / F32(a.cap)))
+                plan.instrs.append(_Instr(
+                    _ELEMENTWISE[op], [v(ins[0]), second, _Ref(out), width], floats,
+                    reads=tuple(("v", i.id) for i in ins), writes=(out,), row_local=True, output_rows=out_rows))
+            else:
+                raise KineticError(f"the compiled step has no lowering for {op.value}", "Use --device reference.")
+        return plan
+
+    def _phases(self, plan: _Plan) -> None:
+        """Barriers: after an op whose output (or input) a later op of the same phase touches across
+        the threads' split; Python ops stand alone."""
+        phase = 0
+        current: list[_Instr] = []
+        for ins in plan.instrs:
+            touched = set(ins.reads) | set(ins.writes)
+            clash = ins.python is not None or any(
+                p.python is not None
+                or ((set(p.writes) & touched or set(p.reads) & set(ins.writes))
+                    and not (p.row_local and ins.row_local and p.output_rows == ins.output_rows))
+                for p in current)
+            if clash and current:
+                current[-1].barrier = True
+                phase += 1
+                current = []
+            ins.phase = phase
+            current.append(ins)
+
+    def _allocate(self, plan: _Plan) -> None:
+        last_use: dict = {}
+        first_def: dict = {}
+        for ins in plan.instrs:
+            for key in ins.writes:
+                first_def.setdefault(key, ins.phase)
+            for key in ins.reads + ins.writes:
+                last_use[key] = ins.phase
+        for _name, node_id in self.graph.outputs:
+            last_use[("v", node_id)] = 1 << 60
+        self.offsets: dict = {}
+        # constants first (never freed), then activations reusing same-size slots across barriers
+        top = 0
+        for key, values in plan.constants.items():
+            self.offsets[key] = top
+            top += _aligned(values.size)
+        free: dict[int, list[tuple[int, int]]] = {}
+        order = sorted(first_def, key=lambda k: first_def[k])
+        qtop = 0
+        qfree: dict[tuple, list[tuple[int, int]]] = {}
+        self.q_offsets: dict = {}
+        for key in order:
+            if key in plan.f32_sizes:
+                size = _aligned(plan.f32_sizes[key])
+                slot = _take(free.setdefault(size, []), first_def[key])
+                if slot is None:
+                    slot, top = top, top + size
+                self.offsets[key] = slot
+                free[size].append((slot, last_use[key]))
+            elif key in plan.q_sizes:
+                sizes = tuple(_aligned(s, 64) for s in plan.q_sizes[key])
+                slot = _take(qfree.setdefault(sizes, []), first_def[key])
+                if slot is None:
+                    slot, qtop = qtop, qtop + sum(sizes)
+                self.q_offsets[key] = (slot, slot + sizes[0], slot + sizes[0] + sizes[1])
+                qfree[sizes].append((slot, last_use[key]))
+        self.arena = np.zeros(top + ALIGN, F32)
+        self.qarena = np.zeros(qtop + 64, np.uint8)
+        for key, values in plan.constants.items():
+            self.arena[self.offsets[key]: self.offsets[key] + values.size] = values
+        self.plan = plan
+
+    def _encode(self, plan: _Plan) -> None:
+        qbase = self.qarena.ctypes.data
+        rows = []
+        frows = []
+        for ins in plan.instrs:
+            args = []
+            for x in ins.args:
+                if isinstance(x, _Ref):
+                    if x.part:
+                        args.append(qbase + self.q_offsets[x.key]["qde".index(x.part)])
+                    else:
+                        args.append(self.offsets[x.key])
+                else:
+                    args.append(int(x))
+            flags = (S.FLAG_BARRIER if ins.barrier else 0) | (S.FLAG_OUTPUT_ROWS if ins.output_rows else 0)
+            row = [ins.op, flags] + args
+            rows.append(row + [0] * (S.TAPE_WIDTH - len(row)))
+            frows.append(list(map(float, ins.floats)) + [0.0] * (4 - len(ins.floats)))
+        self.tape = np.array(rows, np.int64).reshape(-1, S.TAPE_WIDTH)
+        self.ftape = np.array(frows, np.float64).reshape(-1, 4)
+        self.segments: list = []  # (start, end) of compiled runs, or a Python instr
+        start = None
+        for i, ins in enumerate(plan.instrs):
+            if ins.python is not None:
+                if start is not None:
+                    self.segments.append((start, i))
+                    start = None
+                self.segments.append(ins)
+            elif start is None:
+                start = i
+        if start is not None:
+            self.segments.append((start, len(plan.instrs)))
+
+    # -- running ----------------------------------------------------------------------------------
+
+    def view(self, node_id: int, rows: int) -> np.ndarray:
+        node = self.graph.node(node_id)
+        width = node.type.shape[1]
+        off = self.offsets[("v", node_id)]
+        return self.arena[off: off + rows * width].reshape(rows, width)
+
+    def run(self, graph: Graph, rows: PassRows, caches) -> PassResult:
+        n = len(rows.tokens)
+        if n > self.capacity:
+            self._build(max(n, 2 * self.capacity))
+        n_out = len(rows.output_rows)
+        self.pass_rows = rows
+        tables = _PassTables(rows, caches, self.layers)
+        for (n_rot, theta, freq_scale), key in self.plan.rope_tables.items():
+            cos, sin = numerics.rope_cos_sin(rows.positions, n_rot, theta, freq_scale)
+            half = n_rot // 2
+            self.arena[self.offsets[key + ("cos",)]: self.offsets[key + ("cos",)] + n * half] = cos.reshape(-1)
+            self.arena[self.offsets[key + ("sin",)]: self.offsets[key + ("sin",)] + n * half] = sin.reshape(-1)
+        common = (self.arena, self.arena.ctypes.data, n, n_out, rows.output_rows.astype(np.int32),
+                  rows.positions.astype(np.int32), tables.row_slot, tables.row_cidx, tables.slot_rows, tables.anc,
+                  tables.kv_addr, tables.clen, tables.cpos_addr, self.gelu, self.barrier.ctypes.data,
+                  self.yield_addr)
+        for seg in self.segments:
+            if isinstance(seg, tuple):
+                _run_parallel(self.tape, self.ftape, seg, self.threads, common)
+            else:
+                seg.python(n, n_out)
+        outputs = {name: self.view(node_id, n_out if self.graph.node(node_id).type.shape[0] == "R" else n).copy()
+                   for name, node_id in self.graph.outputs}
+        return PassResult(outputs, {})
+
+
+def _aligned(n: int, align: int = ALIGN) -> int:
+    return (n + align - 1) // align * align
+
+
+def _take(slots: list[tuple[int, int]], phase: int) -> int | None:
+    """A slot whose last reader ran in an earlier phase than `phase`."""
+    for i, (slot, last) in enumerate(slots):
+        if last < phase:
+            del slots[i]
+            return slot
+    return None
+
+
+def _embed(table: Node, node: Node, step: CompiledStep):
+    def run(n: int, n_out: int) -> None:
+        raw = step.weights.tensor(table.attrs.tensor)
+        step.view(node.id, n)[:] = dequantize_rows(raw, table.type.ggml_type, step.pass_rows.tokens).reshape(n, -1)
+
+    return run
+
+
+def _matmul(x: Node, weight: Node, node: Node, step: CompiledStep):
+    def run(n: int, n_out: int) -> None:
+        rows = n_out if node.type.shape[0] == "R" else n
+        step.view(node.id, rows)[:] = step.reference.matmul(step.view(x.id, rows), weight, node.attrs)
+
+    return run
+
+
+class _PassTables:
+    """Per-pass arrays the compiled attention reads: each row's cache slot and cache index, the pass
+    rows of each slot in order, who sees whom among the pass rows, and the caches' addresses."""
+
+    def __init__(self, rows: PassRows, caches, layers: list[int]):
+        seqs = [int(s) for s in dict.fromkeys(rows.seqs.tolist())]
+        n = len(rows.tokens)
+        slot_of = {s: i for i, s in enumerate(seqs)}
+        self.row_slot = np.array([slot_of[int(s)] for s in rows.seqs], np.int32)
+        counts = np.bincount(self.row_slot, minlength=len(seqs))
+        self.slot_rows = np.full((len(seqs), max(counts)), -1, np.int32)
+        self.clen = np.zeros(len(seqs), np.int64)
+        self.cpos_addr = np.zeros(len(seqs), np.int64)
+        self.kv_addr = np.zeros((len(seqs), len(layers), 2), np.int64)
+        self.row_cidx = np.zeros(n, np.int32)
+        filled = np.zeros(len(seqs), np.int64)
+        for s, seq in enumerate(seqs):
+            cache = caches.caches[seq]
+            if cache.length + counts[s] > cache.n_ctx:
+                raise KineticError(
+                    f"the context is full: {cache.length} + {counts[s]} tokens exceed -c {cache.n_ctx}",
+                    "Use a larger context (-c N) or a shorter prompt.")
+            self.clen[s] = cache.length
+            self.cpos_addr[s] = cache.positions.ctypes.data
+            self.kv_addr[s] = cache.addresses(layers)
+        for r in range(n):
+            s = self.row_slot[r]
+            self.slot_rows[s, filled[s]] = r
+            self.row_cidx[r] = self.clen[s] + filled[s]
+            filled[s] += 1
+        parents = rows.parents
+        if len(seqs) == 1 and np.array_equal(parents, np.arange(-1, n - 1)):
+            self.anc = np.tril(np.ones((n, n), np.uint8))
+        else:
+            self.anc = np.zeros((n, n), np.uint8)
+            for r in range(n):
+                p = r
+                while p >= 0:
+                    self.anc[r, p] = 1
+                    p = int(parents[p])
+
+
+# -- one persistent pool of worker threads per process -----------------------------------------------
+
+_workers: list[queue.SimpleQueue] = []
+_lock = threading.Lock()
+
+
+def _worker(inbox: queue.SimpleQueue) -> None:
+    while True:
+        S.drive(*inbox.get())
+
+
+def _pool(n: int) -> list[queue.SimpleQueue]:
+    with _lock:
+        while len(_workers) < n:
+            inbox = queue.SimpleQueue()
+            threading.Thread(target=_worker, args=(inbox,), daemon=True,
+                             name=f"kinetic-step-{len(_workers) + 1}").start()
+            _workers.append(inbox)
+        return _workers[:n]
+
+
+def _run_parallel(tape, ftape, seg: tuple[int, int], threads: int, common: tuple) -> None:
+    """Every thread runs tape[start:end]; the tape's closing barrier means that when the calling
+    thread returns, the workers have finished their shares too (they touch nothing after it)."""
+    start, end = seg
+    for tid, inbox in enumerate(_pool(threads - 1), start=1):
+        inbox.put((tape, ftape, start, end, tid, threads) + common)
+    S.drive(tape, ftape, start, end, 0, threads, *common)

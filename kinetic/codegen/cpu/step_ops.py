@@ -1,0 +1,289 @@
+"""The compiled step's driver: one numba function that runs a whole tape of ops on every thread.
+
+Owns: the machine code of the ops that are not matmuls (norms, rotary, attention, activations,
+residual adds, KV stores) and the loop that walks a tape (kinetic.codegen.cpu.step builds it),
+calling the generated matmul and quantizer kernels by address. Every thread runs the same tape and
+takes its share of each op: row-local ops split rows, matmuls split output columns, attention splits
+(row, head) pairs; a barrier follows an op only where the next one reads across that split. No op
+ever splits a reduction, and each row's floats are the same sequence whatever the row count, the
+grouping or the thread count: every op here repeats `kinetic.ir.numerics` (the reference) step by
+step, including its fma emulation (an f64 product plus an f64 add, rounded once to f32).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import carray, njit
+
+from kinetic.codegen.cpu.attention import _dot
+from kinetic.codegen.cpu.native import (
+    barrier,
+    call_matmul,
+    call_quantize,
+    f16_bits,
+    f16_value,
+    i32_ptr,
+    round_f16,
+    u16_ptr,
+)
+
+F32 = np.float32
+F64 = np.float64
+
+# op codes of the tape (column 0); column 1 holds flags, columns 2.. the arguments
+OP_RMS_NORM = 1
+OP_SCALE = 2
+OP_ADD = 3
+OP_MUL = 4
+OP_SILU = 5
+OP_GELU = 6
+OP_SOFTCAP = 7
+OP_SWIGLU = 8
+OP_GEGLU = 9
+OP_SPLIT = 10
+OP_TAKE_ROWS = 11
+OP_ROPE = 12
+OP_QUANT = 13
+OP_MATMUL = 14
+OP_KV_STORE = 15
+OP_ATTEND = 16
+
+FLAG_BARRIER = 1  # wait for every thread after this op
+FLAG_OUTPUT_ROWS = 2  # the op works on the R output rows, not the T pass rows
+TAPE_WIDTH = 16
+
+_R23 = F32(float.fromhex("0x1.8p23"))
+_LOG2E = F32(float.fromhex("0x1.715476p+0"))
+_LN2_HI = F32(float.fromhex("0x1.62e4p-1"))
+_LN2_LO = F32(float.fromhex("0x1.7f7d1cp-20"))
+_C5 = F32(float.fromhex("0x1.0e4020p-7"))
+_C4 = F32(float.fromhex("0x1.573e2ep-5"))
+_C3 = F32(float.fromhex("0x1.555e66p-3"))
+_C2 = F32(float.fromhex("0x1.fffdb6p-2"))
+_C1 = F32(float.fromhex("0x1.ffffecp-1"))
+_ONE = F32(1)
+_ZERO = F32(0)
+_INF = F32(np.inf)
+
+
+@njit(cache=True, inline="always")
+def _fma(a, b, c):
+    """numerics.fma_f32: the f64 product (exact) plus c in f64, rounded once to f32."""
+    return F32(F64(a) * F64(b) + F64(c))
+
+
+@njit(cache=True, inline="always")
+def _expf_ggml(x):
+    z = _fma(x, _LOG2E, _R23)
+    n = z - _R23
+    b = _fma(-n, _LN2_LO, _fma(-n, _LN2_HI, x))
+    u = b * b
+    j = _fma(_fma(_fma(_C5, b, _C4), u, _fma(_C3, b, _C2)), u, _fma(_C1, b, _ONE))
+    if abs(n) > F32(192):
+        return _ZERO if n <= _ZERO else _INF
+    return F32(math.ldexp(F64(j), int(n)))
+
+
+@njit(cache=True, inline="always")
+def _silu(x):
+    return x / (_ONE + _expf_ggml(_ZERO - x))
+
+
+@njit(cache=True, inline="always")
+def _gelu(x, table):
+    if x <= F32(-10):
+        return _ZERO
+    if x >= F32(10):
+        return x
+    return table[f16_bits(x)]
+
+
+@njit(cache=True, inline="always")
+def _share(n, tid, nt):
+    return n * tid // nt, n * (tid + 1) // nt
+
+
+@njit(cache=True)
+def rms_norm_rows(a, x, y, width, group, eps, w, wsize, r0, r1):
+    for r in range(r0, r1):
+        for g0 in range(0, width, group):
+            s = F64(0)
+            for i in range(group):
+                v = a[x + r * width + g0 + i]
+                s += F64(v * v)
+            mean = F32(s / group)
+            scale = _ONE / np.sqrt(mean + eps)
+            for i in range(group):
+                v = a[x + r * width + g0 + i] * scale
+                if w >= 0:
+                    v = v * a[w + (g0 + i) % wsize]
+                a[y + r * width + g0 + i] = v
+
+
+@njit(cache=True)
+def rope_rows(a, x, y, n_head, head_dim, n_rot, neox, cos, sin, r0, r1):
+    width = n_head * head_dim
+    half = n_rot // 2
+    for r in range(r0, r1):
+        for h in range(n_head):
+            base = r * width + h * head_dim
+            for i in range(half):
+                c = a[cos + r * half + i]
+                s = a[sin + r * half + i]
+                i0 = i if neox else 2 * i
+                i1 = i + half if neox else 2 * i + 1
+                x0 = a[x + base + i0]
+                x1 = a[x + base + i1]
+                a[y + base + i0] = _fma(x0, c, -(x1 * s))
+                a[y + base + i1] = _fma(x0, s, x1 * c)
+            for i in range(n_rot, head_dim):
+                a[y + base + i] = a[x + base + i]
+
+
+@njit(cache=True)
+def attend_items(a, q, y, kp, vp, kv_width, n_head, n_kv, hd, scale, cap, window, i0, i1, positions,
+                 row_slot, slot_rows, clen, cpos_addr, anc):
+    group = n_head // n_kv
+    lanes = np.empty(64, np.float32)
+    acc = np.empty(hd, np.float32)
+    qv = np.empty(hd, np.float32)
+    kf = np.empty(hd, np.float32)
+    for item in range(i0, i1):
+        r = item // n_head
+        h = item % n_head
+        slot = row_slot[r]
+        pos = positions[r]
+        n_c = clen[slot]
+        cpos = carray(i32_ptr(cpos_addr[slot]), (n_c + 1,))
+        mine = slot_rows[slot]
+        keys = carray(u16_ptr(kp[slot]), ((n_c + mine.shape[0]) * kv_width,))
+        vals = carray(u16_ptr(vp[slot]), ((n_c + mine.shape[0]) * kv_width,))
+        qo = q + r * n_head * hd + h * hd
+        ko = (h // group) * hd
+        for i in range(hd):
+            qv[i] = round_f16(a[qo + i])
+            acc[i] = _ZERO
+        m = -_INF
+        ssum = _ZERO
+        for j in range(n_c + mine.shape[0]):
+            if j < n_c:
+                p = cpos[j]
+                if p > pos or (window > 0 and p <= pos - window):
+                    continue
+            else:
+                pr = mine[j - n_c]
+                if pr < 0:
+                    break
+                if anc[r, pr] == 0 or (window > 0 and positions[pr] <= pos - window):
+                    continue
+            base = j * kv_width + ko
+            for i in range(hd):
+                kf[i] = f16_value(keys[base + i])
+            s = _dot(qv, 0, kf, 0, hd, lanes) * scale
+            if cap != _ZERO:
+                s = cap * F32(math.tanh(s))
+            if s > m:
+                ms = F32(math.exp(m - s))
+                vs = _ONE
+                m = s
+                for i in range(hd):
+                    acc[i] = round_f16(F32(F64(acc[i]) * F64(ms)))
+            else:
+                ms = _ONE
+                vs = F32(math.exp(s - m))
+            vsd = F64(vs)
+            for i in range(hd):
+                acc[i] = round_f16(F32(F64(acc[i]) + F64(f16_value(vals[base + i])) * vsd))
+            ssum = F32(F64(ssum) * F64(ms) + vsd)
+        inv = _ZERO if ssum == _ZERO else _ONE / ssum
+        yo = y + r * n_head * hd + h * hd
+        for i in range(hd):
+            a[yo + i] = acc[i] * inv
+
+
+@njit(cache=True, nogil=True)
+def drive(tape, ftape, start, end, tid, nt, a, a_addr, n_rows, n_out, out_rows, positions, row_slot, row_cidx,
+          slot_rows, anc, kv_addr, clen, cpos_addr, gelu, bar_addr, yield_addr):
+    """Run tape[start:end] as thread `tid` of `nt`; ends with a barrier."""
+    for ip in range(start, end):
+        t = tape[ip]
+        op = t[0]
+        rows = n_out if t[1] & FLAG_OUTPUT_ROWS else n_rows
+        r0, r1 = _share(rows, tid, nt)
+        if op == OP_RMS_NORM:
+            rms_norm_rows(a, t[2], t[3], t[4], t[5], F32(ftape[ip, 0]), t[6], t[7], r0, r1)
+        elif op == OP_QUANT:
+            x, width, fn, q, d, e, block, e_row = t[2], t[3], t[4], t[5], t[6], t[7], t[8], t[9]
+            if r1 > r0:
+                call_quantize(fn, a_addr + 4 * (x + r0 * width), q + r0 * width, d + 4 * r0 * (width // block),
+                              e + r0 * e_row, (r1 - r0) * (width // block))
+        elif op == OP_MATMUL:
+            fn, w, q, d, e, y, n = t[2], t[3], t[4], t[5], t[6], t[7], t[8]
+            n0, n1 = _share(n, tid, nt)
+            if n1 > n0:
+                call_matmul(fn, w, q, d, e, a_addr + 4 * y, rows, n0, n1, n)
+        elif op == OP_ROPE:
+            rope_rows(a, t[2], t[3], t[4], t[5], t[6], t[7] != 0, t[8], t[9], r0, r1)
+        elif op == OP_KV_STORE:
+            k, v, width, layer = t[2], t[3], t[4], t[5]
+            for r in range(r0, r1):
+                slot = row_slot[r]
+                at = row_cidx[r] * width
+                kc = carray(u16_ptr(kv_addr[slot, layer, 0]), (at + width,))
+                vc = carray(u16_ptr(kv_addr[slot, layer, 1]), (at + width,))
+                for i in range(width):
+                    kc[at + i] = f16_bits(a[k + r * width + i])
+                    vc[at + i] = f16_bits(a[v + r * width + i])
+        elif op == OP_ATTEND:
+            q, y, layer, n_head, n_kv, hd, window = t[2], t[3], t[4], t[5], t[6], t[7], t[8]
+            i0, i1 = _share(rows * n_head, tid, nt)
+            attend_items(a, q, y, kv_addr[:, layer, 0], kv_addr[:, layer, 1], n_kv * hd, n_head, n_kv, hd,
+                         F32(ftape[ip, 0]), F32(ftape[ip, 1]), window, i0, i1, positions, row_slot, slot_rows,
+                         clen, cpos_addr, anc)
+        elif op == OP_TAKE_ROWS:
+            x, y, width = t[2], t[3], t[4]
+            for r in range(r0, r1):
+                src = out_rows[r]
+                for i in range(width):
+                    a[y + r * width + i] = a[x + src * width + i]
+        elif op == OP_SPLIT:
+            x, y, xw, s0, size = t[2], t[3], t[4], t[5], t[6]
+            for r in range(r0, r1):
+                for i in range(size):
+                    a[y + r * size + i] = a[x + r * xw + s0 + i]
+        else:
+            x, b, y, width = t[2], t[3], t[4], t[5]
+            lo = r0 * width
+            hi = r1 * width
+            if op == OP_ADD:
+                for i in range(lo, hi):
+                    a[y + i] = a[x + i] + a[b + i]
+            elif op == OP_MUL:
+                for i in range(lo, hi):
+                    a[y + i] = a[x + i] * a[b + i]
+            elif op == OP_SCALE:
+                f = F32(ftape[ip, 0])
+                for i in range(lo, hi):
+                    a[y + i] = a[x + i] * f
+            elif op == OP_SILU:
+                for i in range(lo, hi):
+                    a[y + i] = _silu(a[x + i])
+            elif op == OP_GELU:
+                for i in range(lo, hi):
+                    a[y + i] = _gelu(a[x + i], gelu)
+            elif op == OP_SOFTCAP:
+                cap = F32(ftape[ip, 0])
+                inv = F32(ftape[ip, 1])
+                for i in range(lo, hi):
+                    a[y + i] = cap * F32(math.tanh(a[x + i] * inv))
+            elif op == OP_SWIGLU:
+                for i in range(lo, hi):
+                    a[y + i] = _silu(a[x + i]) * a[b + i]
+            elif op == OP_GEGLU:
+                for i in range(lo, hi):
+                    a[y + i] = _gelu(a[x + i], gelu) * a[b + i]
+        if t[1] & FLAG_BARRIER:
+            barrier(bar_addr, nt, yield_addr)
+    barrier(bar_addr, nt, yield_addr)

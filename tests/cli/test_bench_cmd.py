@@ -1,0 +1,171 @@
+"""`kinetic bench`: its JSON and table on the real SmolLM2 file, its errors, and the --compare card.
+
+llama.cpp is never run here: --compare runs a fake llama-bench that prints llama-bench's JSON shape
+(taken from a real `llama-bench -o json` run) with known speeds, so the card's numbers can be checked.
+Token counts are tiny (-p 8 -n 4) so the whole file runs in a few seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import stat
+import sys
+
+import pytest
+
+from kinetic import __version__, bench
+from kinetic.cli import main as cli
+
+QUICK = ["-p", "8", "-n", "4", "-t", "2"]
+
+
+@pytest.fixture(autouse=True)
+def bench_registered(monkeypatch):
+    """Until kinetic/cli/main.py lists bench, register it for these tests."""
+    if "bench" not in cli.COMMANDS:
+        monkeypatch.setattr(cli, "COMMANDS", (*cli.COMMANDS, "bench"))
+
+
+def kinetic(capsys, *args: str) -> tuple[int, str, str]:
+    code = cli.main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def llama_bench_json(n_prompt: int, n_gen: int, samples: list[float]) -> dict:
+    """One test of `llama-bench -o json`, with the fields Kinetic reads and a few it ignores."""
+    return {
+        "build_commit": "0c1e570",
+        "build_number": 4242,
+        "cpu_info": "AMD EPYC",
+        "backends": "CPU",
+        "model_size": 96576768,
+        "model_n_params": 134515008,
+        "n_threads": 2,
+        "n_gpu_layers": 0,
+        "flash_attn": 1,
+        "devices": "none",
+        "n_prompt": n_prompt,
+        "n_gen": n_gen,
+        "avg_ts": sum(samples) / len(samples),
+        "stddev_ts": 1.0,
+        "samples_ts": samples,
+    }
+
+
+FAKE_LLAMA_BENCH = """#!{python}
+import json, pathlib, sys
+args = sys.argv[1:]
+if "--help" in args:
+    print("  -fa, --flash-attn <on|off|auto>   (default: auto)")
+    print("  -dev, --device <dev0/dev1/...>    (default: auto)")
+    sys.exit(0)
+here = pathlib.Path(sys.argv[0]).parent
+(here / "argv.json").write_text(json.dumps(args))
+pp, tg = json.loads((here / "answer.json").read_text())
+pp["n_prompt"] = int(args[args.index("-p") + 1])
+tg["n_gen"] = int(args[args.index("-n") + 1])
+print(json.dumps([pp, tg], indent=2))
+"""
+
+
+@pytest.fixture
+def fake_llama_bench(tmp_path):
+    """An executable that answers as llama-bench does: pp best 400 t/s, tg best 200 t/s; logs its argv."""
+    answer = [llama_bench_json(0, 0, [380.0, 400.0]), llama_bench_json(0, 0, [200.0, 190.0])]
+    (tmp_path / "answer.json").write_text(json.dumps(answer))
+    exe = tmp_path / "llama-bench"
+    exe.write_text(FAKE_LLAMA_BENCH.format(python=sys.executable))
+    exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
+    return exe, tmp_path / "argv.json"
+
+
+def test_json_report(capsys, smollm2_path):
+    """--json prints one object with both tests, each best of -r runs, and edit256 null with a reason."""
+    code, out, _ = kinetic(capsys, "bench", str(smollm2_path), *QUICK, "-r", "2", "--off", "torque,rad1", "--json")
+    assert code == 0
+    report = json.loads(out)
+    assert report["model"] == smollm2_path.name and report["backend"] == "cpu" and report["threads"] == 2
+    assert report["size_bytes"] == smollm2_path.stat().st_size and report["parameters"] == 134515008
+    assert [t["name"] for t in report["tests"]] == ["pp8", "tg4"]
+    for test in report["tests"]:
+        assert len(test["runs"]) == 2 and test["t_s"] == max(test["runs"]) > 0
+        assert min(test["runs"]) <= test["mean"] <= test["t_s"] and test["stddev"] >= 0
+    assert report["prefill_tokens_per_second"] == report["tests"][0]["t_s"]
+    assert report["edit256"] is None and "RAD-1" in report["edit256_reason"]
+    assert report["off"] == ["torque", "rad1"] and report["load_seconds"] > 0
+    assert report["peak_rss_bytes"] > smollm2_path.stat().st_size and report["kinetic_version"] == __version__
+
+
+def test_compare_card(capsys, smollm2_path, fake_llama_bench):
+    """--compare runs llama-bench with the same settings and puts its best sample beside Kinetic's best."""
+    exe, log = fake_llama_bench
+    code, out, _ = kinetic(capsys, "bench", str(smollm2_path), *QUICK, "-r", "1", "--compare", str(exe))
+    assert code == 0, out
+    argv = json.loads(log.read_text())
+    assert argv[:2] == ["-m", str(smollm2_path)]
+    assert " ".join(argv[2:]) == "-t 2 -r 1 -p 8 -n 4 -fa on -ngl 0 -o json -dev none"
+    table, card = out.split("## Kinetic vs llama.cpp: ")
+    assert "| pp8 |" in table and "| tg4 |" in table and "edit256: not measured yet" in table
+    lines = card.splitlines()
+    assert lines[0] == smollm2_path.stem
+    assert lines[2] == f"| test | Kinetic {__version__} | llama.cpp b4242 (0c1e570) | ratio |"
+    for label, theirs in (("prompt pp8", 400.0), ("generate tg4", 200.0)):
+        row = next(line for line in lines if line.startswith(f"| {label} |")).strip("|").split("|")
+        ours, ratio = float(row[1]), float(row[3].strip().rstrip("x"))
+        assert float(row[2]) == theirs and ratio == pytest.approx(ours / theirs, abs=0.01)
+    assert "flash attention on, best of 1, t/s." in card and "edit256: not measured yet" in card
+
+
+def test_compare_json(capsys, smollm2_path, fake_llama_bench):
+    """--compare --json prints only the card, as one object, with ratios Kinetic / llama.cpp."""
+    exe, _ = fake_llama_bench
+    code, out, _ = kinetic(capsys, "bench", str(smollm2_path), *QUICK, "-r", "1", "--json", "--compare", str(exe))
+    assert code == 0
+    card = json.loads(out)
+    assert card["llama_cpp"]["build"] == "b4242 (0c1e570)" and card["llama_cpp"]["best_t_s"] == {
+        "pp8": 400.0,
+        "tg4": 200.0,
+    }
+    for row in card["tests"]:
+        assert row["ratio"] == pytest.approx(row["kinetic_t_s"] / row["llama_cpp_t_s"], abs=1e-3)
+    assert card["edit256"] is None and card["kinetic"]["model"] == smollm2_path.name
+
+
+def test_bad_off_fails_before_loading(capsys, tmp_path):
+    """An unknown --off name fails with the known names, before the model is even looked for."""
+    code, out, err = kinetic(capsys, "bench", str(tmp_path / "missing.gguf"), "--off", "shortlist,turbo")
+    assert code == 1 and out == ""
+    assert "unknown speed technology 'turbo'" in err and "rad1, shortlist, torque, warm-start" in err
+
+
+def test_compare_path_missing(capsys, tmp_path):
+    """A --compare path with no llama-bench fails at once, saying where it looked and how to pass it."""
+    code, out, err = kinetic(capsys, "bench", str(tmp_path / "missing.gguf"), "--compare", str(tmp_path / "nope"))
+    assert code == 1 and out == ""
+    assert f"no llama-bench program at {tmp_path / 'nope'}" in err and "--compare PATH" in err
+
+
+def test_llama_bench_not_found(monkeypatch, tmp_path):
+    """Without a path, PATH and the usual places are searched, and the error lists them."""
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr(bench, "LLAMA_BENCH_PLACES", (tmp_path / "bin" / "llama-bench",))
+    with pytest.raises(bench.KineticError) as exc:
+        bench.find_llama_bench(None)
+    assert "PATH" in exc.value.message and str(tmp_path / "bin" / "llama-bench") in exc.value.message
+    assert "never downloads" in exc.value.hint
+
+
+def test_parse_llama_bench_json():
+    """The best sample of each test is taken, named pp<n_prompt> or tg<n_gen>; a bad output is a clean error."""
+    text = json.dumps([llama_bench_json(512, 0, [330.0, 338.8, 335.1]), llama_bench_json(0, 128, [140.0, 144.0])])
+    result = bench.parse_llama_bench_json(text)
+    assert result.best == {"pp512": 338.8, "tg128": 144.0} and result.build == "b4242 (0c1e570)"
+    with pytest.raises(bench.KineticError, match="could not read llama-bench's JSON"):
+        bench.parse_llama_bench_json("| model | size |")
+
+
+def test_nothing_to_measure(capsys, smollm2_path):
+    """-p 0 -n 0 is refused before loading anything."""
+    code, _, err = kinetic(capsys, "bench", str(smollm2_path), "-p", "0", "-n", "0")
+    assert code == 1 and "measures nothing" in err
