@@ -153,6 +153,18 @@ def f16_value(typingctx, bits):
     return sig, codegen
 
 
+@intrinsic
+def pow2_f64(typingctx, n):
+    """2.0 ** n as float64 for an integer n in [-1022, 1023], built from its bits."""
+    sig = types.float64(types.int64)
+
+    def codegen(context, builder, signature, args):
+        bits = builder.shl(builder.add(args[0], ir.Constant(_I64, 1023)), ir.Constant(_I64, 52))
+        return builder.bitcast(bits, ir.DoubleType())
+
+    return sig, codegen
+
+
 @njit(cache=True, inline="always")
 def round_f16(x):
     return f16_value(f16_bits(x))

@@ -17,7 +17,6 @@ import math
 import numpy as np
 from numba import carray, njit
 
-from kinetic.codegen.cpu.attention import _dot
 from kinetic.codegen.cpu.native import (
     barrier,
     call_matmul,
@@ -25,6 +24,7 @@ from kinetic.codegen.cpu.native import (
     f16_bits,
     f16_value,
     i32_ptr,
+    pow2_f64,
     round_f16,
     u16_ptr,
 )
@@ -66,32 +66,36 @@ _C1 = F32(float.fromhex("0x1.ffffecp-1"))
 _ONE = F32(1)
 _ZERO = F32(0)
 _INF = F32(np.inf)
+_N_MIN = F32(-192)
+_N_MAX = F32(192)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, inline="always", error_model="numpy")
 def _fma(a, b, c):
     """numerics.fma_f32: the f64 product (exact) plus c in f64, rounded once to f32."""
     return F32(F64(a) * F64(b) + F64(c))
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, inline="always", error_model="numpy")
 def _expf_ggml(x):
     z = _fma(x, _LOG2E, _R23)
     n = z - _R23
     b = _fma(-n, _LN2_LO, _fma(-n, _LN2_HI, x))
     u = b * b
     j = _fma(_fma(_fma(_C5, b, _C4), u, _fma(_C3, b, _C2)), u, _fma(_C1, b, _ONE))
-    if abs(n) > F32(192):
-        return _ZERO if n <= _ZERO else _INF
-    return F32(math.ldexp(F64(j), int(n)))
+    clamped = n if n > _N_MIN else _N_MIN  # selects, not branches, so loops of it vectorize
+    clamped = clamped if clamped < _N_MAX else _N_MAX
+    scaled = F32(F64(j) * pow2_f64(np.int64(clamped)))  # ldexp(j, n), rounded once
+    saturated = _ZERO if n <= _ZERO else _INF
+    return saturated if (n > _N_MAX) | (n < _N_MIN) else scaled
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, inline="always", error_model="numpy")
 def _silu(x):
     return x / (_ONE + _expf_ggml(_ZERO - x))
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, inline="always", error_model="numpy")
 def _gelu(x, table):
     if x <= F32(-10):
         return _ZERO
@@ -100,12 +104,12 @@ def _gelu(x, table):
     return table[f16_bits(x)]
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, inline="always", error_model="numpy")
 def _share(n, tid, nt):
     return n * tid // nt, n * (tid + 1) // nt
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def rms_norm_rows(a, x, y, width, group, eps, w, wsize, r0, r1):
     for r in range(r0, r1):
         for g0 in range(0, width, group):
@@ -122,7 +126,7 @@ def rms_norm_rows(a, x, y, width, group, eps, w, wsize, r0, r1):
                 a[y + r * width + g0 + i] = v
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def rope_rows(a, x, y, n_head, head_dim, n_rot, neox, cos, sin, r0, r1):
     width = n_head * head_dim
     half = n_rot // 2
@@ -142,14 +146,44 @@ def rope_rows(a, x, y, n_head, head_dim, n_rot, neox, cos, sin, r0, r1):
                 a[y + base + i] = a[x + base + i]
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always", error_model="numpy")
+def _score(qv, k, hd, lanes):
+    """numerics.dot_f16 of q (f16 values) and a cached key row k (f16 bits). Each product of two f16
+    values is exact in f32, so the reference's f64 product-plus-lane rounded to f32 is the f32 add:
+    the lanes run in f32 (and vectorize); values past the last chunk of 64 add in f64 as the
+    reference does."""
+    main = hd - hd % 64
+    total = _ZERO
+    if main:
+        for t in range(64):
+            lanes[t] = qv[t] * f16_value(k[t])
+        for c in range(64, main, 64):
+            for t in range(64):
+                lanes[t] += qv[c + t] * f16_value(k[c + t])
+        for t in range(16):
+            lanes[t] = (lanes[t] + lanes[32 + t]) + (lanes[16 + t] + lanes[48 + t])
+        for t in range(8):
+            lanes[t] = lanes[8 + t] + lanes[t]
+        for t in range(4):
+            lanes[t] = lanes[4 + t] + lanes[t]
+        total = (lanes[0] + lanes[2]) + (lanes[1] + lanes[3])
+    if main == hd:
+        return total
+    sumf = F64(total)
+    for i in range(main, hd):
+        sumf = sumf + F64(qv[i]) * F64(f16_value(k[i]))
+    return F32(sumf)
+
+
+@njit(cache=True, error_model="numpy")
 def attend_items(a, q, y, kp, vp, kv_width, n_head, n_kv, hd, scale, cap, window, i0, i1, positions,
                  row_slot, slot_rows, clen, cpos_addr, anc):
+    """numerics.attention_online for (row, head) items i0..i1 over an f16 cache: the keys a row sees
+    in cache order, online softmax with the C library's expf, an f16 accumulator."""
     group = n_head // n_kv
     lanes = np.empty(64, np.float32)
     acc = np.empty(hd, np.float32)
     qv = np.empty(hd, np.float32)
-    kf = np.empty(hd, np.float32)
     for item in range(i0, i1):
         r = item // n_head
         h = item % n_head
@@ -179,23 +213,22 @@ def attend_items(a, q, y, kp, vp, kv_width, n_head, n_kv, hd, scale, cap, window
                 if anc[r, pr] == 0 or (window > 0 and positions[pr] <= pos - window):
                     continue
             base = j * kv_width + ko
-            for i in range(hd):
-                kf[i] = f16_value(keys[base + i])
-            s = _dot(qv, 0, kf, 0, hd, lanes) * scale
+            s = _score(qv, keys[base: base + hd], hd, lanes) * scale
             if cap != _ZERO:
                 s = cap * F32(math.tanh(s))
             if s > m:
                 ms = F32(math.exp(m - s))
                 vs = _ONE
                 m = s
-                for i in range(hd):
-                    acc[i] = round_f16(F32(F64(acc[i]) * F64(ms)))
+                for i in range(hd):  # an f16 value times an f32 is exact in f64: the f32 product
+                    acc[i] = round_f16(acc[i] * ms)
             else:
                 ms = _ONE
                 vs = F32(math.exp(s - m))
             vsd = F64(vs)
+            v = vals[base: base + hd]
             for i in range(hd):
-                acc[i] = round_f16(F32(F64(acc[i]) + F64(f16_value(vals[base + i])) * vsd))
+                acc[i] = round_f16(F32(F64(acc[i]) + F64(f16_value(v[i])) * vsd))
             ssum = F32(F64(ssum) * F64(ms) + vsd)
         inv = _ZERO if ssum == _ZERO else _ONE / ssum
         yo = y + r * n_head * hd + h * hd
@@ -203,7 +236,37 @@ def attend_items(a, q, y, kp, vp, kv_width, n_head, n_kv, hd, scale, cap, window
             a[yo + i] = acc[i] * inv
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, error_model="numpy")
+def elementwise(op, xs, bs, ys, f0, f1, gelu):
+    """One elementwise op over a thread's rows (slices, so the loops vectorize)."""
+    n = ys.shape[0]
+    if op == OP_ADD:
+        for i in range(n):
+            ys[i] = xs[i] + bs[i]
+    elif op == OP_MUL:
+        for i in range(n):
+            ys[i] = xs[i] * bs[i]
+    elif op == OP_SCALE:
+        for i in range(n):
+            ys[i] = xs[i] * f0
+    elif op == OP_SILU:
+        for i in range(n):
+            ys[i] = _silu(xs[i])
+    elif op == OP_GELU:
+        for i in range(n):
+            ys[i] = _gelu(xs[i], gelu)
+    elif op == OP_SOFTCAP:
+        for i in range(n):
+            ys[i] = f0 * F32(math.tanh(xs[i] * f1))
+    elif op == OP_SWIGLU:
+        for i in range(n):
+            ys[i] = _silu(xs[i]) * bs[i]
+    elif op == OP_GEGLU:
+        for i in range(n):
+            ys[i] = _gelu(xs[i], gelu) * bs[i]
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
 def drive(tape, ftape, start, end, tid, nt, a, a_addr, n_rows, n_out, out_rows, positions, row_slot, row_cidx,
           slot_rows, anc, kv_addr, clen, cpos_addr, gelu, bar_addr, yield_addr):
     """Run tape[start:end] as thread `tid` of `nt`; ends with a barrier."""
@@ -255,35 +318,8 @@ def drive(tape, ftape, start, end, tid, nt, a, a_addr, n_rows, n_out, out_rows, 
                     a[y + r * size + i] = a[x + r * xw + s0 + i]
         else:
             x, b, y, width = t[2], t[3], t[4], t[5]
-            lo = r0 * width
-            hi = r1 * width
-            if op == OP_ADD:
-                for i in range(lo, hi):
-                    a[y + i] = a[x + i] + a[b + i]
-            elif op == OP_MUL:
-                for i in range(lo, hi):
-                    a[y + i] = a[x + i] * a[b + i]
-            elif op == OP_SCALE:
-                f = F32(ftape[ip, 0])
-                for i in range(lo, hi):
-                    a[y + i] = a[x + i] * f
-            elif op == OP_SILU:
-                for i in range(lo, hi):
-                    a[y + i] = _silu(a[x + i])
-            elif op == OP_GELU:
-                for i in range(lo, hi):
-                    a[y + i] = _gelu(a[x + i], gelu)
-            elif op == OP_SOFTCAP:
-                cap = F32(ftape[ip, 0])
-                inv = F32(ftape[ip, 1])
-                for i in range(lo, hi):
-                    a[y + i] = cap * F32(math.tanh(a[x + i] * inv))
-            elif op == OP_SWIGLU:
-                for i in range(lo, hi):
-                    a[y + i] = _silu(a[x + i]) * a[b + i]
-            elif op == OP_GEGLU:
-                for i in range(lo, hi):
-                    a[y + i] = _gelu(a[x + i], gelu) * a[b + i]
+            elementwise(op, a[x + r0 * width: x + r1 * width], a[b + r0 * width: b + r1 * width],
+                        a[y + r0 * width: y + r1 * width], F32(ftape[ip, 0]), F32(ftape[ip, 1]), gelu)
         if t[1] & FLAG_BARRIER:
             barrier(bar_addr, nt, yield_addr)
     barrier(bar_addr, nt, yield_addr)
