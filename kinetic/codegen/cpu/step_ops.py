@@ -22,12 +22,10 @@ from kinetic.codegen.cpu.native import (
     call_matmul,
     call_quantize,
     f16_bits,
-    f16_value,
-    i32_ptr,
     pow2_f64,
-    round_f16,
     u16_ptr,
 )
+from kinetic.codegen.cpu.step_attention import attend_items
 
 F32 = np.float32
 F64 = np.float64
@@ -144,96 +142,6 @@ def rope_rows(a, x, y, n_head, head_dim, n_rot, neox, cos, sin, r0, r1):
                 a[y + base + i1] = _fma(x0, s, x1 * c)
             for i in range(n_rot, head_dim):
                 a[y + base + i] = a[x + base + i]
-
-
-@njit(cache=True, inline="always", error_model="numpy")
-def _score(qv, k, hd, lanes):
-    """numerics.dot_f16 of q (f16 values) and a cached key row k (f16 bits). Each product of two f16
-    values is exact in f32, so the reference's f64 product-plus-lane rounded to f32 is the f32 add:
-    the lanes run in f32 (and vectorize); values past the last chunk of 64 add in f64 as the
-    reference does."""
-    main = hd - hd % 64
-    total = _ZERO
-    if main:
-        for t in range(64):
-            lanes[t] = qv[t] * f16_value(k[t])
-        for c in range(64, main, 64):
-            for t in range(64):
-                lanes[t] += qv[c + t] * f16_value(k[c + t])
-        for t in range(16):
-            lanes[t] = (lanes[t] + lanes[32 + t]) + (lanes[16 + t] + lanes[48 + t])
-        for t in range(8):
-            lanes[t] = lanes[8 + t] + lanes[t]
-        for t in range(4):
-            lanes[t] = lanes[4 + t] + lanes[t]
-        total = (lanes[0] + lanes[2]) + (lanes[1] + lanes[3])
-    if main == hd:
-        return total
-    sumf = F64(total)
-    for i in range(main, hd):
-        sumf = sumf + F64(qv[i]) * F64(f16_value(k[i]))
-    return F32(sumf)
-
-
-@njit(cache=True, error_model="numpy")
-def attend_items(a, q, y, kp, vp, kv_width, n_head, n_kv, hd, scale, cap, window, i0, i1, positions,
-                 row_slot, slot_rows, clen, cpos_addr, anc):
-    """numerics.attention_online for (row, head) items i0..i1 over an f16 cache: the keys a row sees
-    in cache order, online softmax with the C library's expf, an f16 accumulator."""
-    group = n_head // n_kv
-    lanes = np.empty(64, np.float32)
-    acc = np.empty(hd, np.float32)
-    qv = np.empty(hd, np.float32)
-    for item in range(i0, i1):
-        r = item // n_head
-        h = item % n_head
-        slot = row_slot[r]
-        pos = positions[r]
-        n_c = clen[slot]
-        cpos = carray(i32_ptr(cpos_addr[slot]), (n_c + 1,))
-        mine = slot_rows[slot]
-        keys = carray(u16_ptr(kp[slot]), ((n_c + mine.shape[0]) * kv_width,))
-        vals = carray(u16_ptr(vp[slot]), ((n_c + mine.shape[0]) * kv_width,))
-        qo = q + r * n_head * hd + h * hd
-        ko = (h // group) * hd
-        for i in range(hd):
-            qv[i] = round_f16(a[qo + i])
-            acc[i] = _ZERO
-        m = -_INF
-        ssum = _ZERO
-        for j in range(n_c + mine.shape[0]):
-            if j < n_c:
-                p = cpos[j]
-                if p > pos or (window > 0 and p <= pos - window):
-                    continue
-            else:
-                pr = mine[j - n_c]
-                if pr < 0:
-                    break
-                if anc[r, pr] == 0 or (window > 0 and positions[pr] <= pos - window):
-                    continue
-            base = j * kv_width + ko
-            s = _score(qv, keys[base: base + hd], hd, lanes) * scale
-            if cap != _ZERO:
-                s = cap * F32(math.tanh(s))
-            if s > m:
-                ms = F32(math.exp(m - s))
-                vs = _ONE
-                m = s
-                for i in range(hd):  # an f16 value times an f32 is exact in f64: the f32 product
-                    acc[i] = round_f16(acc[i] * ms)
-            else:
-                ms = _ONE
-                vs = F32(math.exp(s - m))
-            vsd = F64(vs)
-            v = vals[base: base + hd]
-            for i in range(hd):
-                acc[i] = round_f16(F32(F64(acc[i]) + F64(f16_value(v[i])) * vsd))
-            ssum = F32(F64(ssum) * F64(ms) + vsd)
-        inv = _ZERO if ssum == _ZERO else _ONE / ssum
-        yo = y + r * n_head * hd + h * hd
-        for i in range(hd):
-            a[yo + i] = acc[i] * inv
 
 
 @njit(cache=True, error_model="numpy")
