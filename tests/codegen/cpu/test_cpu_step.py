@@ -1,0 +1,149 @@
+"""The compiled step (kinetic/codegen/cpu/step.py): bit for bit the reference interpreter on the
+synthetic and real models, whatever the thread count, batch, grouping or buffer capacity; its plan
+(barriers, buffer reuse) is sound; ops without a kernel run through the reference in between."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kinetic.codegen.cpu import step_ops as S
+from kinetic.codegen.cpu.step import CompiledStep, unsupported
+from kinetic.errors import KineticError
+from kinetic.frontend.gguf_file import open_gguf
+from kinetic.frontend.lower import lower
+from kinetic.ir.interpreter import PassRows
+from kinetic.passes import PassOptions, run_pipeline
+from kinetic.runtime.engine import Engine
+from kinetic.runtime.weights import GGUFWeights
+from tests.conftest import model_path
+from tests.synthetic import synthetic_path
+
+PROMPT = [2, 504, 3575, 282, 4649, 314, 7042, 30, 198, 198, 504, 17]
+
+
+def _graph(path):
+    gguf = open_gguf(path)
+    return gguf, run_pipeline(lower(gguf), PassOptions())
+
+
+def _engine(gguf, graph, device="cpu", **kw) -> Engine:
+    return Engine(graph, GGUFWeights(gguf), n_ctx=kw.pop("n_ctx", 64), device=device, **kw)
+
+
+def _all_logits(engine: Engine, tokens: list[int]) -> np.ndarray:
+    return engine.forward(PassRows.chain(tokens, 0, outputs="all"), {0: engine.new_sequence()})
+
+
+@pytest.fixture(scope="module", params=["llama", "gemma3"])
+def synthetic(request):
+    return _graph(synthetic_path(request.param))
+
+
+def test_synthetic_models_equal_the_reference(synthetic):
+    gguf, graph = synthetic
+    cpu, ref = _engine(gguf, graph), _engine(gguf, graph, device="reference")
+    assert isinstance(cpu.interpreter, CompiledStep)
+    tokens = [t % 200 for t in PROMPT]
+    assert np.array_equal(_all_logits(cpu, tokens), _all_logits(ref, tokens))
+
+
+def test_types_without_a_kernel_run_through_the_reference_between_segments(synthetic):
+    gguf, graph = synthetic
+    step = _engine(gguf, graph).interpreter
+    python_ops = [s for s in step.segments if not isinstance(s, tuple)]
+    assert python_ops, "the embedding lookup at least runs in Python"
+    if graph.get_meta("family") == "llama":  # its F16/BF16 projections have no generated kernel yet
+        assert sum(isinstance(s, tuple) for s in step.segments) > 1
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_thread_count_does_not_change_a_bit(synthetic, threads):
+    gguf, graph = synthetic
+    tokens = [t % 200 for t in PROMPT]
+    two = _all_logits(_engine(gguf, graph, threads=2), tokens)
+    assert np.array_equal(_all_logits(_engine(gguf, graph, threads=threads), tokens), two)
+
+
+def test_sliding_window_and_decode_equal_the_reference():
+    """Past the synthetic Gemma's window of 8, one token at a time and chunks of 5 give the reference's rows."""
+    gguf, graph = _graph(synthetic_path("gemma3"))
+    tokens = [(7 * i + 3) % 200 for i in range(20)]
+    want = _all_logits(_engine(gguf, graph, device="reference"), tokens)
+    engine = _engine(gguf, graph, batch=5)
+    seq = engine.new_sequence()
+    got = [engine.decode(seq, t) for t in tokens[:4]]
+    for start in range(4, len(tokens), 5):
+        chunk = tokens[start : start + 5]
+        got.extend(engine.forward(PassRows.chain(chunk, seq.cache.length, outputs="all"), {0: seq}))
+    assert np.array_equal(np.stack(got), want)
+
+
+def test_a_pass_larger_than_the_buffers_grows_them():
+    gguf, graph = _graph(synthetic_path("llama"))
+    engine = _engine(gguf, graph, batch=3)
+    tokens = [t % 200 for t in PROMPT]
+    got = _all_logits(engine, tokens)
+    assert engine.interpreter.capacity >= len(tokens)
+    assert np.array_equal(got, _all_logits(_engine(gguf, graph, device="reference"), tokens))
+
+
+def test_uncommitted_pass_past_the_context_is_refused():
+    gguf, graph = _graph(synthetic_path("llama"))
+    engine = _engine(gguf, graph, n_ctx=8)
+    seq = engine.new_sequence()
+    engine.prefill(seq, [1, 2, 3, 4, 5, 6])
+    with pytest.raises(KineticError, match="context is full"):
+        engine.forward(PassRows.chain([7, 8, 9], seq.cache.length), {0: seq}, commit=False)
+    assert seq.cache.length == 6
+
+
+@pytest.mark.parametrize("name", ["smollm2-135m", "gemma3-270m"])
+def test_real_models_thread_count_invariant(name):
+    gguf, graph = _graph(model_path(name))
+    one = _all_logits(_engine(gguf, graph, threads=1), PROMPT[:6])
+    assert np.array_equal(_all_logits(_engine(gguf, graph, threads=2), PROMPT[:6]), one)
+
+
+def test_plan_barriers_and_buffer_reuse_are_sound(synthetic):
+    gguf, graph = synthetic
+    step = _engine(gguf, graph).interpreter
+    instrs = step.plan.instrs
+    # independent matmuls reading the same quantized input share a phase (no barrier between them)
+    phases_with_matmuls = {}
+    for ins in instrs:
+        if ins.op == S.OP_MATMUL:
+            phases_with_matmuls.setdefault(ins.phase, []).append(ins)
+    assert max(len(v) for v in phases_with_matmuls.values()) >= 2
+    # an op never reads, in its own phase, what another op wrote across a different split
+    for i, a in enumerate(instrs):
+        for b in instrs[i + 1 :]:
+            if b.phase != a.phase:
+                break
+            shared = set(a.writes) & (set(b.reads) | set(b.writes)) or set(a.reads) & set(b.writes)
+            if shared:
+                assert a.row_local and b.row_local and a.output_rows == b.output_rows
+    # values sharing an arena slot are never live in the same phase
+    live: dict[tuple, tuple[int, int]] = {}
+    for ins in instrs:
+        for key in ins.reads + ins.writes:
+            lo, hi = live.get(key, (ins.phase, ins.phase))
+            live[key] = (min(lo, ins.phase), max(hi, ins.phase))
+    by_slot: dict[int, list[tuple[int, int]]] = {}
+    for key, span in live.items():
+        if key[0] == "v" and key in step.offsets:
+            by_slot.setdefault(step.offsets[key], []).append(span)
+    for spans in by_slot.values():
+        spans.sort()
+        for (_, end), (start, _) in zip(spans, spans[1:], strict=False):
+            assert end < start
+
+
+def test_graphs_it_cannot_run_fall_back_to_the_op_by_op_executor():
+    gguf = open_gguf(synthetic_path("llama"))
+    from kinetic.frontend.blocks import Options
+
+    graph = run_pipeline(lower(gguf, Options(kv_dtype="f32")), PassOptions())
+    assert unsupported(graph) == "a f32 KV cache"
+    engine = _engine(gguf, graph)
+    assert not isinstance(engine.interpreter, CompiledStep)
