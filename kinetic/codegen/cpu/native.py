@@ -178,20 +178,39 @@ def sched_yield_address() -> int:
         return 0
 
 
+@intrinsic
+def cycles(typingctx):
+    """The CPU's cycle counter (rdtsc on x86): cheap timing inside compiled code."""
+    sig = types.int64()
+
+    def codegen(context, builder, signature, args):
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_I64, []), "llvm.readcyclecounter")
+        return builder.call(fn, [])
+
+    return sig, codegen
+
+
+@njit(cache=True)
+def cycle_count():
+    return cycles()
+
+
 SPINS_BEFORE_YIELD = 4000
 
 
 @njit(cache=True, inline="always")
 def barrier(addr, n_threads, yield_addr):
-    """All n_threads wait here until the last arrives. addr: two int64 a cache line apart (arrivals,
-    generation). Spins with `pause`, then yields the core (another process may need it)."""
+    """All n_threads wait here until the last arrives; returns the cycles this thread waited.
+    addr: two int64 a cache line apart (arrivals, generation). Spins with `pause`, then yields the
+    core (another process may need it)."""
     if n_threads == 1:
-        return
+        return 0
     gen = atomic_load(addr + 64)
     if atomic_add(addr, 1) == n_threads - 1:
         atomic_store(addr, 0)
         atomic_add(addr + 64, 1)
-        return
+        return 0
+    start = cycles()
     spins = 0
     while atomic_load(addr + 64) == gen:
         spins += 1
@@ -199,3 +218,4 @@ def barrier(addr, n_threads, yield_addr):
             spin_pause()
         else:
             call_void(yield_addr)
+    return cycles() - start

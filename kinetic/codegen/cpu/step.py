@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import queue
 import threading
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -34,7 +35,7 @@ from kinetic.codegen.cpu.executor import BIT_EXACT
 from kinetic.codegen.cpu.jit import default_jit
 from kinetic.codegen.cpu.matmul import DEFAULT_TILE
 from kinetic.codegen.cpu.matmul_ir import render_matmul
-from kinetic.codegen.cpu.native import sched_yield_address
+from kinetic.codegen.cpu.native import cycle_count, sched_yield_address
 from kinetic.codegen.cpu.quant_blocks import LAYOUTS
 from kinetic.codegen.cpu.target import host
 from kinetic.errors import KineticError
@@ -46,6 +47,8 @@ from kinetic.ir.quants import dequantize_rows
 
 F32 = np.float32
 ALIGN = 16  # floats (64 bytes) between arena buffers
+CONTENDED = 0.4  # a pass whose calling thread waited this share of its time at barriers was starved
+SOLO_SECONDS = 2.0  # then run on one thread this long before trying all again
 _ELEMENTWISE = {Op.ADD: S.OP_ADD, Op.MUL: S.OP_MUL, Op.SCALE: S.OP_SCALE, Op.SILU: S.OP_SILU,
                 Op.GELU: S.OP_GELU, Op.SOFTCAP: S.OP_SOFTCAP, Op.SWIGLU: S.OP_SWIGLU, Op.GEGLU: S.OP_GEGLU}
 
@@ -111,6 +114,7 @@ class CompiledStep:
         self.barrier = np.zeros(32, np.int64)
         self.yield_addr = sched_yield_address()
         self._kernels: dict = {}
+        self._solo_until = 0.0
         self._build(rows)
 
     # -- building --------------------------------------------------------------------------------
@@ -323,6 +327,12 @@ class CompiledStep:
 
     # -- running ----------------------------------------------------------------------------------
 
+    def _threads_now(self) -> int:
+        """All threads, unless a recent pass spent most of its time waiting for a thread that
+        another process keeps off its core: then one thread for a while (spinning barriers would
+        collapse), then all again."""
+        return 1 if time.monotonic() < self._solo_until else self.threads
+
     def view(self, node_id: int, rows: int) -> np.ndarray:
         node = self.graph.node(node_id)
         width = node.type.shape[1]
@@ -345,11 +355,15 @@ class CompiledStep:
                   rows.positions.astype(np.int32), tables.row_slot, tables.row_cidx, tables.slot_rows, tables.anc,
                   tables.kv_addr, tables.clen, tables.cpos_addr, self.gelu, self.barrier.ctypes.data,
                   self.yield_addr)
+        threads = self._threads_now()
+        begin, waited = cycle_count(), 0
         for seg in self.segments:
             if isinstance(seg, tuple):
-                _run_parallel(self.tape, self.ftape, seg, self.threads, common)
+                waited += _run_parallel(self.tape, self.ftape, seg, threads, common)
             else:
                 seg.python(n, n_out)
+        if threads > 1 and waited > CONTENDED * (cycle_count() - begin):
+            self._solo_until = time.monotonic() + SOLO_SECONDS
         outputs = {name: self.view(node_id, n_out if self.graph.node(node_id).type.shape[0] == "R" else n).copy()
                    for name, node_id in self.graph.outputs}
         return PassResult(outputs, {})
@@ -447,10 +461,11 @@ def _pool(n: int) -> list[queue.SimpleQueue]:
         return _workers[:n]
 
 
-def _run_parallel(tape, ftape, seg: tuple[int, int], threads: int, common: tuple) -> None:
+def _run_parallel(tape, ftape, seg: tuple[int, int], threads: int, common: tuple) -> int:
     """Every thread runs tape[start:end]; the tape's closing barrier means that when the calling
-    thread returns, the workers have finished their shares too (they touch nothing after it)."""
+    thread returns, the workers have finished their shares too (they touch nothing after it).
+    Returns the cycles the calling thread waited at barriers."""
     start, end = seg
     for tid, inbox in enumerate(_pool(threads - 1), start=1):
         inbox.put((tape, ftape, start, end, tid, threads) + common)
-    S.drive(tape, ftape, start, end, 0, threads, *common)
+    return S.drive(tape, ftape, start, end, 0, threads, *common)

@@ -177,7 +177,9 @@ def elementwise(op, xs, bs, ys, f0, f1, gelu):
 @njit(cache=True, nogil=True, error_model="numpy")
 def drive(tape, ftape, start, end, tid, nt, a, a_addr, n_rows, n_out, out_rows, positions, row_slot, row_cidx,
           slot_rows, anc, kv_addr, clen, cpos_addr, gelu, bar_addr, yield_addr):
-    """Run tape[start:end] as thread `tid` of `nt`; ends with a barrier."""
+    """Run tape[start:end] as thread `tid` of `nt`; ends with a barrier. Returns the cycles this
+    thread spent waiting for the others."""
+    waited = 0
     for ip in range(start, end):
         t = tape[ip]
         op = t[0]
@@ -229,5 +231,5 @@ def drive(tape, ftape, start, end, tid, nt, a, a_addr, n_rows, n_out, out_rows, 
             elementwise(op, a[x + r0 * width: x + r1 * width], a[b + r0 * width: b + r1 * width],
                         a[y + r0 * width: y + r1 * width], F32(ftape[ip, 0]), F32(ftape[ip, 1]), gelu)
         if t[1] & FLAG_BARRIER:
-            barrier(bar_addr, nt, yield_addr)
-    barrier(bar_addr, nt, yield_addr)
+            waited += barrier(bar_addr, nt, yield_addr)
+    return waited + barrier(bar_addr, nt, yield_addr)
