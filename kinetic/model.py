@@ -41,11 +41,11 @@ class Model:
 
     def __init__(self, path_or_name: str | os.PathLike, *, n_ctx: int = DEFAULT_CONTEXT,
                  chat_template_file: str | os.PathLike | None = None, options: Options | None = None,
-                 device: str = "cpu"):
+                 device: str = "cpu", threads: int | None = None):
         self.path: Path = hub.resolve_model(path_or_name)
         self.gguf = open_gguf(self.path)
         self.graph = _optimize(lower(self.gguf, options))
-        self.engine = Engine(self.graph, GGUFWeights(self.gguf), n_ctx=n_ctx, device=device)
+        self.engine = Engine(self.graph, GGUFWeights(self.gguf), n_ctx=n_ctx, device=device, threads=threads)
         self._chat_template_file = chat_template_file
         self._tokenizer = None
         self._template = None

@@ -311,6 +311,7 @@ class CompiledStep:
             rows.append(row + [0] * (S.TAPE_WIDTH - len(row)))
             frows.append(list(map(float, ins.floats)) + [0.0] * (4 - len(ins.floats)))
         self.tape = np.array(rows, np.int64).reshape(-1, S.TAPE_WIDTH)
+        self.cycles = np.zeros((len(rows), 2), np.int64)  # per op: cycles working, cycles waiting
         self.ftape = np.array(frows, np.float64).reshape(-1, 4)
         self.segments: list = []  # (start, end) of compiled runs, or a Python instr
         start = None
@@ -333,6 +334,24 @@ class CompiledStep:
         collapse), then all again."""
         return 1 if time.monotonic() < self._solo_until else self.threads
 
+    def profile(self) -> list[tuple[str, int, float, float]]:
+        """Where the calling thread's time went since the step was built: (op, count, share of the
+        compiled time working, share waiting at its barriers), largest first. Matmuls are named by
+        their output width."""
+        names = {getattr(S, k): k[3:].lower() for k in dir(S) if k.startswith("OP_")}
+        total = max(int(self.cycles.sum()), 1)
+        work: dict[str, list] = {}
+        for i, row in enumerate(self.tape):
+            name = names[int(row[0])] if row[0] else "python"
+            if row[0] == S.OP_MATMUL:
+                name += f" N={row[8]}"
+            entry = work.setdefault(name, [0, 0, 0])
+            entry[0] += 1
+            entry[1] += int(self.cycles[i, 0])
+            entry[2] += int(self.cycles[i, 1])
+        rows = [(k, v[0], v[1] / total, v[2] / total) for k, v in work.items()]
+        return sorted(rows, key=lambda r: -(r[2] + r[3]))
+
     def view(self, node_id: int, rows: int) -> np.ndarray:
         node = self.graph.node(node_id)
         width = node.type.shape[1]
@@ -354,7 +373,7 @@ class CompiledStep:
         common = (self.arena, self.arena.ctypes.data, n, n_out, rows.output_rows.astype(np.int32),
                   rows.positions.astype(np.int32), tables.row_slot, tables.row_cidx, tables.slot_rows, tables.anc,
                   tables.kv_addr, tables.clen, tables.cpos_addr, self.gelu, self.barrier.ctypes.data,
-                  self.yield_addr)
+                  self.yield_addr, self.cycles)
         threads = self._threads_now()
         begin, waited = cycle_count(), 0
         for seg in self.segments:

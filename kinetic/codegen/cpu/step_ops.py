@@ -21,6 +21,7 @@ from kinetic.codegen.cpu.native import (
     barrier,
     call_matmul,
     call_quantize,
+    cycles,
     f16_bits,
     pow2_f64,
     u16_ptr,
@@ -176,11 +177,13 @@ def elementwise(op, xs, bs, ys, f0, f1, gelu):
 
 @njit(cache=True, nogil=True, error_model="numpy")
 def drive(tape, ftape, start, end, tid, nt, a, a_addr, n_rows, n_out, out_rows, positions, row_slot, row_cidx,
-          slot_rows, anc, kv_addr, clen, cpos_addr, gelu, bar_addr, yield_addr):
+          slot_rows, anc, kv_addr, clen, cpos_addr, gelu, bar_addr, yield_addr, prof):
     """Run tape[start:end] as thread `tid` of `nt`; ends with a barrier. Returns the cycles this
-    thread spent waiting for the others."""
+    thread spent waiting for the others. Thread 0 adds each op's cycles to prof[ip, 0] and the
+    cycles it then waited at the op's barrier to prof[ip, 1]."""
     waited = 0
     for ip in range(start, end):
+        began = cycles()
         t = tape[ip]
         op = t[0]
         rows = n_out if t[1] & FLAG_OUTPUT_ROWS else n_rows
@@ -230,6 +233,9 @@ def drive(tape, ftape, start, end, tid, nt, a, a_addr, n_rows, n_out, out_rows, 
             x, b, y, width = t[2], t[3], t[4], t[5]
             elementwise(op, a[x + r0 * width: x + r1 * width], a[b + r0 * width: b + r1 * width],
                         a[y + r0 * width: y + r1 * width], F32(ftape[ip, 0]), F32(ftape[ip, 1]), gelu)
-        if t[1] & FLAG_BARRIER:
-            waited += barrier(bar_addr, nt, yield_addr)
+        wait = barrier(bar_addr, nt, yield_addr) if t[1] & FLAG_BARRIER else 0
+        if tid == 0:
+            prof[ip, 0] += cycles() - began - wait
+            prof[ip, 1] += wait
+        waited += wait
     return waited + barrier(bar_addr, nt, yield_addr)
