@@ -53,6 +53,18 @@ def call_quantize(typingctx, addr, x, q, d, e, n_blocks):
 
 
 @intrinsic
+def call_scores(typingctx, addr, q, k, out, stride, j0, j1):
+    """kernel(q, k, out, stride, j0, j1) for a generated attention score kernel at `addr`."""
+    sig = types.void(*([types.int64] * 7))
+
+    def codegen(context, builder, signature, args):
+        _call_through(builder, args[0], args[1:4], args[4:7])
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
 def call_void(typingctx, addr):
     """A C function `int f(void)` at `addr`, its result dropped (sched_yield)."""
     sig = types.void(types.int64)

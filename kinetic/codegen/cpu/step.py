@@ -31,6 +31,7 @@ import numpy as np
 
 from kinetic.codegen.cpu import step_ops as S
 from kinetic.codegen.cpu.activation_ir import render_quantize
+from kinetic.codegen.cpu.attention_ir import render_scores
 from kinetic.codegen.cpu.executor import BIT_EXACT
 from kinetic.codegen.cpu.jit import default_jit
 from kinetic.codegen.cpu.matmul import DEFAULT_TILE
@@ -128,7 +129,12 @@ class CompiledStep:
 
     def _kernel(self, kind: str, *key) -> int:
         if (kind, key) not in self._kernels:
-            ir, name = render_quantize(*key) if kind == "quant" else render_matmul(*key, self.variant, DEFAULT_TILE)
+            if kind == "quant":
+                ir, name = render_quantize(*key)
+            elif kind == "scores":
+                ir, name = render_scores(*key)
+            else:
+                ir, name = render_matmul(*key, self.variant, DEFAULT_TILE)
             self._kernels[kind, key] = self.jit.address(ir, name)
         return self._kernels[kind, key]
 
@@ -208,7 +214,8 @@ class CompiledStep:
                 else:
                     scale, cap_ = F32(a.scale), F32(0)
                 plan.instrs.append(_Instr(
-                    S.OP_ATTEND, [v(ins[0]), _Ref(out), layer, a.n_head, a.n_kv_head, a.head_dim, a.window],
+                    S.OP_ATTEND, [v(ins[0]), _Ref(out), layer, a.n_head, a.n_kv_head, a.head_dim, a.window,
+                                  self._kernel("scores", a.head_dim) if a.head_dim % 64 == 0 else 0],
                     (scale, cap_), reads=(("v", ins[0].id), kvkey), writes=(out,)))
             elif op is Op.TAKE_ROWS:
                 plan.instrs.append(_Instr(S.OP_TAKE_ROWS, [v(ins[0]), _Ref(out), width],

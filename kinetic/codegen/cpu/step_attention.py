@@ -13,7 +13,7 @@ import math
 import numpy as np
 from numba import carray, njit
 
-from kinetic.codegen.cpu.native import f16_value, i32_ptr, round_f16, u16_ptr
+from kinetic.codegen.cpu.native import call_scores, f16_value, i32_ptr, round_f16, u16_ptr
 
 F32 = np.float32
 F64 = np.float64
@@ -51,15 +51,27 @@ def _score(qv, k, hd, lanes):
     return F32(sumf)
 
 
+@njit(cache=True, inline="always", error_model="numpy")
+def _visible(j, n_c, cpos, mine, anc, r, pos, positions, window):
+    """Whether row r (at position pos) sees cache entry j: a committed entry at or before pos, or
+    one of its ancestors (or itself) among the pass rows; inside the window if there is one."""
+    if j < n_c:
+        p = cpos[j]
+        return p <= pos and (window == 0 or p > pos - window)
+    pr = mine[j - n_c]
+    return pr >= 0 and anc[r, pr] != 0 and (window == 0 or positions[pr] > pos - window)
+
+
 @njit(cache=True, error_model="numpy")
 def attend_items(a, q, y, kp, vp, kv_width, n_head, n_kv, hd, scale, cap, window, i0, i1, positions,
-                 row_slot, slot_rows, clen, cpos_addr, anc):
+                 row_slot, slot_rows, clen, cpos_addr, anc, score_fn):
     """numerics.attention_online for (row, head) items i0..i1 over an f16 cache: the keys a row sees
     in cache order, online softmax with the C library's expf, an f16 accumulator."""
     group = n_head // n_kv
     lanes = np.empty(64, np.float32)
     acc = np.empty(hd, np.float32)
     qv = np.empty(hd, np.float32)
+    scores = np.empty(0, np.float32)
     for item in range(i0, i1):
         r = item // n_head
         h = item % n_head
@@ -77,19 +89,24 @@ def attend_items(a, q, y, kp, vp, kv_width, n_head, n_kv, hd, scale, cap, window
             acc[i] = _ZERO
         m = -_INF
         ssum = _ZERO
-        for j in range(n_c + mine.shape[0]):
-            if j < n_c:
-                p = cpos[j]
-                if p > pos or (window > 0 and p <= pos - window):
-                    continue
-            else:
-                pr = mine[j - n_c]
-                if pr < 0:
-                    break
-                if anc[r, pr] == 0 or (window > 0 and positions[pr] <= pos - window):
-                    continue
+        n_keys = n_c + mine.shape[0]
+        first, last = n_keys, -1
+        for j in range(n_keys):
+            if _visible(j, n_c, cpos, mine, anc, r, pos, positions, window):
+                first = min(first, j)
+                last = j
+        if score_fn != 0 and last >= first:
+            if scores.shape[0] < last + 1 - first:
+                scores = np.empty(2 * (last + 1 - first), np.float32)
+            call_scores(score_fn, qv.ctypes.data, kp[slot] + 2 * ko, scores.ctypes.data, kv_width, first, last + 1)
+        for j in range(first, last + 1):
+            if not _visible(j, n_c, cpos, mine, anc, r, pos, positions, window):
+                continue
             base = j * kv_width + ko
-            s = _score(qv, keys[base: base + hd], hd, lanes) * scale
+            if score_fn != 0:
+                s = scores[j - first] * scale
+            else:
+                s = _score(qv, keys[base: base + hd], hd, lanes) * scale
             if cap != _ZERO:
                 s = cap * F32(math.tanh(s))
             if s > m:
