@@ -65,6 +65,19 @@ def call_scores(typingctx, addr, q, k, out, stride, j0, j1):
 
 
 @intrinsic
+def call_softmax(typingctx, addr, scores, vis, v, out, stride, first, end, scale_bits, cap_bits):
+    """kernel(scores, vis, v, out, stride, first, end, scale_bits, cap_bits) for a generated
+    attention softmax kernel at `addr`."""
+    sig = types.void(*([types.int64] * 10))
+
+    def codegen(context, builder, signature, args):
+        _call_through(builder, args[0], args[1:5], args[5:10])
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
 def call_void(typingctx, addr):
     """A C function `int f(void)` at `addr`, its result dropped (sched_yield)."""
     sig = types.void(types.int64)

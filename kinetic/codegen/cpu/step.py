@@ -31,7 +31,7 @@ import numpy as np
 
 from kinetic.codegen.cpu import step_ops as S
 from kinetic.codegen.cpu.activation_ir import render_quantize
-from kinetic.codegen.cpu.attention_ir import render_scores
+from kinetic.codegen.cpu.attention_ir import render_scores, render_softmax
 from kinetic.codegen.cpu.executor import BIT_EXACT
 from kinetic.codegen.cpu.jit import default_jit
 from kinetic.codegen.cpu.matmul import DEFAULT_TILE
@@ -133,10 +133,18 @@ class CompiledStep:
                 ir, name = render_quantize(*key)
             elif kind == "scores":
                 ir, name = render_scores(*key)
+            elif kind == "softmax":
+                ir, name = render_softmax(*key)
             else:
                 ir, name = render_matmul(*key, self.variant, DEFAULT_TILE)
             self._kernels[kind, key] = self.jit.address(ir, name)
         return self._kernels[kind, key]
+
+    def _attention_kernels(self, head_dim: int, softcap: bool) -> tuple[int, int]:
+        """Addresses of the generated score and softmax kernels (0, 0: the numba path)."""
+        if head_dim % 64:
+            return 0, 0
+        return self._kernel("scores", head_dim), self._kernel("softmax", head_dim, softcap)
 
     def _lower(self) -> _Plan:
         g, cap = self.graph, self.capacity
@@ -215,7 +223,8 @@ class CompiledStep:
                     scale, cap_ = F32(a.scale), F32(0)
                 plan.instrs.append(_Instr(
                     S.OP_ATTEND, [v(ins[0]), _Ref(out), layer, a.n_head, a.n_kv_head, a.head_dim, a.window,
-                                  self._kernel("scores", a.head_dim) if a.head_dim % 64 == 0 else 0],
+                                  *self._attention_kernels(a.head_dim, bool(a.softcap)),
+                                  _f32_bits(scale), _f32_bits(cap_)],
                     (scale, cap_), reads=(("v", ins[0].id), kvkey), writes=(out,)))
             elif op is Op.TAKE_ROWS:
                 plan.instrs.append(_Instr(S.OP_TAKE_ROWS, [v(ins[0]), _Ref(out), width],
@@ -393,6 +402,10 @@ class CompiledStep:
         outputs = {name: self.view(node_id, n_out if self.graph.node(node_id).type.shape[0] == "R" else n).copy()
                    for name, node_id in self.graph.outputs}
         return PassResult(outputs, {})
+
+
+def _f32_bits(x) -> int:
+    return int(np.float32(x).view(np.uint32))
 
 
 def _aligned(n: int, align: int = ALIGN) -> int:

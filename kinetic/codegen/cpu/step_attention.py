@@ -13,7 +13,7 @@ import math
 import numpy as np
 from numba import carray, njit
 
-from kinetic.codegen.cpu.native import call_scores, f16_value, i32_ptr, round_f16, u16_ptr
+from kinetic.codegen.cpu.native import call_scores, call_softmax, f16_value, i32_ptr, round_f16, u16_ptr
 
 F32 = np.float32
 F64 = np.float64
@@ -64,7 +64,7 @@ def _visible(j, n_c, cpos, mine, anc, r, pos, positions, window):
 
 @njit(cache=True, error_model="numpy")
 def attend_items(a, q, y, kp, vp, kv_width, n_head, n_kv, hd, scale, cap, window, i0, i1, positions,
-                 row_slot, slot_rows, clen, cpos_addr, anc, score_fn):
+                 row_slot, slot_rows, clen, cpos_addr, anc, score_fn, softmax_fn, scale_bits, cap_bits):
     """numerics.attention_online for (row, head) items i0..i1 over an f16 cache: the keys a row sees
     in cache order, online softmax with the C library's expf, an f16 accumulator."""
     group = n_head // n_kv
@@ -72,6 +72,7 @@ def attend_items(a, q, y, kp, vp, kv_width, n_head, n_kv, hd, scale, cap, window
     acc = np.empty(hd, np.float32)
     qv = np.empty(hd, np.float32)
     scores = np.empty(0, np.float32)
+    vis = np.empty(0, np.uint8)
     for item in range(i0, i1):
         r = item // n_head
         h = item % n_head
@@ -98,7 +99,15 @@ def attend_items(a, q, y, kp, vp, kv_width, n_head, n_kv, hd, scale, cap, window
         if score_fn != 0 and last >= first:
             if scores.shape[0] < last + 1 - first:
                 scores = np.empty(2 * (last + 1 - first), np.float32)
+                vis = np.empty(2 * (last + 1 - first), np.uint8)
             call_scores(score_fn, qv.ctypes.data, kp[slot] + 2 * ko, scores.ctypes.data, kv_width, first, last + 1)
+            if softmax_fn != 0:
+                for j in range(first, last + 1):
+                    vis[j - first] = _visible(j, n_c, cpos, mine, anc, r, pos, positions, window)
+                yo = y + r * n_head * hd + h * hd
+                call_softmax(softmax_fn, scores.ctypes.data, vis.ctypes.data, vp[slot] + 2 * ko, a.ctypes.data + 4 * yo,
+                             kv_width, first, last + 1, scale_bits, cap_bits)
+                continue
         for j in range(first, last + 1):
             if not _visible(j, n_c, cpos, mine, anc, r, pos, positions, window):
                 continue

@@ -1,0 +1,88 @@
+"""The compiled step's attention (step_attention.attend_items, with the generated score and softmax
+kernels or its numba path) gives bit for bit what `numerics.attention_online` gives, softcap, odd
+head dims, arbitrary visibility and rows that see nothing included."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from kinetic.codegen.cpu.attention_ir import render_scores, render_softmax
+from kinetic.codegen.cpu.jit import default_jit
+from kinetic.codegen.cpu.step_attention import attend_items
+from kinetic.ir import numerics
+
+pytestmark = pytest.mark.skipif(numerics._LIBM is None, reason="the C library cannot be loaded")
+
+CASES = [
+    # n_head, n_kv_head, head_dim, softcap, scale
+    (9, 3, 64, 0.0, 0.125),
+    (4, 1, 256, 0.0, 1.0),
+    (8, 8, 64, 50.0, 0.125),
+    (4, 2, 256, 30.0, 0.0625),
+    (3, 1, 96, 0.0, 0.1),  # a tail past the last chunk of 64: numba path
+    (2, 2, 32, 20.0, 0.2),  # no full chunk at all: numba path
+]
+
+
+def _bits(x) -> np.ndarray:
+    return np.ascontiguousarray(x, np.float32).view(np.uint32)
+
+
+def _attend(q, keys, vals, mask, a, kernels: bool) -> np.ndarray:
+    """Every key is a pass row of one sequence (nothing committed); anc carries the visibility."""
+    rows, n = mask.shape
+    nh, nkv, hd = a.n_head, a.n_kv_head, a.head_dim
+    arena = np.zeros(2 * rows * nh * hd, np.float32)
+    arena[: rows * nh * hd] = q.reshape(-1)
+    keys, vals = np.ascontiguousarray(keys), np.ascontiguousarray(vals)
+    anc = np.zeros((n, n), np.uint8)
+    anc[:rows] = mask
+    if a.softcap:
+        scale, cap = np.float32(np.float32(a.scale) / np.float32(a.softcap)), np.float32(a.softcap)
+    else:
+        scale, cap = np.float32(a.scale), np.float32(0)
+    score_fn = softmax_fn = 0
+    if kernels and hd % 64 == 0:
+        score_fn = default_jit().address(*render_scores(hd))
+        softmax_fn = default_jit().address(*render_softmax(hd, bool(a.softcap)))
+    kp, vp = np.array([keys.ctypes.data], np.int64), np.array([vals.ctypes.data], np.int64)
+    positions = row_slot = np.zeros(n, np.int32)
+    attend_items(arena, 0, rows * nh * hd, kp, vp, nkv * hd, nh, nkv, hd, scale, cap, 0, 0, rows * nh, positions,
+                 row_slot, np.arange(n, dtype=np.int32)[None, :], np.zeros(1, np.int64),
+                 np.array([np.zeros(1, np.int32).ctypes.data], np.int64), anc, score_fn, softmax_fn,
+                 int(scale.view(np.uint32)), int(cap.view(np.uint32)))
+    return arena[rows * nh * hd :].reshape(rows, nh * hd)
+
+
+@pytest.mark.parametrize("kernels", [True, False], ids=["generated", "numba"])
+@pytest.mark.parametrize("case", range(len(CASES)))
+@pytest.mark.parametrize("seed", range(4))
+def test_step_attention_bit_identical_to_reference(case, seed, kernels):
+    nh, nkv, hd, cap, scale = CASES[case]
+    rng = np.random.default_rng(1000 * case + seed)
+    a = SimpleNamespace(n_head=nh, n_kv_head=nkv, head_dim=hd, scale=scale, softcap=cap)
+    rows = int(rng.integers(1, 25))
+    n = int(rng.integers(rows, 200))
+    q = (rng.standard_normal((rows, nh * hd)) * rng.uniform(0.1, 8)).astype(np.float32)
+    keys = (rng.standard_normal((n, nkv * hd)) * rng.uniform(0.1, 8)).astype(np.float16)
+    vals = (rng.standard_normal((n, nkv * hd)) * rng.uniform(1e-3, 4)).astype(np.float16)
+    causal = np.arange(n)[None, :] <= np.arange(n - rows, n)[:, None]
+    mask = [
+        causal,
+        causal & (np.arange(n)[None, :] > np.arange(n - rows, n)[:, None] - int(rng.integers(1, 64))),
+        rng.random((rows, n)) < 0.7,
+        np.zeros((rows, n), bool),  # a row that sees nothing gives zeros
+    ][seed]
+    ref = numerics.attention_online(q, keys, vals, mask, a)
+    got = _attend(q, keys, vals, mask, a, kernels)
+    assert np.array_equal(_bits(got), _bits(ref))
+
+
+def test_head_dims_off_the_chunk_are_not_rendered():
+    with pytest.raises(ValueError):
+        render_scores(96)
+    with pytest.raises(ValueError):
+        render_softmax(32, False)
