@@ -59,8 +59,9 @@ def render_scores(head_dim: int) -> tuple[str, str]:
     return module([fn], []), fn.name
 
 
-SOFTMAX_PARAMS = [("ptr", "scores"), ("ptr", "vis"), ("ptr", "v"), ("ptr", "out"),
-                  ("i64", "stride"), ("i64", "first"), ("i64", "end"), ("i64", "scale_bits"), ("i64", "cap_bits")]
+SOFTMAX_PARAMS = [("ptr", "scores"), ("ptr", "vis"), ("ptr", "v"), ("ptr", "out"), ("ptr", "w"),
+                  ("i64", "stride"), ("i64", "first"), ("i64", "end"), ("i64", "scale_bits"), ("i64", "cap_bits"),
+                  ("i64", "sstride")]
 
 
 def _round_f16(fn: Function, v: str) -> str:
@@ -68,65 +69,110 @@ def _round_f16(fn: Function, v: str) -> str:
     return fn.v(f"fpext <64 x half> {h} to <64 x float>")
 
 
-def render_softmax(head_dim: int, softcap: bool) -> tuple[str, str]:
-    """LLVM IR for the online softmax of one query head over keys [first, end):
+def heads_per_call(group: int, head_dim: int) -> int:
+    """How many query heads of one KV head a softmax call carries: their accumulators must fit in
+    registers (at most 256 floats), and more heads give the CPU independent chains to overlap."""
+    return max(g for g in range(1, group + 1) if group % g == 0 and g * head_dim <= 256) if head_dim <= 256 else 1
 
-        kin_attn_softmax_hd{D}[_cap](scores, vis, v, out, stride, first, end, scale_bits, cap_bits)
 
-    scores f32 and vis u8 indexed j - first (vis 0: the row does not see key j), v the f16 cache
-    of values at the head's first element, out f32 [D]; scale and cap are f32 bit patterns. Per
-    visible key, in `numerics.attention_online`'s order: s = score * scale (then cap * tanhf(s));
-    on a new maximum ms = expf(m - s), vs = 1, else ms = 1, vs = expf(s - m) (the C library's expf);
-    acc = f16(acc * ms) (exact in f32: an f16 value times an f32), then acc = f16(f32(acc + v * vs)
-    in f64); S = f32(S * ms + vs in f64). out = acc * (1/S), 0 where S is 0. The accumulator stays
-    in registers; a key the row does not see leaves every value as it was (selects)."""
+def render_softmax(head_dim: int, heads: int, softcap: bool) -> tuple[str, str]:
+    """LLVM IR for the online softmax of `heads` query heads of one row (sharing one KV head) over
+    keys [first, end):
+
+        kin_attn_softmax_hd{D}_g{G}[_cap](scores, vis, v, out, w, stride, first, end, scale_bits, cap_bits, sstride)
+
+    scores f32 [G, sstride] and vis u8 indexed j - first (vis 0: the row does not see key j), v the
+    f16 cache of values at the KV head's first element (key j at v + j * stride), out f32 [G, D],
+    w scratch f32 [2, G, end - first]; scale and cap are f32 bit patterns. In
+    `numerics.attention_online`'s order, per head and visible key: s = score * scale (then
+    cap * tanhf(s)); on a new maximum ms = expf(m - s), vs = 1, else ms = 1, vs = expf(s - m) (the C
+    library's expf); S = f32(S * ms + vs in f64); acc = f16(acc * ms) (exact in f32: an f16 value
+    times an f32) where ms is not 1, then acc = f16(f32(acc + v * vs in f64)). out = acc * (1/S),
+    0 where S is 0.
+
+    Two passes: the first runs the scalar chain (max, expf, S) and stores ms and vs; the second
+    updates the accumulators, in registers, with no calls in between, the value row widened once
+    for all heads, and the heads' chains interleaved."""
     if head_dim % 64 or head_dim <= 0:
         raise ValueError(f"the softmax kernel needs a head dim that is a multiple of 64, not {head_dim}")
-    name = f"kin_attn_softmax_hd{head_dim}" + ("_cap" if softcap else "")
+    name = f"kin_attn_softmax_hd{head_dim}_g{heads}" + ("_cap" if softcap else "")
     fn = Function(name, SOFTMAX_PARAMS)
     chunks = head_dim // 64
     scale = fn.v(f"bitcast i32 {fn.v('trunc i64 %scale_bits to i32')} to float")
     cap = fn.v(f"bitcast i32 {fn.v('trunc i64 %cap_bits to i32')} to float")
-    zeros = "zeroinitializer"
+    n = fn.v("sub i64 %end, %first")
+    w_vs = fn.gep("%w", fn.v(f"mul i64 {n}, {heads}"), "float")
 
-    def body(j: str, carried: list[str]) -> list[str]:
-        m, total, accs = carried[0], carried[1], carried[2:]
+    def pass_a(j: str, carried: list[str]) -> list[str]:
         idx = fn.v(f"sub i64 {j}, %first")
         seen = fn.v(f"icmp ne i8 {fn.load('i8', fn.gep('%vis', idx))}, 0")
-        s = fn.v(f"fmul float {fn.load('float', fn.gep('%scores', idx, 'float'), 4)}, {scale}")
-        if softcap:
-            s = fn.v(f"fmul float {cap}, {fn.v(f'call float @tanhf(float {s})')}")
-        new_max = fn.v(f"fcmp ogt float {s}, {m}")
-        arg = fn.v(f"select i1 {new_max}, float {fn.v(f'fsub float {m}, {s}')}, float {fn.v(f'fsub float {s}, {m}')}")
-        e = fn.v(f"call float @expf(float {arg})")
-        ms = fn.v(f"select i1 {new_max}, float {e}, float 1.0")
-        vs = fn.v(f"select i1 {new_max}, float 1.0, float {e}")
-        ms_v = fn.splat_value(64, "float", ms)
-        vs_d = fn.splat_value(64, "double", fn.v(f"fpext float {vs} to double"))
-        row = fn.gep("%v", fn.v(f"mul i64 {j}, %stride"), "i16")
-        new = []
-        for c in range(chunks):
-            scaled = _round_f16(fn, fn.v(f"fmul <64 x float> {accs[c]}, {ms_v}"))
-            h = fn.load("<64 x half>", fn.gep(row, 64 * c, "i16"), 2)
-            vd = fn.v(f"fpext <64 x half> {h} to <64 x double>")
-            summed = fn.v(f"fadd <64 x double> {fn.v(f'fpext <64 x float> {scaled} to <64 x double>')}, "
-                          f"{fn.v(f'fmul <64 x double> {vd}, {vs_d}')}")
-            acc = _round_f16(fn, fn.v(f"fptrunc <64 x double> {summed} to <64 x float>"))
-            new.append(fn.v(f"select i1 {seen}, <64 x float> {acc}, <64 x float> {accs[c]}"))
-        td = fn.v(f"fmul double {fn.v(f'fpext float {total} to double')}, {fn.v(f'fpext float {ms} to double')}")
-        vs_one = fn.v(f"fpext float {vs} to double")
-        t_new = fn.v(f"fptrunc double {fn.v(f'fadd double {td}, {vs_one}')} to float")
-        m_new = fn.v(f"select i1 {new_max}, float {s}, float {m}")
-        return [fn.v(f"select i1 {seen}, float {m_new}, float {m}"),
-                fn.v(f"select i1 {seen}, float {t_new}, float {total}")] + new
+        out = []
+        for g in range(heads):
+            m, total = carried[2 * g], carried[2 * g + 1]
+            score_at = fn.v(f"add i64 {fn.v(f'mul i64 %sstride, {g}')}, {idx}")
+            s = fn.v(f"fmul float {fn.load('float', fn.gep('%scores', score_at, 'float'), 4)}, {scale}")
+            if softcap:
+                s = fn.v(f"fmul float {cap}, {fn.v(f'call float @tanhf(float {s})')}")
+            new_max = fn.v(f"fcmp ogt float {s}, {m}")
+            arg = fn.v(f"select i1 {new_max}, float {fn.v(f'fsub float {m}, {s}')}, "
+                       f"float {fn.v(f'fsub float {s}, {m}')}")
+            e = fn.v(f"call float @expf(float {arg})")
+            ms = fn.v(f"select i1 {new_max}, float {e}, float 1.0")
+            vs = fn.v(f"select i1 {new_max}, float 1.0, float {e}")
+            slot = fn.v(f"add i64 {fn.v(f'mul i64 {n}, {g}')}, {idx}")
+            fn.store("float", ms, fn.gep("%w", slot, "float"), 4)
+            fn.store("float", vs, fn.gep(w_vs, slot, "float"), 4)
+            td = fn.v(f"fmul double {fn.v(f'fpext float {total} to double')}, {fn.v(f'fpext float {ms} to double')}")
+            vs_d = fn.v(f"fpext float {vs} to double")
+            t_new = fn.v(f"fptrunc double {fn.v(f'fadd double {td}, {vs_d}')} to float")
+            m_new = fn.v(f"select i1 {new_max}, float {s}, float {m}")
+            out += [fn.v(f"select i1 {seen}, float {m_new}, float {m}"),
+                    fn.v(f"select i1 {seen}, float {t_new}, float {total}")]
+        return out
 
-    carried = [("float", "0xFFF0000000000000"), ("float", "0.0")] + [("<64 x float>", zeros)] * chunks
-    finals = fn.loop("%first", "%end", carried, body)
-    total = finals[1]
-    is_zero = fn.v(f"fcmp oeq float {total}, 0.0")
-    inv = fn.v(f"select i1 {is_zero}, float 0.0, float {fn.v(f'fdiv float 1.0, {total}')}")
-    inv_v = fn.splat_value(64, "float", inv)
-    for c in range(chunks):
-        fn.store("<64 x float>", fn.v(f"fmul <64 x float> {finals[2 + c]}, {inv_v}"), fn.gep("%out", 256 * c), 4)
+    sums = fn.loop("%first", "%end", [("float", "0xFFF0000000000000"), ("float", "0.0")] * heads, pass_a)
+
+    def pass_b(j: str, accs: list[str]) -> list[str]:
+        idx = fn.v(f"sub i64 {j}, %first")
+        seen = fn.v(f"icmp ne i8 {fn.load('i8', fn.gep('%vis', idx))}, 0")
+        pre = fn.block
+        work, join = fn.fresh("see"), fn.fresh("join")
+        fn.do(f"br i1 {seen}, label %{work}, label %{join}")
+        fn.label(work)
+        row = fn.gep("%v", fn.v(f"mul i64 {j}, %stride"), "i16")
+        vds = []
+        for c in range(chunks):
+            h = fn.load("<64 x half>", fn.gep(row, 64 * c, "i16"), 2)
+            vds.append(fn.v(f"fpext <64 x half> {h} to <64 x double>"))
+        new = []
+        for g in range(heads):
+            slot = fn.v(f"add i64 {fn.v(f'mul i64 {n}, {g}')}, {idx}")
+            ms = fn.load("float", fn.gep("%w", slot, "float"), 4)
+            vs = fn.load("float", fn.gep(w_vs, slot, "float"), 4)
+            ms_v = fn.splat_value(64, "float", ms)
+            vs_d = fn.splat_value(64, "double", fn.v(f"fpext float {vs} to double"))
+            rescale = fn.v(f"fcmp une float {ms}, 1.0")
+            for c in range(chunks):
+                acc = accs[g * chunks + c]
+                rounded = _round_f16(fn, fn.v(f"fmul <64 x float> {acc}, {ms_v}"))
+                scaled = fn.v(f"select i1 {rescale}, <64 x float> {rounded}, <64 x float> {acc}")
+                summed = fn.v(f"fadd <64 x double> {fn.v(f'fpext <64 x float> {scaled} to <64 x double>')}, "
+                              f"{fn.v(f'fmul <64 x double> {vds[c]}, {vs_d}')}")
+                new.append(_round_f16(fn, fn.v(f"fptrunc <64 x double> {summed} to <64 x float>")))
+        end_work = fn.block
+        fn.do(f"br label %{join}")
+        fn.label(join)
+        return [fn.v(f"phi <64 x float> [{acc}, %{pre}], [{upd}, %{end_work}]")
+                for acc, upd in zip(accs, new, strict=True)]
+
+    finals = fn.loop("%first", "%end", [("<64 x float>", "zeroinitializer")] * (heads * chunks), pass_b)
+    for g in range(heads):
+        total = sums[2 * g + 1]
+        is_zero = fn.v(f"fcmp oeq float {total}, 0.0")
+        inv = fn.v(f"select i1 {is_zero}, float 0.0, float {fn.v(f'fdiv float 1.0, {total}')}")
+        inv_v = fn.splat_value(64, "float", inv)
+        for c in range(chunks):
+            value = fn.v(f"fmul <64 x float> {finals[g * chunks + c]}, {inv_v}")
+            fn.store("<64 x float>", value, fn.gep("%out", 4 * (g * head_dim + 64 * c)), 4)
     fn.do("ret void")
     return module([fn], ["declare float @expf(float)", "declare float @tanhf(float)"]), fn.name

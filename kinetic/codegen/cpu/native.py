@@ -65,13 +65,13 @@ def call_scores(typingctx, addr, q, k, out, stride, j0, j1):
 
 
 @intrinsic
-def call_softmax(typingctx, addr, scores, vis, v, out, stride, first, end, scale_bits, cap_bits):
-    """kernel(scores, vis, v, out, stride, first, end, scale_bits, cap_bits) for a generated
-    attention softmax kernel at `addr`."""
-    sig = types.void(*([types.int64] * 10))
+def call_softmax(typingctx, addr, scores, vis, v, out, w, stride, first, end, scale_bits, cap_bits, sstride):
+    """kernel(scores, vis, v, out, w, stride, first, end, scale_bits, cap_bits, sstride) for a
+    generated attention softmax kernel at `addr`."""
+    sig = types.void(*([types.int64] * 12))
 
     def codegen(context, builder, signature, args):
-        _call_through(builder, args[0], args[1:5], args[5:10])
+        _call_through(builder, args[0], args[1:6], args[6:12])
         return context.get_dummy_value()
 
     return sig, codegen

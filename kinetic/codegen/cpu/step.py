@@ -31,7 +31,7 @@ import numpy as np
 
 from kinetic.codegen.cpu import step_ops as S
 from kinetic.codegen.cpu.activation_ir import render_quantize
-from kinetic.codegen.cpu.attention_ir import render_scores, render_softmax
+from kinetic.codegen.cpu.attention_ir import heads_per_call, render_scores, render_softmax
 from kinetic.codegen.cpu.executor import BIT_EXACT
 from kinetic.codegen.cpu.jit import default_jit
 from kinetic.codegen.cpu.matmul import DEFAULT_TILE
@@ -140,11 +140,13 @@ class CompiledStep:
             self._kernels[kind, key] = self.jit.address(ir, name)
         return self._kernels[kind, key]
 
-    def _attention_kernels(self, head_dim: int, softcap: bool) -> tuple[int, int]:
-        """Addresses of the generated score and softmax kernels (0, 0: the numba path)."""
+    def _attention_kernels(self, group: int, head_dim: int, softcap: bool) -> tuple[int, int, int]:
+        """Addresses of the generated score and softmax kernels and the heads a softmax call
+        carries ((0, 0, 1): the numba path)."""
         if head_dim % 64:
-            return 0, 0
-        return self._kernel("scores", head_dim), self._kernel("softmax", head_dim, softcap)
+            return 0, 0, 1
+        heads = heads_per_call(group, head_dim)
+        return self._kernel("scores", head_dim), self._kernel("softmax", head_dim, heads, softcap), heads
 
     def _lower(self) -> _Plan:
         g, cap = self.graph, self.capacity
@@ -223,7 +225,7 @@ class CompiledStep:
                     scale, cap_ = F32(a.scale), F32(0)
                 plan.instrs.append(_Instr(
                     S.OP_ATTEND, [v(ins[0]), _Ref(out), layer, a.n_head, a.n_kv_head, a.head_dim, a.window,
-                                  *self._attention_kernels(a.head_dim, bool(a.softcap)),
+                                  *self._attention_kernels(a.n_head // a.n_kv_head, a.head_dim, bool(a.softcap)),
                                   _f32_bits(scale), _f32_bits(cap_)],
                     (scale, cap_), reads=(("v", ins[0].id), kvkey), writes=(out,)))
             elif op is Op.TAKE_ROWS:

@@ -64,75 +64,79 @@ def _visible(j, n_c, cpos, mine, anc, r, pos, positions, window):
 
 @njit(cache=True, error_model="numpy")
 def attend_items(a, q, y, kp, vp, kv_width, n_head, n_kv, hd, scale, cap, window, i0, i1, positions,
-                 row_slot, slot_rows, clen, cpos_addr, anc, score_fn, softmax_fn, scale_bits, cap_bits):
-    """numerics.attention_online for (row, head) items i0..i1 over an f16 cache: the keys a row sees
-    in cache order, online softmax with the C library's expf, an f16 accumulator."""
+                 row_slot, slot_rows, clen, cpos_addr, anc, score_fn, softmax_fn, heads, scale_bits, cap_bits):
+    """numerics.attention_online for items i0..i1 over an f16 cache: an item is `heads` query heads
+    of one row sharing a KV head (one head where there are no generated kernels). The keys a row
+    sees, in cache order; online softmax with the C library's expf; an f16 accumulator."""
     group = n_head // n_kv
+    per_row = n_head // heads
     lanes = np.empty(64, np.float32)
     acc = np.empty(hd, np.float32)
-    qv = np.empty(hd, np.float32)
+    qv = np.empty(heads * hd, np.float32)
     scores = np.empty(0, np.float32)
+    work = np.empty(0, np.float32)
     vis = np.empty(0, np.uint8)
     for item in range(i0, i1):
-        r = item // n_head
-        h = item % n_head
+        r = item // per_row
+        h0 = (item % per_row) * heads
         slot = row_slot[r]
         pos = positions[r]
         n_c = clen[slot]
         cpos = carray(i32_ptr(cpos_addr[slot]), (n_c + 1,))
         mine = slot_rows[slot]
-        keys = carray(u16_ptr(kp[slot]), ((n_c + mine.shape[0]) * kv_width,))
-        vals = carray(u16_ptr(vp[slot]), ((n_c + mine.shape[0]) * kv_width,))
-        qo = q + r * n_head * hd + h * hd
-        ko = (h // group) * hd
-        for i in range(hd):
-            qv[i] = round_f16(a[qo + i])
-            acc[i] = _ZERO
-        m = -_INF
-        ssum = _ZERO
         n_keys = n_c + mine.shape[0]
+        keys = carray(u16_ptr(kp[slot]), (n_keys * kv_width,))
+        vals = carray(u16_ptr(vp[slot]), (n_keys * kv_width,))
+        ko = (h0 // group) * hd
+        qo = q + r * n_head * hd + h0 * hd
+        yo = y + r * n_head * hd + h0 * hd
+        for i in range(heads * hd):
+            qv[i] = round_f16(a[qo + i])
         first, last = n_keys, -1
         for j in range(n_keys):
             if _visible(j, n_c, cpos, mine, anc, r, pos, positions, window):
                 first = min(first, j)
                 last = j
-        if score_fn != 0 and last >= first:
-            if scores.shape[0] < last + 1 - first:
-                scores = np.empty(2 * (last + 1 - first), np.float32)
-                vis = np.empty(2 * (last + 1 - first), np.uint8)
-            call_scores(score_fn, qv.ctypes.data, kp[slot] + 2 * ko, scores.ctypes.data, kv_width, first, last + 1)
-            if softmax_fn != 0:
-                for j in range(first, last + 1):
-                    vis[j - first] = _visible(j, n_c, cpos, mine, anc, r, pos, positions, window)
-                yo = y + r * n_head * hd + h * hd
-                call_softmax(softmax_fn, scores.ctypes.data, vis.ctypes.data, vp[slot] + 2 * ko, a.ctypes.data + 4 * yo,
-                             kv_width, first, last + 1, scale_bits, cap_bits)
-                continue
-        for j in range(first, last + 1):
-            if not _visible(j, n_c, cpos, mine, anc, r, pos, positions, window):
-                continue
-            base = j * kv_width + ko
-            if score_fn != 0:
-                s = scores[j - first] * scale
-            else:
-                s = _score(qv, keys[base: base + hd], hd, lanes) * scale
-            if cap != _ZERO:
-                s = cap * F32(math.tanh(s))
-            if s > m:
-                ms = F32(math.exp(m - s))
-                vs = _ONE
-                m = s
-                for i in range(hd):  # an f16 value times an f32 is exact in f64: the f32 product
-                    acc[i] = round_f16(acc[i] * ms)
-            else:
-                ms = _ONE
-                vs = F32(math.exp(s - m))
-            vsd = F64(vs)
-            v = vals[base: base + hd]
+        if softmax_fn != 0:
+            n = max(last + 1 - first, 0)
+            if vis.shape[0] < n:
+                scores = np.empty(2 * n * heads, np.float32)
+                work = np.empty(4 * n * heads, np.float32)
+                vis = np.empty(2 * n, np.uint8)
+            for j in range(first, last + 1):
+                vis[j - first] = _visible(j, n_c, cpos, mine, anc, r, pos, positions, window)
+            for g in range(heads):
+                call_scores(score_fn, qv.ctypes.data + 4 * g * hd, kp[slot] + 2 * ko, scores.ctypes.data + 4 * g * n,
+                            kv_width, first, first + n)
+            call_softmax(softmax_fn, scores.ctypes.data, vis.ctypes.data, vp[slot] + 2 * ko, a.ctypes.data + 4 * yo,
+                         work.ctypes.data, kv_width, first, first + n, scale_bits, cap_bits, n)
+            continue
+        for g in range(heads):
+            m = -_INF
+            ssum = _ZERO
             for i in range(hd):
-                acc[i] = round_f16(F32(F64(acc[i]) + F64(f16_value(v[i])) * vsd))
-            ssum = F32(F64(ssum) * F64(ms) + vsd)
-        inv = _ZERO if ssum == _ZERO else _ONE / ssum
-        yo = y + r * n_head * hd + h * hd
-        for i in range(hd):
-            a[yo + i] = acc[i] * inv
+                acc[i] = _ZERO
+            for j in range(first, last + 1):
+                if not _visible(j, n_c, cpos, mine, anc, r, pos, positions, window):
+                    continue
+                base = j * kv_width + ko
+                s = _score(qv[g * hd: (g + 1) * hd], keys[base: base + hd], hd, lanes) * scale
+                if cap != _ZERO:
+                    s = cap * F32(math.tanh(s))
+                if s > m:
+                    ms = F32(math.exp(m - s))
+                    vs = _ONE
+                    m = s
+                    for i in range(hd):  # an f16 value times an f32 is exact in f64: the f32 product
+                        acc[i] = round_f16(acc[i] * ms)
+                else:
+                    ms = _ONE
+                    vs = F32(math.exp(s - m))
+                vsd = F64(vs)
+                v = vals[base: base + hd]
+                for i in range(hd):
+                    acc[i] = round_f16(F32(F64(acc[i]) + F64(f16_value(v[i])) * vsd))
+                ssum = F32(F64(ssum) * F64(ms) + vsd)
+            inv = _ZERO if ssum == _ZERO else _ONE / ssum
+            for i in range(hd):
+                a[yo + g * hd + i] = acc[i] * inv

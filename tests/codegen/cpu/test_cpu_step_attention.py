@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from kinetic.codegen.cpu.attention_ir import render_scores, render_softmax
+from kinetic.codegen.cpu.attention_ir import heads_per_call, render_scores, render_softmax
 from kinetic.codegen.cpu.jit import default_jit
 from kinetic.codegen.cpu.step_attention import attend_items
 from kinetic.ir import numerics
@@ -45,14 +45,17 @@ def _attend(q, keys, vals, mask, a, kernels: bool) -> np.ndarray:
     else:
         scale, cap = np.float32(a.scale), np.float32(0)
     score_fn = softmax_fn = 0
+    heads = 1
     if kernels and hd % 64 == 0:
+        heads = heads_per_call(nh // nkv, hd)
         score_fn = default_jit().address(*render_scores(hd))
-        softmax_fn = default_jit().address(*render_softmax(hd, bool(a.softcap)))
+        softmax_fn = default_jit().address(*render_softmax(hd, heads, bool(a.softcap)))
     kp, vp = np.array([keys.ctypes.data], np.int64), np.array([vals.ctypes.data], np.int64)
     positions = row_slot = np.zeros(n, np.int32)
-    attend_items(arena, 0, rows * nh * hd, kp, vp, nkv * hd, nh, nkv, hd, scale, cap, 0, 0, rows * nh, positions,
-                 row_slot, np.arange(n, dtype=np.int32)[None, :], np.zeros(1, np.int64),
-                 np.array([np.zeros(1, np.int32).ctypes.data], np.int64), anc, score_fn, softmax_fn,
+    items = rows * nh // heads
+    attend_items(arena, 0, rows * nh * hd, kp, vp, nkv * hd, nh, nkv, hd, scale, cap, 0, 0, items, positions, row_slot,
+                 np.arange(n, dtype=np.int32)[None, :], np.zeros(1, np.int64),
+                 np.array([np.zeros(1, np.int32).ctypes.data], np.int64), anc, score_fn, softmax_fn, heads,
                  int(scale.view(np.uint32)), int(cap.view(np.uint32)))
     return arena[rows * nh * hd :].reshape(rows, nh * hd)
 
@@ -85,4 +88,4 @@ def test_head_dims_off_the_chunk_are_not_rendered():
     with pytest.raises(ValueError):
         render_scores(96)
     with pytest.raises(ValueError):
-        render_softmax(32, False)
+        render_softmax(32, 1, False)
