@@ -63,9 +63,9 @@ def _visible(j, n_c, cpos, mine, anc, r, pos, positions, window):
 
 
 @njit(cache=True, error_model="numpy")
-def attend_items(a, q, y, kp, vp, kv_width, n_head, n_kv, hd, scale, cap, window, i0, i1, positions,
+def attend_items(a, q, y, kp, vp, kv_width, n_head, n_kv, hd, scale, cap, window, i0, i1, step, positions,
                  row_slot, slot_rows, clen, cpos_addr, anc, score_fn, softmax_fn, heads, scale_bits, cap_bits):
-    """numerics.attention_online for items i0..i1 over an f16 cache: an item is `heads` query heads
+    """numerics.attention_online for items i0, i0 + step, ... below i1 over an f16 cache: an item is `heads` query heads
     of one row sharing a KV head (one head where there are no generated kernels). The keys a row
     sees, in cache order; online softmax with the C library's expf; an f16 accumulator."""
     group = n_head // n_kv
@@ -76,7 +76,7 @@ def attend_items(a, q, y, kp, vp, kv_width, n_head, n_kv, hd, scale, cap, window
     scores = np.empty(0, np.float32)
     work = np.empty(0, np.float32)
     vis = np.empty(0, np.uint8)
-    for item in range(i0, i1):
+    for item in range(i0, i1, step):
         r = item // per_row
         h0 = (item % per_row) * heads
         slot = row_slot[r]

@@ -215,10 +215,10 @@ def drive(tape, ftape, start, end, tid, nt, a, a_addr, n_rows, n_out, out_rows, 
         elif op == OP_ATTEND:
             q, y, layer, n_head, n_kv, hd, window, score_fn = t[2], t[3], t[4], t[5], t[6], t[7], t[8], t[9]
             softmax_fn, heads, scale_bits, cap_bits = t[10], t[11], t[12], t[13]
-            i0, i1 = _share(rows * (n_head // heads), tid, nt)
+            # every nt-th item: later rows of a prompt see more keys, so contiguous shares would not balance
             attend_items(a, q, y, kv_addr[:, layer, 0], kv_addr[:, layer, 1], n_kv * hd, n_head, n_kv, hd,
-                         F32(ftape[ip, 0]), F32(ftape[ip, 1]), window, i0, i1, positions, row_slot, slot_rows,
-                         clen, cpos_addr, anc, score_fn, softmax_fn, heads, scale_bits, cap_bits)
+                         F32(ftape[ip, 0]), F32(ftape[ip, 1]), window, tid, rows * (n_head // heads), nt, positions,
+                         row_slot, slot_rows, clen, cpos_addr, anc, score_fn, softmax_fn, heads, scale_bits, cap_bits)
         elif op == OP_TAKE_ROWS:
             x, y, width = t[2], t[3], t[4]
             for r in range(r0, r1):

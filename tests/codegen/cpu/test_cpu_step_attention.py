@@ -53,8 +53,8 @@ def _attend(q, keys, vals, mask, a, kernels: bool) -> np.ndarray:
     kp, vp = np.array([keys.ctypes.data], np.int64), np.array([vals.ctypes.data], np.int64)
     positions = row_slot = np.zeros(n, np.int32)
     items = rows * nh // heads
-    attend_items(arena, 0, rows * nh * hd, kp, vp, nkv * hd, nh, nkv, hd, scale, cap, 0, 0, items, positions, row_slot,
-                 np.arange(n, dtype=np.int32)[None, :], np.zeros(1, np.int64),
+    attend_items(arena, 0, rows * nh * hd, kp, vp, nkv * hd, nh, nkv, hd, scale, cap, 0, 0, items, 1, positions,
+                 row_slot, np.arange(n, dtype=np.int32)[None, :], np.zeros(1, np.int64),
                  np.array([np.zeros(1, np.int32).ctypes.data], np.int64), anc, score_fn, softmax_fn, heads,
                  int(scale.view(np.uint32)), int(cap.view(np.uint32)))
     return arena[rows * nh * hd :].reshape(rows, nh * hd)
