@@ -29,6 +29,7 @@ def add_parser(sub) -> None:
     p.add_argument("-s", "--seed", type=int, metavar="N", help="seed for repeatable sampling")
     p.add_argument("-c", "--ctx-size", type=int, default=4096, metavar="N", help="context size in tokens")
     p.add_argument("--chat-template-file", metavar="FILE", help="use this Jinja chat template")
+    p.add_argument("-t", "--threads", type=int, metavar="N", help="CPU threads [default: every logical CPU]")
     p.add_argument("--device", choices=("cpu", "reference"), default="cpu",
                    help="cpu: generated kernels; reference: the numpy reference interpreter [default: cpu]")
     p.set_defaults(run=run, collect_words=_collect_words)
@@ -57,7 +58,10 @@ def run(args: argparse.Namespace) -> int:
         raise KineticError("no model given", "Usage: kinetic run MODEL [PROMPT]; see `kinetic run --help`.")
     if args.ctx_size <= 0:
         raise KineticError(f"-c must be positive, not {args.ctx_size}", "Give a context size such as -c 4096.")
-    model = Model(spec, n_ctx=args.ctx_size, chat_template_file=args.chat_template_file, device=args.device)
+    if args.threads is not None and args.threads <= 0:
+        raise KineticError(f"-t must be positive, not {args.threads}", "Give a thread count such as -t 4.")
+    model = Model(spec, n_ctx=args.ctx_size, chat_template_file=args.chat_template_file, device=args.device,
+                  threads=args.threads)
     if args.prompt_ids is not None:
         prompt_in = _parse_ids(args.prompt_ids)
     else:

@@ -105,7 +105,7 @@ class CompiledStep:
     def __init__(self, graph: Graph, weights: WeightSource, *, threads: int | None = None, rows: int = 64):
         self.graph = graph
         self.weights = weights
-        self.threads = max(1, threads or min(os.cpu_count() or 1, 2))
+        self.threads = max(1, threads or available_cpus())
         self.reference = Interpreter(weights)  # weights of Python ops, dequantized once
         self.jit = default_jit()
         self.variant = host().best_variant()
@@ -404,6 +404,14 @@ class CompiledStep:
         outputs = {name: self.view(node_id, n_out if self.graph.node(node_id).type.shape[0] == "R" else n).copy()
                    for name, node_id in self.graph.outputs}
         return PassResult(outputs, {})
+
+
+def available_cpus() -> int:
+    """The logical CPUs this process may run on (the default thread count, as llama.cpp's -t)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def _f32_bits(x) -> int:
