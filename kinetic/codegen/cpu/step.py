@@ -80,6 +80,12 @@ class _Instr:
     python: object = None  # callable(runner) for Python ops
     barrier: bool = False
     phase: int = 0
+    # a row-local op's split across threads when a pass has fewer rows than threads: columns in
+    # units of `unit` floats of a row `width` wide; whole_row: it reads all of its input's row
+    width: int = 0
+    unit: int = 0
+    whole_row: bool = False
+    column_barrier: bool = False
 
 
 @dataclass(frozen=True)
@@ -181,7 +187,8 @@ class CompiledStep:
                             S.OP_QUANT,
                             [v(ins[0]), k, self._kernel("quant", fmt), _Ref(qkey, "q"), _Ref(qkey, "d"),
                              _Ref(qkey, "e"), block, e_row],
-                            reads=(("v", ins[0].id),), writes=(qkey,), row_local=True, output_rows=out_rows))
+                            reads=(("v", ins[0].id),), writes=(qkey,), row_local=True, output_rows=out_rows,
+                            width=k, unit=block))
                     raw = np.asarray(self.weights.tensor(w.attrs.tensor))
                     self._keep = getattr(self, "_keep", []) + [raw]
                     plan.instrs.append(_Instr(
@@ -201,7 +208,8 @@ class CompiledStep:
                     wref, wsize = _Ref(ckey), values.size
                 plan.instrs.append(_Instr(
                     S.OP_RMS_NORM, [v(ins[0]), _Ref(out), width, a.group or width, wref, wsize], (F32(a.eps),),
-                    reads=(("v", ins[0].id),), writes=(out,), row_local=True, output_rows=out_rows))
+                    reads=(("v", ins[0].id),), writes=(out,), row_local=True, output_rows=out_rows,
+                    width=width, unit=16 if not a.group or a.group == width else a.group, whole_row=True))
             elif op is Op.ROPE:
                 tkey = (a.n_rot, float(a.theta), float(a.freq_scale))
                 if tkey not in plan.rope_tables:
@@ -212,13 +220,15 @@ class CompiledStep:
                 plan.instrs.append(_Instr(
                     S.OP_ROPE, [v(ins[0]), _Ref(out), a.n_head, a.head_dim, a.n_rot, int(a.neox),
                                 _Ref(table + ("cos",)), _Ref(table + ("sin",))],
-                    reads=(("v", ins[0].id),), writes=(out,), row_local=True, output_rows=out_rows))
+                    reads=(("v", ins[0].id),), writes=(out,), row_local=True, output_rows=out_rows,
+                    width=a.n_head * a.head_dim, unit=a.head_dim))
             elif op is Op.ATTENTION:
                 layer = self.layer_index[ins[3].attrs.layer]
                 kvkey = ("kv", layer)
                 plan.instrs.append(_Instr(
                     S.OP_KV_STORE, [v(ins[1]), v(ins[2]), a.n_kv_head * a.head_dim, layer],
-                    reads=(("v", ins[1].id), ("v", ins[2].id)), writes=(kvkey,), row_local=True))
+                    reads=(("v", ins[1].id), ("v", ins[2].id)), writes=(kvkey,), row_local=True,
+                    width=a.n_kv_head * a.head_dim, unit=16))
                 if a.softcap:
                     scale, cap_ = F32(F32(a.scale) / F32(a.softcap)), F32(a.softcap)
                 else:
@@ -234,7 +244,8 @@ class CompiledStep:
             elif op is Op.SPLIT:
                 plan.instrs.append(_Instr(
                     S.OP_SPLIT, [v(ins[0]), _Ref(out), ins[0].type.shape[1], a.start, a.size],
-                    reads=(("v", ins[0].id),), writes=(out,), row_local=True, output_rows=out_rows))
+                    reads=(("v", ins[0].id),), writes=(out,), row_local=True, output_rows=out_rows,
+                    width=a.size, unit=16, whole_row=True))
             elif op in _ELEMENTWISE:
                 second = v(ins[1]) if len(ins) == 2 else 0
                 floats = ()
@@ -244,29 +255,32 @@ class CompiledStep:
                     floats = (F32(a.cap), F32(F32(1) / F32(a.cap)))
                 plan.instrs.append(_Instr(
                     _ELEMENTWISE[op], [v(ins[0]), second, _Ref(out), width], floats,
-                    reads=tuple(("v", i.id) for i in ins), writes=(out,), row_local=True, output_rows=out_rows))
+                    reads=tuple(("v", i.id) for i in ins), writes=(out,), row_local=True, output_rows=out_rows,
+                    width=width, unit=16))
             else:
                 raise KineticError(f"the compiled step has no lowering for {op.value}", "Use --device reference.")
         return plan
 
     def _phases(self, plan: _Plan) -> None:
         """Barriers: after an op whose output (or input) a later op of the same phase touches across
-        the threads' split; Python ops stand alone."""
-        phase = 0
-        current: list[_Instr] = []
-        for ins in plan.instrs:
-            touched = set(ins.reads) | set(ins.writes)
-            clash = ins.python is not None or any(
-                p.python is not None
-                or ((set(p.writes) & touched or set(p.reads) & set(ins.writes))
-                    and not (p.row_local and ins.row_local and p.output_rows == ins.output_rows))
-                for p in current)
-            if clash and current:
-                current[-1].barrier = True
-                phase += 1
-                current = []
-            ins.phase = phase
-            current.append(ins)
+        the threads' split; Python ops stand alone. Two plans: rows split (a pass of at least as
+        many rows as threads) and columns split (fewer rows, e.g. decode), which needs more
+        barriers; buffers are planned on the first, whose barriers the second keeps."""
+        for columns in (False, True):
+            phase = 0
+            current: list[_Instr] = []
+            for ins in plan.instrs:
+                clash = ins.python is not None or any(_clash(p, ins, columns) for p in current)
+                if clash and current:
+                    if columns:
+                        current[-1].column_barrier = True
+                    else:
+                        current[-1].barrier = True
+                        phase += 1
+                    current = []
+                if not columns:
+                    ins.phase = phase
+                current.append(ins)
 
     def _allocate(self, plan: _Plan) -> None:
         last_use: dict = {}
@@ -312,7 +326,7 @@ class CompiledStep:
 
     def _encode(self, plan: _Plan) -> None:
         qbase = self.qarena.ctypes.data
-        rows = []
+        rows, column_rows = [], []
         frows = []
         for ins in plan.instrs:
             args = []
@@ -324,11 +338,15 @@ class CompiledStep:
                         args.append(self.offsets[x.key])
                 else:
                     args.append(int(x))
-            flags = (S.FLAG_BARRIER if ins.barrier else 0) | (S.FLAG_OUTPUT_ROWS if ins.output_rows else 0)
-            row = [ins.op, flags] + args
-            rows.append(row + [0] * (S.TAPE_WIDTH - len(row)))
+            out_rows = S.FLAG_OUTPUT_ROWS if ins.output_rows else 0
+            row = [ins.op, (S.FLAG_BARRIER if ins.barrier else 0) | out_rows] + args
+            row += [0] * (S.TAPE_WIDTH - 2 - len(row)) + [ins.width, ins.unit]
+            rows.append(row)
+            column_flags = (S.FLAG_BARRIER if ins.column_barrier else 0) | out_rows | S.FLAG_COLUMNS
+            column_rows.append([ins.op, column_flags] + row[2:])
             frows.append(list(map(float, ins.floats)) + [0.0] * (4 - len(ins.floats)))
         self.tape = np.array(rows, np.int64).reshape(-1, S.TAPE_WIDTH)
+        self.column_tape = np.array(column_rows, np.int64).reshape(-1, S.TAPE_WIDTH)
         self.cycles = np.zeros((len(rows), 2), np.int64)  # per op: cycles working, cycles waiting
         self.ftape = np.array(frows, np.float64).reshape(-1, 4)
         self.segments: list = []  # (start, end) of compiled runs, or a Python instr
@@ -396,7 +414,8 @@ class CompiledStep:
         begin, waited = cycle_count(), 0
         for seg in self.segments:
             if isinstance(seg, tuple):
-                waited += _run_parallel(self.tape, self.ftape, seg, threads, common)
+                tape = self.column_tape if n < threads else self.tape
+                waited += _run_parallel(tape, self.ftape, seg, threads, common)
             else:
                 seg.python(n, n_out)
         if threads > 1 and waited > CONTENDED * (cycle_count() - begin):
@@ -420,6 +439,22 @@ def _f32_bits(x) -> int:
 
 def _aligned(n: int, align: int = ALIGN) -> int:
     return (n + align - 1) // align * align
+
+
+def _clash(p: _Instr, ins: _Instr, columns: bool) -> bool:
+    """Whether `ins` may not run in the same phase as the earlier `p`."""
+    if p.python is not None:
+        return True
+    shared = (set(p.writes) & (set(ins.reads) | set(ins.writes))) | (set(p.reads) & set(ins.writes))
+    if not shared:
+        return False
+    if not (p.row_local and ins.row_local and p.output_rows == ins.output_rows):
+        return True
+    if not columns:
+        return False
+    same_split = p.unit == ins.unit and p.width == ins.width and p.unit > 0
+    return not same_split or (ins.whole_row and bool(shared & set(ins.reads))) or (
+        p.whole_row and bool(shared & set(p.reads)))
 
 
 def _take(slots: list[tuple[int, int]], phase: int) -> int | None:

@@ -51,6 +51,7 @@ OP_ATTEND = 16
 
 FLAG_BARRIER = 1  # wait for every thread after this op
 FLAG_OUTPUT_ROWS = 2  # the op works on the R output rows, not the T pass rows
+FLAG_COLUMNS = 4  # a pass of fewer rows than threads: row-local ops split columns (tape[14] wide, in tape[15] units)
 TAPE_WIDTH = 16
 
 _R23 = F32(float.fromhex("0x1.8p23"))
@@ -109,28 +110,33 @@ def _share(n, tid, nt):
 
 
 @njit(cache=True, error_model="numpy")
-def rms_norm_rows(a, x, y, width, group, eps, w, wsize, r0, r1):
+def rms_norm_rows(a, x, y, width, group, eps, w, wsize, r0, r1, c0, c1):
+    """Rows r0..r1, writing columns c0..c1; each group's sum runs over the whole group."""
     for r in range(r0, r1):
         for g0 in range(0, width, group):
+            lo = max(g0, c0)
+            hi = min(g0 + group, c1)
+            if lo >= hi:
+                continue
             s = F64(0)
             for i in range(group):
                 v = a[x + r * width + g0 + i]
                 s += F64(v * v)
             mean = F32(s / group)
             scale = _ONE / np.sqrt(mean + eps)
-            for i in range(group):
-                v = a[x + r * width + g0 + i] * scale
+            for c in range(lo, hi):
+                v = a[x + r * width + c] * scale
                 if w >= 0:
-                    v = v * a[w + (g0 + i) % wsize]
-                a[y + r * width + g0 + i] = v
+                    v = v * a[w + c % wsize]
+                a[y + r * width + c] = v
 
 
 @njit(cache=True, error_model="numpy")
-def rope_rows(a, x, y, n_head, head_dim, n_rot, neox, cos, sin, r0, r1):
+def rope_rows(a, x, y, n_head, head_dim, n_rot, neox, cos, sin, r0, r1, h0, h1):
     width = n_head * head_dim
     half = n_rot // 2
     for r in range(r0, r1):
-        for h in range(n_head):
+        for h in range(h0, h1):
             base = r * width + h * head_dim
             for i in range(half):
                 c = a[cos + r * half + i]
@@ -188,20 +194,34 @@ def drive(tape, ftape, start, end, tid, nt, a, a_addr, n_rows, n_out, out_rows, 
         op = t[0]
         rows = n_out if t[1] & FLAG_OUTPUT_ROWS else n_rows
         r0, r1 = _share(rows, tid, nt)
+        c0, c1 = 0, t[14]  # row-local ops: columns c0..c1 of rows r0..r1
+        if t[1] & FLAG_COLUMNS and t[15] > 0:  # fewer rows than threads: split the columns instead
+            r0, r1 = 0, rows
+            units = (t[14] + t[15] - 1) // t[15]
+            u0, u1 = _share(units, tid, nt)
+            c0, c1 = min(u0 * t[15], t[14]), min(u1 * t[15], t[14])
         if op == OP_RMS_NORM:
-            rms_norm_rows(a, t[2], t[3], t[4], t[5], F32(ftape[ip, 0]), t[6], t[7], r0, r1)
+            rms_norm_rows(a, t[2], t[3], t[4], t[5], F32(ftape[ip, 0]), t[6], t[7], r0, r1, c0, c1)
         elif op == OP_QUANT:
             x, width, fn, q, d, e, block, e_row = t[2], t[3], t[4], t[5], t[6], t[7], t[8], t[9]
-            if r1 > r0:
-                call_quantize(fn, a_addr + 4 * (x + r0 * width), q + r0 * width, d + 4 * r0 * (width // block),
-                              e + r0 * e_row, (r1 - r0) * (width // block))
+            b0, b1 = c0 // block, c1 // block
+            if c1 == width and c0 == 0:  # whole rows: one call
+                if r1 > r0:
+                    call_quantize(fn, a_addr + 4 * (x + r0 * width), q + r0 * width, d + 4 * r0 * (width // block),
+                                  e + r0 * e_row, (r1 - r0) * (width // block))
+            elif b1 > b0:
+                e_block = e_row // (width // block)
+                for r in range(r0, r1):
+                    at = r * (width // block) + b0
+                    call_quantize(fn, a_addr + 4 * (x + r * width + c0), q + r * width + c0, d + 4 * at,
+                                  e + r * e_row + b0 * e_block, b1 - b0)
         elif op == OP_MATMUL:
             fn, w, q, d, e, y, n = t[2], t[3], t[4], t[5], t[6], t[7], t[8]
             n0, n1 = _share(n, tid, nt)
             if n1 > n0:
                 call_matmul(fn, w, q, d, e, a_addr + 4 * y, rows, n0, n1, n)
         elif op == OP_ROPE:
-            rope_rows(a, t[2], t[3], t[4], t[5], t[6], t[7] != 0, t[8], t[9], r0, r1)
+            rope_rows(a, t[2], t[3], t[4], t[5], t[6], t[7] != 0, t[8], t[9], r0, r1, c0 // t[5], c1 // t[5])
         elif op == OP_KV_STORE:
             k, v, width, layer = t[2], t[3], t[4], t[5]
             for r in range(r0, r1):
@@ -209,7 +229,7 @@ def drive(tape, ftape, start, end, tid, nt, a, a_addr, n_rows, n_out, out_rows, 
                 at = row_cidx[r] * width
                 kc = carray(u16_ptr(kv_addr[slot, layer, 0]), (at + width,))
                 vc = carray(u16_ptr(kv_addr[slot, layer, 1]), (at + width,))
-                for i in range(width):
+                for i in range(c0, c1):
                     kc[at + i] = f16_bits(a[k + r * width + i])
                     vc[at + i] = f16_bits(a[v + r * width + i])
         elif op == OP_ATTEND:
@@ -228,12 +248,18 @@ def drive(tape, ftape, start, end, tid, nt, a, a_addr, n_rows, n_out, out_rows, 
         elif op == OP_SPLIT:
             x, y, xw, s0, size = t[2], t[3], t[4], t[5], t[6]
             for r in range(r0, r1):
-                for i in range(size):
+                for i in range(c0, c1):
                     a[y + r * size + i] = a[x + r * xw + s0 + i]
         else:
             x, b, y, width = t[2], t[3], t[4], t[5]
-            elementwise(op, a[x + r0 * width: x + r1 * width], a[b + r0 * width: b + r1 * width],
-                        a[y + r0 * width: y + r1 * width], F32(ftape[ip, 0]), F32(ftape[ip, 1]), gelu)
+            if c0 == 0 and c1 == width:
+                elementwise(op, a[x + r0 * width: x + r1 * width], a[b + r0 * width: b + r1 * width],
+                            a[y + r0 * width: y + r1 * width], F32(ftape[ip, 0]), F32(ftape[ip, 1]), gelu)
+            else:
+                for r in range(r0, r1):
+                    o = r * width
+                    elementwise(op, a[x + o + c0: x + o + c1], a[b + o + c0: b + o + c1], a[y + o + c0: y + o + c1],
+                                F32(ftape[ip, 0]), F32(ftape[ip, 1]), gelu)
         wait = barrier(bar_addr, nt, yield_addr) if t[1] & FLAG_BARRIER else 0
         if tid == 0:
             prof[ip, 0] += cycles() - began - wait

@@ -147,3 +147,21 @@ def test_graphs_it_cannot_run_fall_back_to_the_op_by_op_executor():
     assert unsupported(graph) == "a f32 KV cache"
     engine = _engine(gguf, graph)
     assert not isinstance(engine.interpreter, CompiledStep)
+
+
+@pytest.mark.parametrize("threads", [2, 3])
+def test_passes_smaller_than_the_thread_count_split_columns(synthetic, threads):
+    """One or two rows on more threads run the column-split plan; each row still gets the reference's bits."""
+    gguf, graph = synthetic
+    tokens = [t % 200 for t in PROMPT[:7]]
+    want = _all_logits(_engine(gguf, graph, device="reference"), tokens)
+    engine = _engine(gguf, graph, threads=threads)
+    seq = engine.new_sequence()
+    got = [engine.decode(seq, t) for t in tokens[:3]]
+    for start in (3, 5):
+        got.extend(engine.forward(PassRows.chain(tokens[start : start + 2], seq.cache.length, outputs="all"), {0: seq}))
+    assert np.array_equal(np.stack(got), want)
+    step = engine.interpreter
+    rows_barriers = step.tape[:, 1] & S.FLAG_BARRIER
+    column_barriers = step.column_tape[:, 1] & S.FLAG_BARRIER
+    assert np.all(column_barriers >= rows_barriers)  # the buffer plan relies on this
