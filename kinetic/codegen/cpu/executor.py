@@ -2,12 +2,11 @@
 
 Owns: evaluating a graph like the reference interpreter does, except that quantized matmuls (the
 bulk of the work) run through the generated kernels on the stored weight bytes instead of
-dequantized float copies, and attention runs through the compiled `attention.attention_online`
-(bit for bit the reference's). Every other op, and matmuls of types without a kernel, run as the
+dequantized float copies. Every other op, and matmuls of types without a kernel, run as the
 reference defines them. Both kernels and reference ops compute each row independently, so a batch
 still gives each row what it gets alone.
 
-Not yet the compiled step of issue 5: this is one Python call per op.
+The engine uses it only for graphs the compiled step (step.py) cannot run, e.g. an f32 KV cache.
 """
 
 from __future__ import annotations
@@ -15,7 +14,6 @@ from __future__ import annotations
 import numpy as np
 from gguf import GGMLQuantizationType as Q
 
-from kinetic.codegen.cpu.attention import attention_online, warm_up
 from kinetic.codegen.cpu.matmul import SUPPORTED, quantized_matmul
 from kinetic.ir.graph import Node
 from kinetic.ir.interpreter import Interpreter, WeightSource
@@ -36,7 +34,6 @@ class CpuInterpreter(Interpreter):
     def __init__(self, weights: WeightSource, threads: int = 2):
         super().__init__(weights)
         self.threads = threads
-        warm_up()
 
     def matmul(self, x: np.ndarray, weight: Node, attrs) -> np.ndarray:
         wtype = weight.type.ggml_type
@@ -46,6 +43,3 @@ class CpuInterpreter(Interpreter):
         raw = raw.reshape(raw.shape[0], -1)
         threads = self.threads if raw.nbytes >= TWO_THREADS_FROM_BYTES else 1
         return quantized_matmul(x, raw, wtype, threads=threads)
-
-    def attend(self, q: np.ndarray, keys: np.ndarray, vals: np.ndarray, visible: np.ndarray, attrs) -> np.ndarray:
-        return attention_online(q, keys, vals, visible, attrs)
