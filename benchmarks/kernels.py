@@ -25,7 +25,14 @@ import numpy as np
 from gguf import GGMLQuantizationType as Q
 
 from kinetic.codegen.cpu.jit import Jit
-from kinetic.codegen.cpu.matmul import _kernel, _pool, quantize_activations, quantized_matmul, split_columns
+from kinetic.codegen.cpu.matmul import (
+    DEFAULT_TILE,
+    _kernel,
+    _pool,
+    quantize_activations,
+    quantized_matmul,
+    split_columns,
+)
 from kinetic.codegen.cpu.quant_blocks import LAYOUTS
 from kinetic.codegen.cpu.target import host
 from kinetic.ir.quants import dequantize
@@ -68,7 +75,7 @@ def time_kernel_only(x, weights, wtype, threads, jit) -> float:
     """Seconds per matmul for the kernel call alone, threads each looping over their column range."""
     layout = LAYOUTS[wtype]
     acts = quantize_activations(x, layout.activation, jit)
-    kernel = _kernel(wtype, x.shape[1], host().best_variant(), 4, jit)
+    kernel = _kernel(wtype, x.shape[1], host().best_variant(), DEFAULT_TILE, jit)
     out = np.empty((x.shape[0], weights[0].shape[0]), np.float32)
     extra = None if acts.extra is None else acts.extra.ctypes.data
 

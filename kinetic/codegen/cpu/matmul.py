@@ -24,7 +24,7 @@ from kinetic.codegen.cpu.quant_blocks import LAYOUTS
 from kinetic.codegen.cpu.target import host
 
 SUPPORTED = frozenset(LAYOUTS)
-DEFAULT_TILE = 4
+DEFAULT_TILE = 8
 
 _P = ctypes.c_void_p
 _I = ctypes.c_int64

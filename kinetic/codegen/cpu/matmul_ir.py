@@ -2,9 +2,13 @@
 
 Owns: the loops and the order of summation. One kernel per (weight type, K, variant, row tile):
 
-    for n in [n0, n1):                      # output columns; threads split this range
-        for each tile of T activation rows, then each leftover row alone:
-            for b in blocks of K:           # the weight block is decoded once per tile
+    for each chunk of ~128 KB of weight rows in [n0, n1):        # threads split [n0, n1)
+        for each full tile of T activation rows (T > 1):
+            copy the tile's d_x (and s) into a [block][row] scratch, once per tile and chunk
+            for n in the chunk:
+                for b in blocks of K:       # the weight block is decoded once per tile
+    for n in [n0, n1), for each leftover row alone (all rows when M < T, e.g. decode):
+            for b in blocks of K:
                 per row: isum = sum over the block's chunks of lane_scale * dot8  (exact int32 lanes)
                          isum -= pair sums of offsets * xsum16                    (Q6_K)
                 "lanes" order (block-32 types, Q5_K, Q6_K):
@@ -20,6 +24,11 @@ Owns: the loops and the order of summation. One kernel per (weight type, K, vari
 These are `kinetic.ir.numerics.matmul`'s float operations in its order (ggml's single-row kernels)
 for the block-32 types, Q4_K and Q6_K, so those kernels give the reference bit for bit; Q5_K's
 reference is still a float32 product of dequantized values, so it differs by rounding.
+In a tile the per-row float operations run as 8-row vectors (d_w * d_x for 8 rows in one multiply,
+Q4_1/Q5_1's m * s and Q4_K's two fmas on 8 rows' accumulators, Q4_K's integer lane sums of 8 rows
+reduced together by a transpose-add tree), each lane one row's own operation on the same operands.
+Integer sums are exact, so how they are grouped (k-quant scales through pmaddubsw + vpdpwssd, two
+accumulator chains) is free.
 A row's float operations are the same sequence whatever T, M, [n0, n1) or the variant, so results
 are bit-identical across batch sizes, tilings, thread counts and variants. The reduction dimension is
 never split.
@@ -29,7 +38,7 @@ from __future__ import annotations
 
 from kinetic.codegen.cpu.llvm_ir import Function, const_vec, module
 from kinetic.codegen.cpu.quant_blocks import LAYOUTS, Block, Layout
-from kinetic.codegen.cpu.target import DECLARATIONS, dot8
+from kinetic.codegen.cpu.target import DECLARATIONS, dot8, dot8_scaled
 
 FLOAT_DECLARATIONS = [
     "declare <8 x float> @llvm.fma.v8f32(<8 x float>, <8 x float>, <8 x float>)",
@@ -66,12 +75,23 @@ class _Rows:
         self.xe = fn.gep("%xe", fn.v(f"mul i64 {r}, {extra[0]}"), extra[1]) if extra else None
 
 
+CHAINS = 2
+
+
 def _block_dot(fn: Function, variant: str, blk: Block, row: _Rows, b: str, block: int) -> str:
     """<8 x i32> exact lane sums of one weight block against one activation row."""
     base = fn.gep(row.xq, fn.v(f"mul i64 {b}, {block}"))
     total = None
+    chains = ["zeroinitializer"] * CHAINS  # independent integer accumulators: shorter latency chains
     for c, chunk in enumerate(blk.chunks):
         x = fn.load("<32 x i8>", fn.gep(base, 32 * c))
+        if chunk.scale16 is not None and variant != "generic":
+            chains[c % CHAINS] = dot8_scaled(fn, variant, chains[c % CHAINS], chunk.w, x, chunk.scale16)
+            if c == len(blk.chunks) - 1:
+                total = chains[0]
+                for other in chains[1 : len(blk.chunks)]:
+                    total = fn.v(f"add <8 x i32> {total}, {other}")
+            continue
         p = dot8(fn, variant, chunk.w, x, chunk.signed)
         if chunk.lane_scale is not None:
             p = fn.v(f"mul <8 x i32> {p}, {chunk.lane_scale}")
@@ -172,23 +192,176 @@ def _row_tile(fn: Function, layout: Layout, variant: str, k: int, wrow: str, n: 
         fn.store("float", y, fn.gep("%out", at, "float"), 4)
 
 
-def _column(fn: Function, layout: Layout, variant: str, k: int, tile: int, n: str) -> list[str]:
+def _singles(fn: Function, layout: Layout, variant: str, k: int, n: str, first_row: str) -> None:
+    """Column n for rows [first_row, m), one row at a time (decode, M below a tile, leftover rows)."""
     wrow = fn.gep("%w", fn.v(f"mul i64 {n}, {k // layout.block * layout.block_bytes}"))
-    tiles = fn.v(f"udiv i64 %m, {tile}")
 
-    def tile_body(t: str, _carried: list[str]) -> list[str]:
-        _row_tile(fn, layout, variant, k, wrow, n, fn.v(f"mul i64 {t}, {tile}"), tile)
+    def single(r: str, _carried: list[str]) -> list[str]:
+        _row_tile(fn, layout, variant, k, wrow, n, r, 1)
         return []
 
-    fn.loop(0, tiles, [], tile_body)
-    if tile > 1:
+    fn.loop(first_row, "%m", [], single)
 
-        def single(r: str, _carried: list[str]) -> list[str]:
-            _row_tile(fn, layout, variant, k, wrow, n, r, 1)
+
+# ---- tiles of T > 1 rows: row-tile-major, with the tile's float scales transposed once -------------
+#
+# For a tile of T rows the kernel first copies the rows' d_x (and Q8_1's s) into a stack scratch
+# laid out [block][row] (groups of 8 rows), once per tile and column chunk. Then per weight block the
+# products d_w * d_x of 8 rows are one vector multiply, Q4_1/Q5_1's m * s terms one multiply and one
+# add on 8 rows' accm, and Q4_K's per-row integer sums are reduced together (a transpose-add tree)
+# into 8 rows' lanes before one fma. Each lane is one row's own float operation on the same operands
+# as the single-row code, so the per-element sequence is unchanged.
+
+GROUP = 8
+CHUNK_BYTES = 128 << 10  # weight bytes of one column chunk: a tile loops over them while they sit in L2
+
+
+def _transpose_sum(fn: Function, vs: list[str]) -> list[str]:
+    """<8 x i32> per 8 inputs: lane i = the sum of input i's 8 lanes (exact; a shuffle-add tree)."""
+    even, odd = const_vec("i32", range(0, 16, 2)), const_vec("i32", range(1, 16, 2))
+    out = []
+    for g in range(0, len(vs), GROUP):
+        level = vs[g : g + GROUP] + ["zeroinitializer"] * (GROUP - len(vs[g : g + GROUP]))
+        while len(level) > 1:
+            nxt = []
+            for a, b in zip(level[0::2], level[1::2], strict=True):
+                lo = fn.v(f"shufflevector <8 x i32> {a}, <8 x i32> {b}, {even}")
+                hi = fn.v(f"shufflevector <8 x i32> {a}, <8 x i32> {b}, {odd}")
+                nxt.append(fn.v(f"add <8 x i32> {lo}, {hi}"))
+            level = nxt
+        out.append(level[0])
+    return out
+
+
+def _fold16(fn: Function, v16: str) -> str:
+    lo = fn.v(f"shufflevector <16 x i32> {v16}, <16 x i32> poison, {const_vec('i32', range(8))}")
+    hi = fn.v(f"shufflevector <16 x i32> {v16}, <16 x i32> poison, {const_vec('i32', range(8, 16))}")
+    return fn.v(f"add <8 x i32> {lo}, {hi}")
+
+
+def _min_lanes(fn: Function, blk: Block, row: _Rows, b: str) -> str:
+    """<8 x i32> whose lanes sum to sum_j mins[j] * bsum_j (exact)."""
+    return _fold16(fn, fn.v(f"mul <16 x i32> {blk.mins}, {_sums16(fn, row, b)}"))
+
+
+def _fma8(fn: Function, a: str, b: str, c: str) -> str:
+    return fn.v(f"call <8 x float> @llvm.fma.v8f32(<8 x float> {a}, <8 x float> {b}, <8 x float> {c})")
+
+
+def _tile_block(fn, layout, variant, rows, groups, wrow, b, dxt, st, accs):
+    """One block for T rows. accs: lanes: T row accs (+ groups accm); scalar: groups acc + groups accm."""
+    t = len(rows)
+    blk = layout.decode(fn, fn.gep(wrow, fn.v(f"mul i64 {b}, {layout.block_bytes}")))
+    isums = [_block_dot(fn, variant, blk, row, b, layout.block) for row in rows]
+    base = fn.v(f"mul i64 {b}, {GROUP * groups}")
+
+    def group_vec(src: str, g: str) -> str:
+        return fn.load("<8 x float>", fn.gep(src, fn.v(f"add i64 {base}, {GROUP * g}"), "float"), 32)
+
+    dxv = [group_vec(dxt, g) for g in range(groups)]
+    if layout.float_order == "scalar":
+        iacc = _transpose_sum(fn, isums)
+        imin = _transpose_sum(fn, [_min_lanes(fn, blk, row, b) for row in rows])
+        d8 = fn.splat_value(8, "float", blk.d)
+        m8 = fn.splat_value(8, "float", blk.min_scale)
+        acc, accm = [], []
+        for g in range(groups):
+            fa = fn.v(f"sitofp <8 x i32> {iacc[g]} to <8 x float>")
+            acc.append(_fma8(fn, fa, fn.v(f"fmul <8 x float> {d8}, {dxv[g]}"), accs[g]))
+            fm = fn.v(f"sitofp <8 x i32> {imin[g]} to <8 x float>")
+            accm.append(_fma8(fn, fm, fn.v(f"fmul <8 x float> {m8}, {dxv[g]}"), accs[groups + g]))
+        return acc + accm
+    d8 = fn.splat_value(8, "float", blk.d)
+    new = []
+    for i in range(t):  # d_w * d_x of row i in all 8 lanes: a broadcast load and one multiply
+        dx = fn.load("float", fn.gep(dxt, fn.v(f"add i64 {base}, {i}"), "float"), 4)
+        scale = fn.v(f"fmul <8 x float> {d8}, {fn.splat_value(8, 'float', dx)}")
+        lanes = fn.v(f"sitofp <8 x i32> {isums[i]} to <8 x float>")
+        new.append(_fma8(fn, scale, lanes, accs[i]))
+    if layout.has_min:
+        m8 = fn.splat_value(8, "float", blk.min_scale)
+        for g in range(groups):
+            accm = accs[t + g]
+            if layout.activation == "q8_1":  # + m * s
+                new.append(fn.v(f"fadd <8 x float> {accm}, {fn.v(f'fmul <8 x float> {m8}, {group_vec(st, g)}')}"))
+            else:  # - (dmin * d_x) * float(sum_j min_j * bsum_j)
+                rs = rows[GROUP * g : GROUP * g + GROUP]
+                imin = _transpose_sum(fn, [_min_lanes(fn, blk, row, b) for row in rs])[0]
+                scale = fn.v(f"fmul <8 x float> {m8}, {dxv[g]}")
+                term = fn.v(f"fmul <8 x float> {scale}, {fn.v(f'sitofp <8 x i32> {imin} to <8 x float>')}")
+                new.append(fn.v(f"fsub <8 x float> {accm}, {term}"))
+    return new
+
+
+def _transpose_scales(fn: Function, src: str, per_row: int, first_row: str, t: int, groups: int, dst: str) -> None:
+    """dst[b][row] (groups of 8 rows, zero-padded) <- src[first_row + row][b] for b < per_row."""
+
+    def body(b: str, _c: list[str]) -> list[str]:
+        for g in range(groups):
+            v = "zeroinitializer"
+            for i in range(GROUP * g, min(t, GROUP * g + GROUP)):
+                r = fn.v(f"add i64 {first_row}, {i}")
+                x = fn.load("float", fn.gep(src, fn.v(f"add i64 {fn.v(f'mul i64 {r}, {per_row}')}, {b}"), "float"), 4)
+                v = fn.v(f"insertelement <8 x float> {v}, float {x}, i64 {i % GROUP}")
+            at = fn.v(f"add i64 {fn.v(f'mul i64 {b}, {GROUP * groups}')}, {GROUP * g}")
+            fn.store("<8 x float>", v, fn.gep(dst, at, "float"), 32)
+        return []
+
+    fn.loop(0, per_row, [], body)
+
+
+def _tiles(fn: Function, layout: Layout, variant: str, k: int, tile: int, dxt: str, st: str | None) -> str:
+    """All full tiles of `tile` rows over [n0, n1), in column chunks; returns the first leftover row."""
+    nb = k // layout.block
+    row_bytes = nb * layout.block_bytes
+    groups = -(-tile // GROUP)
+    chunk = max(1, CHUNK_BYTES // row_bytes)
+    tiles = fn.v(f"udiv i64 %m, {tile}")
+    scalar = layout.float_order == "scalar"
+
+    def chunk_body(c0: str, _c: list[str]) -> list[str]:
+        end = fn.v(f"add i64 {c0}, {chunk}")
+        c1 = fn.v(f"select i1 {fn.v(f'icmp slt i64 {end}, %n1')}, i64 {end}, i64 %n1")
+
+        def tile_body(tt: str, _c2: list[str]) -> list[str]:
+            first = fn.v(f"mul i64 {tt}, {tile}")
+            _transpose_scales(fn, "%xd", nb, first, tile, groups, dxt)
+            if layout.activation == "q8_1":
+                _transpose_scales(fn, "%xe", k // 32, first, tile, groups, st)
+            rows = [_Rows(fn, fn.v(f"add i64 {first}, {i}"), k, layout) for i in range(tile)]
+
+            def column(n: str, _c3: list[str]) -> list[str]:
+                wrow = fn.gep("%w", fn.v(f"mul i64 {n}, {row_bytes}"))
+                naccs = groups if scalar else tile
+                carried = [("<8 x float>", "zeroinitializer")] * (naccs + (groups if layout.has_min else 0))
+
+                def step(b: str, accs: list[str]) -> list[str]:
+                    return _tile_block(fn, layout, variant, rows, groups, wrow, b, dxt, st, accs)
+
+                finals = fn.loop(0, nb, carried, step)
+                for i, row in enumerate(rows):
+                    g, lane = divmod(i, GROUP)
+                    if scalar:
+                        a = fn.v(f"extractelement <8 x float> {finals[g]}, i64 {lane}")
+                        mm = fn.v(f"extractelement <8 x float> {finals[groups + g]}, i64 {lane}")
+                        y = fn.v(f"fsub float {a}, {mm}")
+                    else:
+                        y = _hsum(fn, finals[i])
+                        if layout.has_min:
+                            mm = fn.v(f"extractelement <8 x float> {finals[tile + g]}, i64 {lane}")
+                            y = fn.v(f"fadd float {y}, {mm}")
+                    at = fn.v(f"add i64 {fn.v(f'mul i64 {row.r}, %ldo')}, {n}")
+                    fn.store("float", y, fn.gep("%out", at, "float"), 4)
+                return []
+
+            fn.loop(c0, c1, [], column)
             return []
 
-        fn.loop(fn.v(f"mul i64 {tiles}, {tile}"), "%m", [], single)
-    return []
+        fn.loop(0, tiles, [], tile_body)
+        return []
+
+    fn.loop("%n0", "%n1", [], chunk_body, step=chunk)
+    return fn.v(f"mul i64 {tiles}, {tile}")
 
 
 def render_matmul(wtype, k: int, variant: str, tile: int) -> tuple[str, str]:
@@ -197,6 +370,14 @@ def render_matmul(wtype, k: int, variant: str, tile: int) -> tuple[str, str]:
     if k % layout.block:
         raise ValueError(f"{wtype.name} needs K a multiple of {layout.block}, got {k}")
     fn = Function(kernel_name(layout, k, variant, tile), PARAMS)
-    fn.loop("%n0", "%n1", [], lambda n, _c: _column(fn, layout, variant, k, tile, n))
+    first_single = "0"
+    if tile > 1:
+        size = -(-tile // GROUP) * GROUP * (k // layout.block)
+        dxt = fn.v(f"alloca float, i64 {size}, align 32")
+        st = None
+        if layout.activation == "q8_1":
+            st = fn.v(f"alloca float, i64 {-(-tile // GROUP) * GROUP * (k // 32)}, align 32")
+        first_single = _tiles(fn, layout, variant, k, tile, dxt, st)
+    fn.loop("%n0", "%n1", [], lambda n, _c: _singles(fn, layout, variant, k, n, first_single) or [])
     fn.do("ret void")
     return module([fn], DECLARATIONS[variant] + FLOAT_DECLARATIONS), fn.name

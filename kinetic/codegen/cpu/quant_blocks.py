@@ -19,11 +19,14 @@ from kinetic.codegen.cpu.llvm_ir import Function, const_vec, splat
 
 @dataclass(frozen=True)
 class Chunk:
-    """32 weights as <32 x i8> (`signed` tells how to read them) and an optional <8 x i32> lane scale."""
+    """32 weights as <32 x i8> (`signed` tells how to read them) and an optional <8 x i32> lane scale;
+    `scale16` is the same scale per 16-bit pair (<16 x i16>, pair 2l and 2l+1 of lane l), for the
+    variants that multiply it in with `pmaddwd` / `vpdpwssd` (unused values cost nothing: LLVM drops them)."""
 
     w: str
     signed: bool
     lane_scale: str | None = None
+    scale16: str | None = None
 
 
 @dataclass(frozen=True)
@@ -82,77 +85,92 @@ def _with_high_bits(fn: Function, w: str, qh_ptr: str) -> str:
     return fn.v(f"or <32 x i8> {w}, {high}")
 
 
+def _f16s(fn: Function, ptr: str, n: int) -> list[str]:
+    """n <= 4 consecutive f16 at ptr widened to float, read as one <4 x half> (one `vcvtph2ps` from
+    memory instead of an insert and a convert each); the block must hold 8 bytes from ptr."""
+    v = fn.v(f"fpext <4 x half> {fn.load('<4 x half>', ptr)} to <4 x float>")
+    return [fn.v(f"extractelement <4 x float> {v}, i64 {i}") for i in range(n)]
+
+
 def _offset(fn: Function, w: str, k: int) -> str:
     return fn.v(f"sub <32 x i8> {w}, {splat('i8', k)}")
 
 
 def _decode_q8_0(fn: Function, blk: str) -> Block:
     w = fn.load("<32 x i8>", fn.gep(blk, 2))
-    return Block([Chunk(w, True)], fn.load_f16(blk))
+    return Block([Chunk(w, True)], _f16s(fn, blk, 1)[0])
 
 
 def _decode_q4_0(fn: Function, blk: str) -> Block:
     w = _offset(fn, _legacy_quants(fn, fn.gep(blk, 2)), 8)
-    return Block([Chunk(w, True)], fn.load_f16(blk))
+    return Block([Chunk(w, True)], _f16s(fn, blk, 1)[0])
 
 
 def _decode_q4_1(fn: Function, blk: str) -> Block:
     w = _legacy_quants(fn, fn.gep(blk, 4))
-    return Block([Chunk(w, False)], fn.load_f16(blk), min_scale=fn.load_f16(fn.gep(blk, 2)))
+    d, m = _f16s(fn, blk, 2)
+    return Block([Chunk(w, False)], d, min_scale=m)
 
 
 def _decode_q5_0(fn: Function, blk: str) -> Block:
     w = _with_high_bits(fn, _legacy_quants(fn, fn.gep(blk, 6)), fn.gep(blk, 2))
-    return Block([Chunk(_offset(fn, w, 16), True)], fn.load_f16(blk))
+    return Block([Chunk(_offset(fn, w, 16), True)], _f16s(fn, blk, 1)[0])
 
 
 def _decode_q5_1(fn: Function, blk: str) -> Block:
     w = _with_high_bits(fn, _legacy_quants(fn, fn.gep(blk, 8)), fn.gep(blk, 4))
-    return Block([Chunk(w, False)], fn.load_f16(blk), min_scale=fn.load_f16(fn.gep(blk, 2)))
+    d, m = _f16s(fn, blk, 2)
+    return Block([Chunk(w, False)], d, min_scale=m)
 
 
-def _byte(fn: Function, base: str, k: int) -> str:
-    b = fn.load("i8", fn.gep(base, k))
-    return fn.v(f"zext i8 {b} to i32")
+def _bare(typed: str) -> str:
+    """A constant vector without its leading type, as a binary operator's second operand takes it."""
+    return typed.split("> ", 1)[1]
 
 
-def _k4_scales(fn: Function, base: str) -> tuple[list[str], list[str]]:
-    """Q4_K/Q5_K's 12 bytes -> 8 six-bit scales and 8 six-bit mins (i32), ggml's packing."""
-    q = [_byte(fn, base, k) for k in range(12)]
-    scales, mins = [], []
-    for j in range(4):
-        scales.append(fn.v(f"and i32 {q[j]}, 63"))
-        mins.append(fn.v(f"and i32 {q[j + 4]}, 63"))
-    for j in range(4, 8):
-        top_s = fn.v(f"shl i32 {fn.v(f'lshr i32 {q[j - 4]}, 6')}, 4")
-        top_m = fn.v(f"shl i32 {fn.v(f'lshr i32 {q[j]}, 6')}, 4")
-        scales.append(fn.v(f"or i32 {fn.v(f'and i32 {q[j + 4]}, 15')}, {top_s}"))
-        mins.append(fn.v(f"or i32 {fn.v(f'lshr i32 {q[j + 4]}, 4')}, {top_m}"))
-    return scales, mins
+def _k4_scales(fn: Function, base: str) -> str:
+    """Q4_K/Q5_K's 12 bytes -> <16 x i8>: the 8 six-bit scales, then the 8 six-bit mins (ggml's packing:
+    j < 4: scale q[j] & 63, min q[j+4] & 63; j >= 4: scale (q[j+4] & 15) | (q[j-4] >> 6) << 4,
+    min (q[j+4] >> 4) | (q[j] >> 6) << 4), as a few byte-vector operations."""
+    raw = fn.load("<12 x i8>", base)
+    q = fn.v(f"shufflevector <12 x i8> {raw}, <12 x i8> poison, {const_vec('i32', list(range(12)) + [0] * 4)}")
+    pick = const_vec("i32", [0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11])
+    low = fn.v(f"shufflevector <16 x i8> {q}, <16 x i8> poison, {pick}")
+    keep = fn.v(f"and <16 x i8> {low}, {_bare(const_vec('i8', [63] * 4 + [15] * 4 + [63] * 4 + [0] * 4))}")
+    shifted = fn.v(f"lshr <16 x i8> {low}, {splat('i8', 4)}")
+    top4 = fn.v(f"and <16 x i8> {shifted}, {_bare(const_vec('i8', [0] * 12 + [15] * 4))}")
+    pick = const_vec("i32", [16] * 4 + [0, 1, 2, 3] + [16] * 4 + [4, 5, 6, 7])  # 16: a zero byte
+    high = fn.v(f"shufflevector <16 x i8> {q}, <16 x i8> zeroinitializer, {pick}")
+    top2 = fn.v(f"lshr <16 x i8> {high}, {splat('i8', 2)}")
+    bits = fn.v(f"and <16 x i8> {top2}, {splat('i8', 48)}")
+    return fn.v(f"or <16 x i8> {fn.v(f'or <16 x i8> {keep}, {top4}')}, {bits}")
 
 
-def _lanes(fn: Function, first: str, second: str | None = None) -> str:
-    """<8 x i32>: all lanes `first`, or lanes 0-3 `first` and 4-7 `second`."""
-    v = fn.v(f"insertelement <2 x i32> poison, i32 {first}, i64 0")
-    v = fn.v(f"insertelement <2 x i32> {v}, i32 {second or first}, i64 1")
-    return fn.v(f"shufflevector <2 x i32> {v}, <2 x i32> poison, {const_vec('i32', [0] * 4 + [1] * 4)}")
+def _k4_unpacked(fn: Function, base: str) -> tuple[str, str, list[str], list[str]]:
+    """(scales and mins as <16 x i32>, as <16 x i16>, chunk c's <8 x i32> lane scale, its <16 x i16>)."""
+    sm = _k4_scales(fn, base)
+    s32 = fn.v(f"zext <16 x i8> {sm} to <16 x i32>")
+    s16 = fn.v(f"zext <16 x i8> {sm} to <16 x i16>")
+    lanes = [fn.v(f"shufflevector <16 x i32> {s32}, <16 x i32> poison, {const_vec('i32', [c] * 8)}") for c in range(8)]
+    pairs = [fn.v(f"shufflevector <16 x i16> {s16}, <16 x i16> poison, {const_vec('i32', [c] * 16)}") for c in range(8)]
+    return s32, s16, lanes, pairs
 
 
-def _mins16(fn: Function, mins: list[str]) -> str:
-    """<16 x i32> with mins[j] at positions 2j and 2j+1 (one per 16 activations)."""
-    v = "poison"
-    for j, m in enumerate(mins):
-        v = fn.v(f"insertelement <8 x i32> {v}, i32 {m}, i64 {j}")
-    return fn.v(f"shufflevector <8 x i32> {v}, <8 x i32> poison, {const_vec('i32', [j // 2 for j in range(16)])}")
+def _k4_mins16(fn: Function, s32: str) -> str:
+    """<16 x i32> with min j at positions 2j and 2j+1 (one per 16 activations)."""
+    pick = const_vec("i32", [8 + j // 2 for j in range(16)])
+    return fn.v(f"shufflevector <16 x i32> {s32}, <16 x i32> poison, {pick}")
 
 
 def _decode_q4_k(fn: Function, blk: str) -> Block:
-    scales, mins = _k4_scales(fn, fn.gep(blk, 4))
+    s32, _s16, lanes, pairs = _k4_unpacked(fn, fn.gep(blk, 4))
     chunks = []
     for pair in range(4):  # 64 elements: low nibbles of 32 bytes, then their high nibbles
         lo, hi = _nibbles(fn, fn.gep(blk, 16 + 32 * pair), 32)
-        chunks += [Chunk(lo, False, _lanes(fn, scales[2 * pair])), Chunk(hi, False, _lanes(fn, scales[2 * pair + 1]))]
-    return Block(chunks, fn.load_f16(blk), fn.load_f16(fn.gep(blk, 2)), _mins16(fn, mins))
+        c = 2 * pair
+        chunks += [Chunk(lo, False, lanes[c], pairs[c]), Chunk(hi, False, lanes[c + 1], pairs[c + 1])]
+    d, dmin = _f16s(fn, blk, 2)
+    return Block(chunks, d, dmin, _k4_mins16(fn, s32))
 
 
 def _bit_plane(fn: Function, qh: str, shift: int, mask: int) -> str:
@@ -163,7 +181,7 @@ def _bit_plane(fn: Function, qh: str, shift: int, mask: int) -> str:
 
 
 def _decode_q5_k(fn: Function, blk: str) -> Block:
-    scales, mins = _k4_scales(fn, fn.gep(blk, 4))
+    s32, _s16, lanes, pairs = _k4_unpacked(fn, fn.gep(blk, 4))
     qh = fn.load("<32 x i8>", fn.gep(blk, 16))
     chunks = []
     for pair in range(4):  # chunk c = 2*pair (+1): nibble of qs[32*pair + l], bit c of qh[l] as bit 4
@@ -171,15 +189,18 @@ def _decode_q5_k(fn: Function, blk: str) -> Block:
         for half, nib in enumerate(nibbles):
             c = 2 * pair + half
             w = fn.v(f"or <32 x i8> {nib}, {_bit_plane(fn, qh, c, 1)}")
-            chunks.append(Chunk(w, False, _lanes(fn, scales[c])))
-    return Block(chunks, fn.load_f16(blk), fn.load_f16(fn.gep(blk, 2)), _mins16(fn, mins))
+            chunks.append(Chunk(w, False, lanes[c], pairs[c]))
+    d, dmin = _f16s(fn, blk, 2)
+    return Block(chunks, d, dmin, _k4_mins16(fn, s32))
 
 
 def _decode_q6_k(fn: Function, blk: str) -> Block:
     """Unsigned 6-bit quants (0..63) with their int8 scale per 16; the -32 offset is not applied to
     the weights but through the activation sums (`offsets`), as ggml_vec_dot_q6_K_q8_K does, which
     moves it between lanes: the lane sums are ggml's, not only their total."""
-    sc = fn.v(f"sext <16 x i8> {fn.load('<16 x i8>', fn.gep(blk, 192))} to <16 x i32>")
+    sc8 = fn.load("<16 x i8>", fn.gep(blk, 192))
+    sc = fn.v(f"sext <16 x i8> {sc8} to <16 x i32>")
+    sc16 = fn.v(f"sext <16 x i8> {sc8} to <16 x i16>")
     chunks = []
     for half in range(2):
         ql = [fn.load("<32 x i8>", fn.gep(blk, 64 * half + 32 * k)) for k in range(2)]
@@ -192,7 +213,10 @@ def _decode_q6_k(fn: Function, blk: str) -> Block:
             lane_scale = fn.v(
                 f"shufflevector <16 x i32> {sc}, <16 x i32> poison, {const_vec('i32', [2 * c] * 4 + [2 * c + 1] * 4)}"
             )
-            chunks.append(Chunk(w, False, lane_scale))
+            scale16 = fn.v(
+                f"shufflevector <16 x i16> {sc16}, <16 x i16> poison, {const_vec('i32', [2 * c] * 8 + [2 * c + 1] * 8)}"
+            )
+            chunks.append(Chunk(w, False, lane_scale, scale16))
     offsets = fn.v(f"shl <16 x i32> {sc}, {splat('i32', 5)}")  # 32 * sc
     return Block(chunks, fn.load_f16(fn.gep(blk, 208)), offsets=offsets)
 

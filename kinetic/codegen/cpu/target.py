@@ -67,6 +67,8 @@ DECLARATIONS = {
     ],
     "vnni": [
         "declare <8 x i32> @llvm.x86.avx512.vpdpbusd.256(<8 x i32>, <32 x i8>, <32 x i8>)",
+        "declare <8 x i32> @llvm.x86.avx512.vpdpwssd.256(<8 x i32>, <16 x i16>, <16 x i16>)",
+        "declare <16 x i16> @llvm.x86.avx2.pmadd.ub.sw(<32 x i8>, <32 x i8>)",
         "declare <32 x i8> @llvm.x86.avx2.psign.b(<32 x i8>, <32 x i8>)",
         "declare <32 x i8> @llvm.abs.v32i8(<32 x i8>, i1)",
     ],
@@ -108,3 +110,20 @@ def dot8(fn: Function, variant: str, w: str, x: str, signed: bool) -> str:
         )
     p16 = fn.v(f"call <16 x i16> @llvm.x86.avx2.pmadd.ub.sw(<32 x i8> {a}, <32 x i8> {b})")
     return fn.v(f"call <8 x i32> @llvm.x86.avx2.pmadd.wd(<16 x i16> {p16}, <16 x i16> {splat('i16', 1)})")
+
+
+def dot8_scaled(fn: Function, variant: str, acc: str, w: str, x: str, scale16: str) -> str | None:
+    """acc + scale * dot8(w, x) for unsigned weights below 64 (k-quants), or None for `generic`.
+
+    `scale16` holds lane l's scale at 16-bit pairs 2l and 2l+1: `pmaddubsw` gives the exact pair sums
+    (|pair| <= 2 * 63 * 128 < 2^15), `vpdpwssd` (or `pmaddwd` + add) multiplies each pair by the scale
+    and adds the two into lane l, the same integer as dot8 times the lane scale."""
+    if variant == "generic":
+        return None
+    p16 = fn.v(f"call <16 x i16> @llvm.x86.avx2.pmadd.ub.sw(<32 x i8> {w}, <32 x i8> {x})")
+    if variant == "vnni":
+        return fn.v(
+            f"call <8 x i32> @llvm.x86.avx512.vpdpwssd.256(<8 x i32> {acc}, <16 x i16> {p16}, <16 x i16> {scale16})"
+        )
+    p = fn.v(f"call <8 x i32> @llvm.x86.avx2.pmadd.wd(<16 x i16> {p16}, <16 x i16> {scale16})")
+    return fn.v(f"add <8 x i32> {acc}, {p}")
