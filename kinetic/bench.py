@@ -12,7 +12,6 @@ repeated; the best run is the reported number, as llama.cpp's best run is on the
 from __future__ import annotations
 
 import gc
-import inspect
 import json
 import os
 import platform
@@ -78,7 +77,6 @@ class BenchResult:
     path: Path
     device: str
     threads: int
-    threads_applied: bool  # False when the engine takes no thread count and used its default
     repetitions: int
     off: list[str]
     load_seconds: float
@@ -118,12 +116,8 @@ def run_bench(
     from kinetic.model import Model
 
     device = "cpu" if device == "auto" else device
-    kwargs = {"n_ctx": max(n_prompt, n_gen) + 1, "device": device}
-    threads_applied = "threads" in inspect.signature(Model.__init__).parameters
-    if threads_applied:
-        kwargs["threads"] = threads
     start = time.perf_counter()
-    model = Model(model_spec, **kwargs)
+    model = Model(model_spec, n_ctx=max(n_prompt, n_gen) + 1, device=device, threads=threads)
     load_seconds = time.perf_counter() - start
     engine = model.engine
     prompt = [int(t) for t in np.random.default_rng(TOKEN_SEED).integers(0, engine.n_vocab, max(n_prompt, 1))]
@@ -132,7 +126,6 @@ def run_bench(
         path=model.path,
         device=device,
         threads=threads,
-        threads_applied=threads_applied,
         repetitions=repetitions,
         off=list(off or []),
         load_seconds=load_seconds,
@@ -221,9 +214,8 @@ def table(r: BenchResult) -> str:
     cells = f"| {r.path.stem} | {_gib(r.size_bytes)} | {r.parameters / 1e9:.2f} B | {BACKENDS[r.device]} | {r.threads}"
     rows = [f"{cells} | {t.name} | {t.best:.2f} |" for t in r.tests]
     rows.append(f"{cells} | edit256 | not measured |")
-    threads = "" if r.threads_applied else f" ({r.threads} threads asked; the CPU device uses its default)"
     notes = [
-        f"on {DEVICE_NAMES[r.device]}{threads}, best of {r.repetitions}, load {r.load_seconds:.2f} s",
+        f"on {DEVICE_NAMES[r.device]}, {r.threads} threads, best of {r.repetitions}, load {r.load_seconds:.2f} s",
         technologies_line(r.off),
         f"edit256: {EDIT_NOT_MEASURED}",
         f"peak memory {_gib(r.peak_rss_bytes)}",
@@ -238,7 +230,6 @@ def to_json(r: BenchResult) -> dict:
         "backend": "cpu",
         "device": DEVICE_NAMES[r.device],
         "threads": r.threads,
-        "threads_applied": r.threads_applied,
         "repetitions": r.repetitions,
         "load_seconds": round(r.load_seconds, 4),
         "size_bytes": r.size_bytes,

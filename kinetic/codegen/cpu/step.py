@@ -49,7 +49,8 @@ from kinetic.ir.quants import dequantize_rows
 F32 = np.float32
 ALIGN = 16  # floats (64 bytes) between arena buffers
 CONTENDED = 0.4  # a pass whose calling thread waited this share of its time at barriers was starved
-SOLO_SECONDS = 2.0  # then run on one thread this long before trying all again
+STARVED_PASSES = 4  # this many starved passes among the last 8 (a lasting load, not one hiccup) ...
+SOLO_SECONDS = 1.0  # ... run on one thread this long, then try all again
 _ELEMENTWISE = {Op.ADD: S.OP_ADD, Op.MUL: S.OP_MUL, Op.SCALE: S.OP_SCALE, Op.SILU: S.OP_SILU,
                 Op.GELU: S.OP_GELU, Op.SOFTCAP: S.OP_SOFTCAP, Op.SWIGLU: S.OP_SWIGLU, Op.GEGLU: S.OP_GEGLU}
 
@@ -122,6 +123,7 @@ class CompiledStep:
         self.yield_addr = sched_yield_address()
         self._kernels: dict = {}
         self._solo_until = 0.0
+        self._starved = 0  # one bit per recent multi-threaded pass: was it starved?
         self._build(rows)
 
     # -- building --------------------------------------------------------------------------------
@@ -365,9 +367,9 @@ class CompiledStep:
     # -- running ----------------------------------------------------------------------------------
 
     def _threads_now(self) -> int:
-        """All threads, unless a recent pass spent most of its time waiting for a thread that
-        another process keeps off its core: then one thread for a while (spinning barriers would
-        collapse), then all again."""
+        """All threads, unless recent passes kept spending much of their time waiting for a thread
+        that another process keeps off its core: then one thread for a while (spinning barriers
+        would collapse), then all again. One starved pass (a hiccup) changes nothing."""
         return 1 if time.monotonic() < self._solo_until else self.threads
 
     def profile(self) -> list[tuple[str, int, float, float]]:
@@ -418,8 +420,11 @@ class CompiledStep:
                 waited += _run_parallel(tape, self.ftape, seg, threads, common)
             else:
                 seg.python(n, n_out)
-        if threads > 1 and waited > CONTENDED * (cycle_count() - begin):
-            self._solo_until = time.monotonic() + SOLO_SECONDS
+        if threads > 1:
+            self._starved = (self._starved << 1 | (waited > CONTENDED * (cycle_count() - begin))) & 0xFF
+            if bin(self._starved).count("1") >= STARVED_PASSES:
+                self._solo_until = time.monotonic() + SOLO_SECONDS
+                self._starved = 0
         outputs = {name: self.view(node_id, n_out if self.graph.node(node_id).type.shape[0] == "R" else n).copy()
                    for name, node_id in self.graph.outputs}
         return PassResult(outputs, {})
