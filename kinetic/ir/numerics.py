@@ -77,9 +77,22 @@ def powf(base: float, exponent: float) -> np.float32:
 
 
 def fma_f32(a, b, c) -> np.ndarray:
-    """Fused multiply-add of float32 operands rounded once to float32 (a*b is exact in float64; the
-    sum is rounded to float64 first, which differs from a true fma only in rare double roundings)."""
-    return (np.asarray(a, np.float64) * np.asarray(b, np.float64) + np.asarray(c, np.float64)).astype(F32)
+    """A true fused multiply-add of float32 operands: a*b + c rounded once to float32, as the
+    hardware's fma (and ggml's compiled code) gives it. a*b is exact in float64; the float64 sum s
+    is corrected by its exact error e (TwoSum), which matters only when s lies exactly halfway
+    between two float32 values: then the true sum is on e's side of that midpoint."""
+    p = np.asarray(a, np.float64) * np.asarray(b, np.float64)
+    c64 = np.asarray(c, np.float64)
+    with np.errstate(all="ignore"):
+        s = p + c64
+        bb = s - p
+        e = (p - (s - bb)) + (c64 - bb)
+        r = s.astype(F32)
+        d = s - r.astype(np.float64)
+        toward = np.nextafter(r, np.where(d > 0, F32(np.inf), F32(-np.inf)).astype(F32))
+        tie = (d != 0) & (np.abs(d) * 2 == np.abs(toward.astype(np.float64) - r.astype(np.float64)))
+        fix = tie & (e != 0) & ((e > 0) == (d > 0))
+    return np.where(fix, toward, r).astype(F32)
 
 Q8_0_USERS = {Q.Q4_0, Q.Q5_0, Q.Q8_0, Q.IQ4_NL, Q.MXFP4}
 Q8_1_USERS = {Q.Q4_1, Q.Q5_1}
@@ -488,7 +501,7 @@ def attention_online(q: np.ndarray, keys: np.ndarray, vals: np.ndarray, visible:
     f16 = keys.dtype == np.float16
     qh = q.astype(keys.dtype).astype(F32).reshape(rows, nkv, group, 1, hd)
     kh = keys.astype(F32).reshape(-1, nkv, hd)
-    vh = vals.astype(np.float64).reshape(-1, nkv, hd)
+    vh = vals.astype(F32).reshape(-1, nkv, hd)
     # scores f32 [rows, nkv, group, n]
     kt = kh.transpose(1, 0, 2)[:, None, :, :]  # [nkv, 1, n, hd]
     scores = np.empty((rows, nkv, group, kh.shape[0]), F32)
@@ -517,8 +530,8 @@ def attention_online(q: np.ndarray, keys: np.ndarray, vals: np.ndarray, visible:
         m = np.where(new_max, s, m)
         # a new maximum rescales the accumulator, which is stored (rounded) before the add
         scaled = (acc.astype(np.float64) * ms[..., None]).astype(F32).astype(acc.dtype)
-        summed = scaled.astype(np.float64) + vh[j][None, :, None, :] * vs[..., None]
-        acc = np.where(live[..., None], summed.astype(F32).astype(acc.dtype), acc)
+        summed = fma_f32(vh[j][None, :, None, :], vs[..., None], scaled.astype(F32))
+        acc = np.where(live[..., None], summed.astype(acc.dtype), acc)
         s_sum = np.where(live, fma_f32(s_sum, ms, vs), s_sum)
     with np.errstate(divide="ignore"):
         inv = np.where(s_sum == 0, F32(0), F32(1) / s_sum).astype(F32)

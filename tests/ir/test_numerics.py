@@ -271,3 +271,34 @@ def test_superblock_dots_equal_the_float_product_up_to_rounding(wtype, block_byt
     assert np.all(np.abs(got - ref) <= 1e-6 * scale + 1e-6)
     for r in range(3):  # each row alone gives the same bits
         assert np.array_equal(nx.matmul(x[r : r + 1], w)[0], got[r])
+
+
+def test_fma_f32_is_a_true_fma():
+    """fma_f32 rounds a*b + c once, as the hardware fma does (checked against llvm.fma through numba),
+    including sums whose float64 value is exactly an f32 midpoint with a nonzero remainder: there a
+    float64 product-plus-add rounds to even and a true fma does not."""
+    from numba import njit
+
+    from kinetic.codegen.cpu.native import fma32
+
+    @njit
+    def hardware(a, b, c, out):
+        for i in range(a.size):
+            out[i] = fma32(a[i], b[i], c[i])
+
+    rng = np.random.default_rng(21)
+    n = 200_000
+    a = (rng.standard_normal(n) * np.exp2(rng.integers(-20, 20, n))).astype(F32)
+    b = (rng.standard_normal(n) * np.exp2(rng.integers(-20, 20, n))).astype(F32)
+    c = (rng.standard_normal(n) * np.exp2(rng.integers(-60, 20, n))).astype(F32)
+    k = np.arange(-30, 30)
+    ta = (F32(1 + 2**-12) * np.exp2(k)).astype(F32)  # ta * tb is an f32 midpoint
+    tb = np.full(k.size, F32(1 + 2**-12))
+    tc = np.exp2(k - 60.0).astype(F32)  # far below the float64 precision of the product
+    a, b, c = (np.concatenate(x) for x in ([a, ta, ta, -ta], [b, tb, tb, tb], [c, tc, -tc, tc]))
+    want = np.empty_like(a)
+    hardware(a, b, c, want)
+    got = nx.fma_f32(a, b, c)
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    naive = (a.astype(np.float64) * b + c).astype(F32)
+    assert (naive.view(np.uint32) != want.view(np.uint32)).sum() >= 60  # the ties are really exercised

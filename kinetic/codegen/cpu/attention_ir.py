@@ -86,9 +86,8 @@ def render_softmax(head_dim: int, heads: int, softcap: bool) -> tuple[str, str]:
     w scratch f32 [2, G, end - first]; scale and cap are f32 bit patterns. In
     `numerics.attention_online`'s order, per head and visible key: s = score * scale (then
     cap * tanhf(s)); on a new maximum ms = expf(m - s), vs = 1, else ms = 1, vs = expf(s - m) (the C
-    library's expf); S = f32(S * ms + vs in f64); acc = f16(acc * ms) (exact in f32: an f16 value
-    times an f32) where ms is not 1, then acc = f16(f32(acc + v * vs in f64)). out = acc * (1/S),
-    0 where S is 0.
+    library's expf); S = fma(S, ms, vs); acc = f16(acc * ms) (exact in f32: an f16 value times an
+    f32) where ms is not 1, then acc = f16(fma(v, vs, acc)). out = acc * (1/S), 0 where S is 0.
 
     Two passes: the first runs the scalar chain (max, expf, S) and stores ms and vs; the second
     updates the accumulators, in registers, with no calls in between, the value row widened once
@@ -122,9 +121,7 @@ def render_softmax(head_dim: int, heads: int, softcap: bool) -> tuple[str, str]:
             slot = fn.v(f"add i64 {fn.v(f'mul i64 {n}, {g}')}, {idx}")
             fn.store("float", ms, fn.gep("%w", slot, "float"), 4)
             fn.store("float", vs, fn.gep(w_vs, slot, "float"), 4)
-            td = fn.v(f"fmul double {fn.v(f'fpext float {total} to double')}, {fn.v(f'fpext float {ms} to double')}")
-            vs_d = fn.v(f"fpext float {vs} to double")
-            t_new = fn.v(f"fptrunc double {fn.v(f'fadd double {td}, {vs_d}')} to float")
+            t_new = fn.v(f"call float @llvm.fma.f32(float {total}, float {ms}, float {vs})")
             m_new = fn.v(f"select i1 {new_max}, float {s}, float {m}")
             out += [fn.v(f"select i1 {seen}, float {m_new}, float {m}"),
                     fn.v(f"select i1 {seen}, float {t_new}, float {total}")]
@@ -140,25 +137,24 @@ def render_softmax(head_dim: int, heads: int, softcap: bool) -> tuple[str, str]:
         fn.do(f"br i1 {seen}, label %{work}, label %{join}")
         fn.label(work)
         row = fn.gep("%v", fn.v(f"mul i64 {j}, %stride"), "i16")
-        vds = []
-        for c in range(chunks):
-            h = fn.load("<64 x half>", fn.gep(row, 64 * c, "i16"), 2)
-            vds.append(fn.v(f"fpext <64 x half> {h} to <64 x double>"))
-        new = []
+        scales = []
         for g in range(heads):
             slot = fn.v(f"add i64 {fn.v(f'mul i64 {n}, {g}')}, {idx}")
             ms = fn.load("float", fn.gep("%w", slot, "float"), 4)
             vs = fn.load("float", fn.gep(w_vs, slot, "float"), 4)
-            ms_v = fn.splat_value(64, "float", ms)
-            vs_d = fn.splat_value(64, "double", fn.v(f"fpext float {vs} to double"))
-            rescale = fn.v(f"fcmp une float {ms}, 1.0")
-            for c in range(chunks):
+            scales.append((fn.splat_value(64, "float", ms), fn.splat_value(64, "float", vs),
+                           fn.v(f"fcmp une float {ms}, 1.0")))
+        new = [""] * (heads * chunks)
+        for c in range(chunks):
+            h = fn.load("<64 x half>", fn.gep(row, 64 * c, "i16"), 2)
+            vf = fn.v(f"fpext <64 x half> {h} to <64 x float>")
+            for g, (ms_v, vs_v, rescale) in enumerate(scales):
                 acc = accs[g * chunks + c]
                 rounded = _round_f16(fn, fn.v(f"fmul <64 x float> {acc}, {ms_v}"))
                 scaled = fn.v(f"select i1 {rescale}, <64 x float> {rounded}, <64 x float> {acc}")
-                summed = fn.v(f"fadd <64 x double> {fn.v(f'fpext <64 x float> {scaled} to <64 x double>')}, "
-                              f"{fn.v(f'fmul <64 x double> {vds[c]}, {vs_d}')}")
-                new.append(_round_f16(fn, fn.v(f"fptrunc <64 x double> {summed} to <64 x float>")))
+                summed = fn.v(f"call <64 x float> @llvm.fma.v64f32(<64 x float> {vf}, <64 x float> {vs_v}, "
+                              f"<64 x float> {scaled})")
+                new[g * chunks + c] = _round_f16(fn, summed)
         end_work = fn.block
         fn.do(f"br label %{join}")
         fn.label(join)
@@ -175,4 +171,7 @@ def render_softmax(head_dim: int, heads: int, softcap: bool) -> tuple[str, str]:
             value = fn.v(f"fmul <64 x float> {finals[g * chunks + c]}, {inv_v}")
             fn.store("<64 x float>", value, fn.gep("%out", 4 * (g * head_dim + 64 * c)), 4)
     fn.do("ret void")
-    return module([fn], ["declare float @expf(float)", "declare float @tanhf(float)"]), fn.name
+    declarations = ["declare float @expf(float)", "declare float @tanhf(float)",
+                    "declare float @llvm.fma.f32(float, float, float)",
+                    "declare <64 x float> @llvm.fma.v64f32(<64 x float>, <64 x float>, <64 x float>)"]
+    return module([fn], declarations), fn.name

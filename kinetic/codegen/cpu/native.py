@@ -157,6 +157,17 @@ def spin_pause(typingctx):
 
 
 @intrinsic
+def fma32(typingctx, a, b, c):
+    """float32 a*b + c rounded once (llvm.fma: the hardware instruction, or libm's exact fmaf)."""
+    sig = types.float32(types.float32, types.float32, types.float32)
+
+    def codegen(context, builder, signature, args):
+        return builder.fma(*args)
+
+    return sig, codegen
+
+
+@intrinsic
 def f16_bits(typingctx, x):
     """float32 -> the bits of the nearest f16 (ties to even, overflow to inf)."""
     sig = types.uint16(types.float32)

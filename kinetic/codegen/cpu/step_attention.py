@@ -13,7 +13,7 @@ import math
 import numpy as np
 from numba import carray, njit
 
-from kinetic.codegen.cpu.native import call_scores, call_softmax, f16_value, i32_ptr, round_f16, u16_ptr
+from kinetic.codegen.cpu.native import call_scores, call_softmax, f16_value, fma32, i32_ptr, round_f16, u16_ptr
 
 F32 = np.float32
 F64 = np.float64
@@ -132,11 +132,10 @@ def attend_items(a, q, y, kp, vp, kv_width, n_head, n_kv, hd, scale, cap, window
                 else:
                     ms = _ONE
                     vs = F32(math.exp(s - m))
-                vsd = F64(vs)
                 v = vals[base: base + hd]
                 for i in range(hd):
-                    acc[i] = round_f16(F32(F64(acc[i]) + F64(f16_value(v[i])) * vsd))
-                ssum = F32(F64(ssum) * F64(ms) + vsd)
+                    acc[i] = round_f16(fma32(f16_value(v[i]), vs, acc[i]))
+                ssum = fma32(ssum, ms, vs)
             inv = _ZERO if ssum == _ZERO else _ONE / ssum
             for i in range(hd):
                 a[yo + g * hd + i] = acc[i] * inv

@@ -7,7 +7,7 @@ takes its share of each op: row-local ops split rows, matmuls split output colum
 (row, head) pairs; a barrier follows an op only where the next one reads across that split. No op
 ever splits a reduction, and each row's floats are the same sequence whatever the row count, the
 grouping or the thread count: every op here repeats `kinetic.ir.numerics` (the reference) step by
-step, including its fma emulation (an f64 product plus an f64 add, rounded once to f32).
+step, with true fmas where the reference has fma_f32.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from kinetic.codegen.cpu.native import (
     call_quantize,
     cycles,
     f16_bits,
+    fma32,
     pow2_f64,
     u16_ptr,
 )
@@ -72,8 +73,8 @@ _N_MAX = F32(192)
 
 @njit(cache=True, inline="always", error_model="numpy")
 def _fma(a, b, c):
-    """numerics.fma_f32: the f64 product (exact) plus c in f64, rounded once to f32."""
-    return F32(F64(a) * F64(b) + F64(c))
+    """numerics.fma_f32: a*b + c rounded once (the hardware fma)."""
+    return fma32(a, b, c)
 
 
 @njit(cache=True, inline="always", error_model="numpy")
