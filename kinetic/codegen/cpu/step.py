@@ -21,6 +21,7 @@ count (tests/codegen/cpu/test_cpu_step.py).
 
 from __future__ import annotations
 
+import ctypes
 import os
 import queue
 import threading
@@ -34,6 +35,7 @@ from kinetic.codegen.cpu.activation_ir import render_quantize
 from kinetic.codegen.cpu.attention_ir import heads_per_call, render_scores, render_softmax
 from kinetic.codegen.cpu.executor import BIT_EXACT
 from kinetic.codegen.cpu.jit import default_jit
+from kinetic.codegen.cpu.libm_ir import render_libm_map
 from kinetic.codegen.cpu.matmul import DEFAULT_TILE
 from kinetic.codegen.cpu.matmul_ir import render_matmul
 from kinetic.codegen.cpu.native import cycle_count, sched_yield_address
@@ -147,6 +149,13 @@ class CompiledStep:
                 ir, name = render_matmul(*key, self.variant, DEFAULT_TILE)
             self._kernels[kind, key] = self.jit.address(ir, name)
         return self._kernels[kind, key]
+
+    def _libm(self, name: str):
+        """The C library's `name` over an array, compiled (numerics.rope_cos_sin's values)."""
+        if ("libm", name) not in self._kernels:
+            signature = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)
+            self._kernels["libm", name] = signature(self.jit.address(*render_libm_map(name)))
+        return self._kernels["libm", name]
 
     def _attention_kernels(self, group: int, head_dim: int, softcap: bool) -> tuple[int, int, int]:
         """Addresses of the generated score and softmax kernels and the heads a softmax call
@@ -404,10 +413,10 @@ class CompiledStep:
         self.pass_rows = rows
         tables = _PassTables(rows, caches, self.layers)
         for (n_rot, theta, freq_scale), key in self.plan.rope_tables.items():
-            cos, sin = numerics.rope_cos_sin(rows.positions, n_rot, theta, freq_scale)
-            half = n_rot // 2
-            self.arena[self.offsets[key + ("cos",)]: self.offsets[key + ("cos",)] + n * half] = cos.reshape(-1)
-            self.arena[self.offsets[key + ("sin",)]: self.offsets[key + ("sin",)] + n * half] = sin.reshape(-1)
+            angles = numerics.rope_angles(rows.positions, n_rot, theta, freq_scale).reshape(-1)
+            for part, name in (("cos", "cosf"), ("sin", "sinf")):
+                start = self.offsets[key + (part,)]
+                self._libm(name)(angles.ctypes.data, self.arena.ctypes.data + 4 * start, angles.size)
         common = (self.arena, self.arena.ctypes.data, n, n_out, rows.output_rows.astype(np.int32),
                   rows.positions.astype(np.int32), tables.row_slot, tables.row_cidx, tables.slot_rows, tables.anc,
                   tables.kv_addr, tables.clen, tables.cpos_addr, self.gelu, self.barrier.ctypes.data,

@@ -89,3 +89,19 @@ def test_head_dims_off_the_chunk_are_not_rendered():
         render_scores(96)
     with pytest.raises(ValueError):
         render_softmax(32, 1, False)
+
+
+@pytest.mark.parametrize("name", ["cosf", "sinf", "expf", "tanhf"])
+def test_compiled_libm_map_is_the_references_libm(name):
+    """The rotary tables' compiled cosf/sinf calls give numerics.libm_f32's values (the same C library)."""
+    import ctypes
+
+    from kinetic.codegen.cpu.libm_ir import render_libm_map
+
+    rng = np.random.default_rng(5)
+    x = np.concatenate([rng.uniform(-1e5, 1e5, 100_000), rng.standard_normal(100_000) * 4]).astype(np.float32)
+    y = np.empty_like(x)
+    kernel = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)(
+        default_jit().address(*render_libm_map(name)))
+    kernel(x.ctypes.data, y.ctypes.data, x.size)
+    assert np.array_equal(_bits(y), _bits(numerics.libm_f32(name, x)))
