@@ -54,6 +54,7 @@ FLAG_BARRIER = 1  # wait for every thread after this op
 FLAG_OUTPUT_ROWS = 2  # the op works on the R output rows, not the T pass rows
 FLAG_COLUMNS = 4  # a pass of fewer rows than threads: row-local ops split columns (tape[14] wide, in tape[15] units)
 TAPE_WIDTH = 16
+CHAINS = 8  # independent float64 sums an RMS norm advances together
 
 _R23 = F32(float.fromhex("0x1.8p23"))
 _LOG2E = F32(float.fromhex("0x1.715476p+0"))
@@ -110,26 +111,61 @@ def _share(n, tid, nt):
     return n * tid // nt, n * (tid + 1) // nt
 
 
+@njit(cache=True, inline="always", error_model="numpy")
+def _sum_squares(x0, x1, x2, x3, x4, x5, x6, x7, sums):
+    """Eight sequential float64 sums of squares (each in its own order), side by side."""
+    s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = F64(0)
+    for i in range(x0.shape[0]):
+        s0 += F64(x0[i] * x0[i])
+        s1 += F64(x1[i] * x1[i])
+        s2 += F64(x2[i] * x2[i])
+        s3 += F64(x3[i] * x3[i])
+        s4 += F64(x4[i] * x4[i])
+        s5 += F64(x5[i] * x5[i])
+        s6 += F64(x6[i] * x6[i])
+        s7 += F64(x7[i] * x7[i])
+    sums[0], sums[1], sums[2], sums[3] = s0, s1, s2, s3
+    sums[4], sums[5], sums[6], sums[7] = s4, s5, s6, s7
+
+
 @njit(cache=True, error_model="numpy")
 def rms_norm_rows(a, x, y, width, group, eps, w, wsize, r0, r1, c0, c1):
-    """Rows r0..r1, writing columns c0..c1; each group's sum runs over the whole group."""
-    for r in range(r0, r1):
-        for g0 in range(0, width, group):
-            lo = max(g0, c0)
-            hi = min(g0 + group, c1)
-            if lo >= hi:
-                continue
-            s = F64(0)
-            for i in range(group):
-                v = a[x + r * width + g0 + i]
-                s += F64(v * v)
-            mean = F32(s / group)
+    """Rows r0..r1, writing columns c0..c1; each group's sum runs over the whole group, in order,
+    in float64. The sums are sequential chains, so eight (rows or groups) advance side by side."""
+    g_lo = c0 // group
+    g_hi = (c1 + group - 1) // group
+    per_row = g_hi - g_lo
+    n = (r1 - r0) * per_row
+    starts = np.empty(CHAINS, np.int64)
+    sums = np.empty(CHAINS, np.float64)
+    for base in range(0, n, CHAINS):
+        k = min(CHAINS, n - base)
+        for c in range(CHAINS):
+            chain = base + min(c, k - 1)
+            starts[c] = x + (r0 + chain // per_row) * width + (g_lo + chain % per_row) * group
+        _sum_squares(a[starts[0]: starts[0] + group], a[starts[1]: starts[1] + group],
+                     a[starts[2]: starts[2] + group], a[starts[3]: starts[3] + group],
+                     a[starts[4]: starts[4] + group], a[starts[5]: starts[5] + group],
+                     a[starts[6]: starts[6] + group], a[starts[7]: starts[7] + group], sums)
+        for c in range(k):
+            chain = base + c
+            r = r0 + chain // per_row
+            g0 = (g_lo + chain % per_row) * group
+            mean = F32(sums[c] / group)
             scale = _ONE / np.sqrt(mean + eps)
-            for c in range(lo, hi):
-                v = a[x + r * width + c] * scale
-                if w >= 0:
-                    v = v * a[w + c % wsize]
-                a[y + r * width + c] = v
+            lo, hi = max(g0, c0), min(g0 + group, c1)
+            xs = a[x + r * width + lo: x + r * width + hi]
+            ys = a[y + r * width + lo: y + r * width + hi]
+            if w < 0:
+                for i in range(hi - lo):
+                    ys[i] = xs[i] * scale
+            elif lo % wsize + (hi - lo) <= wsize:  # one stretch of the weight (the usual case)
+                ws = a[w + lo % wsize: w + lo % wsize + hi - lo]
+                for i in range(hi - lo):
+                    ys[i] = (xs[i] * scale) * ws[i]
+            else:
+                for i in range(hi - lo):
+                    ys[i] = (xs[i] * scale) * a[w + (lo + i) % wsize]
 
 
 @njit(cache=True, error_model="numpy")
