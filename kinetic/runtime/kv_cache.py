@@ -50,6 +50,7 @@ class KVCache:
         self.v = {layer: np.zeros((n_ctx, w), dtype) for layer, w in kv_width.items()}
         self.positions = np.zeros(n_ctx, np.int32)
         self.length = 0
+        self._addresses: dict[tuple, np.ndarray] = {}
 
     def committed(self, layer: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         n = self.length
@@ -57,8 +58,11 @@ class KVCache:
 
     def addresses(self, layers: list[int]) -> np.ndarray:
         """int64 [len(layers), 2]: where each layer's keys and values start (compiled code writes and
-        reads them in place)."""
-        return np.array([[self.k[layer].ctypes.data, self.v[layer].ctypes.data] for layer in layers], np.int64)
+        reads them in place). The arrays never move, so this is worked out once per layer list."""
+        key = tuple(layers)
+        if key not in self._addresses:
+            self._addresses[key] = np.array([[self.k[i].ctypes.data, self.v[i].ctypes.data] for i in layers], np.int64)
+        return self._addresses[key]
 
     def check_room(self, n: int) -> None:
         """Fail before a pass whose n new rows would not fit."""

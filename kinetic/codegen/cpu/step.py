@@ -29,6 +29,7 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
+from gguf import GGMLQuantizationType
 
 from kinetic.codegen.cpu import step_ops as S
 from kinetic.codegen.cpu.activation_ir import render_quantize
@@ -330,6 +331,8 @@ class CompiledStep:
                 self.q_offsets[key] = (slot, slot + sizes[0], slot + sizes[0] + sizes[1])
                 qfree[sizes].append((slot, last_use[key]))
         self.arena = np.zeros(top + ALIGN, F32)
+        self._angles = {key: np.zeros(self.capacity * (n_rot // 2), F32)
+                        for (n_rot, _theta, _scale), key in plan.rope_tables.items()}
         self.qarena = np.zeros(qtop + 64, np.uint8)
         for key, values in plan.constants.items():
             self.arena[self.offsets[key]: self.offsets[key] + values.size] = values
@@ -412,15 +415,16 @@ class CompiledStep:
         n_out = len(rows.output_rows)
         self.pass_rows = rows
         tables = _PassTables(rows, caches, self.layers)
+        positions = rows.positions.astype(np.int32)
         for (n_rot, theta, freq_scale), key in self.plan.rope_tables.items():
-            angles = numerics.rope_angles(rows.positions, n_rot, theta, freq_scale).reshape(-1)
+            angles = self._angles[key][: n * (n_rot // 2)]
+            S.rope_angles(positions, n_rot // 2, numerics.powf(theta, F32(-2.0) / F32(n_rot)), F32(freq_scale), angles)
             for part, name in (("cos", "cosf"), ("sin", "sinf")):
                 start = self.offsets[key + (part,)]
                 self._libm(name)(angles.ctypes.data, self.arena.ctypes.data + 4 * start, angles.size)
-        common = (self.arena, self.arena.ctypes.data, n, n_out, rows.output_rows.astype(np.int32),
-                  rows.positions.astype(np.int32), tables.row_slot, tables.row_cidx, tables.slot_rows, tables.anc,
-                  tables.kv_addr, tables.clen, tables.cpos_addr, self.gelu, self.barrier.ctypes.data,
-                  self.yield_addr, self.cycles)
+        common = (self.arena, self.arena.ctypes.data, n, n_out, rows.output_rows.astype(np.int32), positions,
+                  tables.row_slot, tables.row_cidx, tables.slot_rows, tables.anc, tables.kv_addr, tables.clen,
+                  tables.cpos_addr, self.gelu, self.barrier.ctypes.data, self.yield_addr, self.cycles)
         threads = self._threads_now()
         begin, waited = cycle_count(), 0
         for seg in self.segments:
@@ -481,9 +485,18 @@ def _take(slots: list[tuple[int, int]], phase: int) -> int | None:
 
 
 def _embed(table: Node, node: Node, step: CompiledStep):
+    raw = step.weights.tensor(table.attrs.tensor)
+    wtype = table.type.ggml_type
+
     def run(n: int, n_out: int) -> None:
-        raw = step.weights.tensor(table.attrs.tensor)
-        step.view(node.id, n)[:] = dequantize_rows(raw, table.type.ggml_type, step.pass_rows.tokens).reshape(n, -1)
+        tokens = step.pass_rows.tokens
+        if wtype == GGMLQuantizationType.Q8_0:  # the usual table: d * q per block, as gguf.quants does it
+            blocks = np.asarray(raw[tokens]).reshape(n, -1, 34)
+            d = blocks[:, :, :2].copy().view(np.float16).astype(F32)
+            q = blocks[:, :, 2:].view(np.int8).astype(F32)
+            step.view(node.id, n)[:] = (d * q).reshape(n, -1)
+        else:
+            step.view(node.id, n)[:] = dequantize_rows(raw, wtype, tokens).reshape(n, -1)
 
     return run
 

@@ -111,6 +111,17 @@ def _share(n, tid, nt):
     return n * tid // nt, n * (tid + 1) // nt
 
 
+@njit(cache=True, error_model="numpy")
+def rope_angles(positions, half, step, freq_scale, out):
+    """numerics.rope_angles into out f32 [len(positions) * half]: per row the angle starts at the
+    position and is multiplied by step in float32 for each pair, then by freq_scale."""
+    for r in range(positions.shape[0]):
+        cur = F32(positions[r])
+        for i in range(half):
+            out[r * half + i] = freq_scale * cur
+            cur = cur * step
+
+
 @njit(cache=True, inline="always", error_model="numpy")
 def _sum_squares(x0, x1, x2, x3, x4, x5, x6, x7, sums):
     """Eight sequential float64 sums of squares (each in its own order), side by side."""
