@@ -53,12 +53,12 @@ def call_quantize(typingctx, addr, x, q, d, e, n_blocks):
 
 
 @intrinsic
-def call_scores(typingctx, addr, q, k, out, stride, j0, j1):
-    """kernel(q, k, out, stride, j0, j1) for a generated attention score kernel at `addr`."""
-    sig = types.void(*([types.int64] * 7))
+def call_scores(typingctx, addr, q, k, out, stride, j0, j1, sstride):
+    """kernel(q, k, out, stride, j0, j1, sstride) for a generated attention score kernel at `addr`."""
+    sig = types.void(*([types.int64] * 8))
 
     def codegen(context, builder, signature, args):
-        _call_through(builder, args[0], args[1:4], args[4:7])
+        _call_through(builder, args[0], args[1:4], args[4:8])
         return context.get_dummy_value()
 
     return sig, codegen

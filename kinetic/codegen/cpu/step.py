@@ -158,13 +158,13 @@ class CompiledStep:
             self._kernels["libm", name] = signature(self.jit.address(*render_libm_map(name)))
         return self._kernels["libm", name]
 
-    def _attention_kernels(self, group: int, head_dim: int, softcap: bool) -> tuple[int, int, int]:
-        """Addresses of the generated score and softmax kernels and the heads a softmax call
-        carries ((0, 0, 1): the numba path)."""
+    def _attention_kernels(self, group: int, n_kv_head: int, head_dim: int, softcap: bool) -> tuple[int, int, int]:
+        """Addresses of the generated score and softmax kernels and the heads an item carries
+        ((0, 0, 1): the numba path)."""
         if head_dim % 64:
             return 0, 0, 1
-        heads = heads_per_call(group, head_dim)
-        return self._kernel("scores", head_dim), self._kernel("softmax", head_dim, heads, softcap), heads
+        heads = heads_per_call(group, n_kv_head, self.threads)
+        return self._kernel("scores", head_dim, heads), self._kernel("softmax", head_dim, heads, softcap), heads
 
     def _lower(self) -> _Plan:
         g, cap = self.graph, self.capacity
@@ -247,7 +247,8 @@ class CompiledStep:
                     scale, cap_ = F32(a.scale), F32(0)
                 plan.instrs.append(_Instr(
                     S.OP_ATTEND, [v(ins[0]), _Ref(out), layer, a.n_head, a.n_kv_head, a.head_dim, a.window,
-                                  *self._attention_kernels(a.n_head // a.n_kv_head, a.head_dim, bool(a.softcap)),
+                                  *self._attention_kernels(a.n_head // a.n_kv_head, a.n_kv_head, a.head_dim,
+                                                          bool(a.softcap)),
                                   _f32_bits(scale), _f32_bits(cap_)],
                     (scale, cap_), reads=(("v", ins[0].id), kvkey), writes=(out,)))
             elif op is Op.TAKE_ROWS:

@@ -29,6 +29,11 @@ from kinetic.codegen.cpu.native import (
 )
 from kinetic.codegen.cpu.step_attention import attend_items
 
+# numba's cache checks only this file's stamp, not those of the modules whose code it compiles in;
+# this hash of them (kept current by tests/codegen/cpu/test_cpu_step.py) changes this file whenever
+# they change, so a stale cache is never loaded.
+SOURCES_HASH = "7b46b05804cb6aec"
+
 F32 = np.float32
 F64 = np.float64
 

@@ -165,3 +165,23 @@ def test_passes_smaller_than_the_thread_count_split_columns(synthetic, threads):
     rows_barriers = step.tape[:, 1] & S.FLAG_BARRIER
     column_barriers = step.column_tape[:, 1] & S.FLAG_BARRIER
     assert np.all(column_barriers >= rows_barriers)  # the buffer plan relies on this
+
+
+def test_numba_cache_keys_track_the_modules_compiled_in():
+    """numba reuses a cached function while its own file is unchanged, even if a module it compiles
+    in changed (a stale, crashing cache); each such file carries a hash of those modules."""
+    import hashlib
+    from pathlib import Path
+
+    from kinetic.codegen.cpu import step_attention
+
+    here = Path(S.__file__).parent
+
+    def digest(*names):
+        h = hashlib.sha256()
+        for name in names:
+            h.update((here / name).read_bytes())
+        return h.hexdigest()[:16]
+
+    assert step_attention.SOURCES_HASH == digest("native.py"), "update SOURCES_HASH in step_attention.py"
+    assert S.SOURCES_HASH == digest("native.py", "step_attention.py"), "update SOURCES_HASH in step_ops.py"

@@ -47,8 +47,8 @@ def _attend(q, keys, vals, mask, a, kernels: bool) -> np.ndarray:
     score_fn = softmax_fn = 0
     heads = 1
     if kernels and hd % 64 == 0:
-        heads = heads_per_call(nh // nkv, hd)
-        score_fn = default_jit().address(*render_scores(hd))
+        heads = heads_per_call(nh // nkv, nkv, 1)
+        score_fn = default_jit().address(*render_scores(hd, heads))
         softmax_fn = default_jit().address(*render_softmax(hd, heads, bool(a.softcap)))
     kp, vp = np.array([keys.ctypes.data], np.int64), np.array([vals.ctypes.data], np.int64)
     positions = row_slot = np.zeros(n, np.int32)
