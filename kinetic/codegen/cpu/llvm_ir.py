@@ -72,6 +72,12 @@ class Function:
     def store(self, ty: str, value: str, ptr: str, align: int = 1) -> None:
         self.do(f"store {ty} {value}, ptr {ptr}, align {align}")
 
+    def prefetch(self, base: str, offset: str | int) -> None:
+        """A read prefetch into all cache levels; the address may lie past the end of the data (no
+        `inbounds`, and prefetches do not fault)."""
+        ptr = self.v(f"getelementptr i8, ptr {base}, i64 {offset}")
+        self.do(f"call void @llvm.prefetch.p0(ptr {ptr}, i32 0, i32 3, i32 1)")
+
     def load_f16(self, ptr: str) -> str:
         """A little-endian f16 at ptr, widened to float."""
         h = self.load("half", ptr, 1)
@@ -87,9 +93,10 @@ class Function:
         end: str | int,
         carried: Sequence[tuple[str, str]],
         body: Callable[[str, list[str]], list[str]],
-        step: int = 1,
+        step: int | str = 1,
     ) -> list[str]:
-        """for (i = start; i < end; i += step) with values carried through phis; returns their finals."""
+        """for (i = start; i < end; i += step) with values carried through phis; returns their finals.
+        `step` is a constant or an i64 value computed before the loop."""
         pre = self.block
         head, loop_body, done = self.fresh("head"), self.fresh("body"), self.fresh("done")
         self.do(f"br label %{head}")

@@ -7,9 +7,14 @@ Owns: the loops and the order of summation. One kernel per (weight type, K, vari
             copy the tile's d_x (and s) into a [block][row] scratch, once per tile and chunk
             for n in the chunk:
                 for b in blocks of K:       # the weight block is decoded once per tile
-    for n in [n0, n1), for each leftover row alone (all rows when M < T, e.g. decode):
+    leftover rows (all rows when M < T, e.g. decode), each alone:
+        block-32 types: for each leftover row (column chunks of ~128 KB when several rows are left):
+            for n, n+1 in column pairs of [n0, n1):     # two weight rows per vector, see _pairs
+                for b in blocks of K: (per row as below)
+        k-quants: for n in [n0, n1), for each leftover row:
             for b in blocks of K:
                 per row: isum = sum over the block's chunks of lane_scale * dot8  (exact int32 lanes)
+                         isum -= offset * (sum of each 4 activations)             (Q4_0, Q5_0, Q8_0 on VNNI)
                          isum -= pair sums of offsets * xsum16                    (Q6_K)
                 "lanes" order (block-32 types, Q5_K, Q6_K):
                          acc  = fma(d_w * d_x, float(isum), acc)                  (8 float lanes)
@@ -28,7 +33,11 @@ In a tile the per-row float operations run as 8-row vectors (d_w * d_x for 8 row
 Q4_1/Q5_1's m * s and Q4_K's two fmas on 8 rows' accumulators, Q4_K's integer lane sums of 8 rows
 reduced together by a transpose-add tree), each lane one row's own operation on the same operands.
 Integer sums are exact, so how they are grouped (k-quant scales through pmaddubsw + vpdpwssd, two
-accumulator chains) is free.
+accumulator chains; Q4_K alone on VNNI through 512-bit vectors; weights with an offset taken unsigned,
+the offset times the activations' sums of 4 precomputed once per row and used as vpdpbusd's starting
+value) is free.
+Decode (a row alone) of block-32 types runs two adjacent weight rows at once (`_pairs`): one fma
+chain per row is latency-bound at 4 cycles per block, two rows' chains in one vector are not.
 A row's float operations are the same sequence whatever T, M, [n0, n1) or the variant, so results
 are bit-identical across batch sizes, tilings, thread counts and variants. The reduction dimension is
 never split.
@@ -36,15 +45,17 @@ never split.
 
 from __future__ import annotations
 
-from kinetic.codegen.cpu.llvm_ir import Function, const_vec, module
+from kinetic.codegen.cpu.llvm_ir import Function, const_vec, module, splat
 from kinetic.codegen.cpu.quant_blocks import LAYOUTS, Block, Layout
-from kinetic.codegen.cpu.target import DECLARATIONS, dot8, dot8_scaled
+from kinetic.codegen.cpu.target import DECLARATIONS, dot8, dot8_acc, dot8_scaled
 
 FLOAT_DECLARATIONS = [
     "declare <8 x float> @llvm.fma.v8f32(<8 x float>, <8 x float>, <8 x float>)",
     "declare float @llvm.fma.f32(float, float, float)",
+    "declare <2 x float> @llvm.fma.v2f32(<2 x float>, <2 x float>, <2 x float>)",
     "declare i32 @llvm.vector.reduce.add.v8i32(<8 x i32>)",
     "declare i32 @llvm.vector.reduce.add.v16i32(<16 x i32>)",
+    "declare void @llvm.prefetch.p0(ptr, i32, i32, i32)",
 ]
 
 PARAMS = [
@@ -64,11 +75,34 @@ def kernel_name(layout: Layout, k: int, variant: str, tile: int) -> str:
     return f"kin_mm_{layout.wtype.name.lower()}_k{k}_{variant}_t{tile}"
 
 
-class _Rows:
-    """Per-row pointers into the quantized activations."""
+def _row_offset(layout: Layout, variant: str) -> int:
+    """The weight offset the kernel subtracts through activation sums (0: none). Q8_0's is 128 (its
+    signed bytes flipped to unsigned) on VNNI only: AVX2's pmaddubsw would saturate on 255 * 127 * 2."""
+    return layout.offset if layout.offset < 128 or variant == "vnni" else 0
 
-    def __init__(self, fn: Function, r: str, k: int, layout: Layout):
+
+def _fill_corrections(fn: Function, layout: Layout, variant: str, k: int, r: str, dst: str) -> None:
+    """dst[b] <- <8 x i32>: -offset * (the sum of each 4 activations of block b of row r), exact."""
+    off = _row_offset(layout, variant)
+    xq = fn.gep("%xq", fn.v(f"mul i64 {r}, {k}"))
+    ones = splat("i8", off if off < 128 else off - 256)
+
+    def body(b: str, _c: list[str]) -> list[str]:
+        x = fn.load("<32 x i8>", fn.gep(xq, fn.v(f"mul i64 {b}, 32")))
+        total = dot8(fn, variant, ones, x, False)
+        neg = fn.v(f"sub <8 x i32> zeroinitializer, {total}")
+        fn.store("<8 x i32>", neg, fn.gep(dst, fn.v(f"mul i64 {b}, 8"), "i32"), 32)
+        return []
+
+    fn.loop(0, k // 32, [], body)
+
+
+class _Rows:
+    """Per-row pointers into the quantized activations (and the row's offset corrections, if any)."""
+
+    def __init__(self, fn: Function, r: str, k: int, layout: Layout, corr: str | None = None):
         self.r = r
+        self.corr = corr
         self.xq = fn.gep("%xq", fn.v(f"mul i64 {r}, {k}"))
         self.xd = fn.gep("%xd", fn.v(f"mul i64 {r}, {k // layout.block}"), "float")
         extra = {"q8_1": (k // 32, "float"), "q8_k": (k // 16, "i32")}.get(layout.activation)
@@ -92,7 +126,12 @@ def _block_dot(fn: Function, variant: str, blk: Block, row: _Rows, b: str, block
                 for other in chains[1 : len(blk.chunks)]:
                     total = fn.v(f"add <8 x i32> {total}, {other}")
             continue
-        p = dot8(fn, variant, chunk.w, x, chunk.signed)
+        if row.corr is not None:  # unsigned weights (flipped if signed) minus offset * quad sums
+            w = fn.v(f"xor <32 x i8> {chunk.w}, {splat('i8', -128)}") if chunk.signed else chunk.w
+            corr = fn.load("<8 x i32>", fn.gep(row.corr, fn.v(f"mul i64 {b}, 8"), "i32"), 32)
+            p = dot8_acc(fn, variant, corr, w, x, False)
+        else:
+            p = dot8(fn, variant, chunk.w, x, chunk.signed)
         if chunk.lane_scale is not None:
             p = fn.v(f"mul <8 x i32> {p}, {chunk.lane_scale}")
         total = p if total is None else fn.v(f"add <8 x i32> {total}, {p}")
@@ -138,6 +177,37 @@ def _accumulate_scalar(fn: Function, blk: Block, row: _Rows, b: str, isum: str, 
     return acc, accm
 
 
+def _accumulate_wide(fn: Function, layout: Layout, row: _Rows, wrow: str, b: str, acc: str) -> str:
+    """Q4_K on VNNI, one row: <2 x float> [acc, accm] <- fma([float(iacc), float(imin)],
+    [d_w * d_x, dmin * d_x], [acc, accm]): the scalar order's two fmas as the lanes of one. 512-bit
+    pmaddubsw + vpdpwssd over 64 weights at a time, and the integer totals iacc, imin reduced together."""
+    blk_ptr = fn.gep(wrow, fn.v(f"mul i64 {b}, {layout.block_bytes}"))
+    blk = layout.decode_wide(fn, blk_ptr)
+    xb = fn.gep(row.xq, fn.v(f"mul i64 {b}, 256"))
+    chains = ["zeroinitializer"] * 2
+    for p in range(4):
+        x = fn.load("<64 x i8>", fn.gep(xb, 64 * p))
+        pairs = fn.v(f"call <32 x i16> @llvm.x86.avx512.pmaddubs.w.512(<64 x i8> {blk.quants[p]}, <64 x i8> {x})")
+        chains[p % 2] = fn.v(f"call <16 x i32> @llvm.x86.avx512.vpdpwssd.512(<16 x i32> {chains[p % 2]}, "
+                             f"<32 x i16> {pairs}, <32 x i16> {blk.scales[p]})")
+    t16 = fn.v(f"add <16 x i32> {chains[0]}, {chains[1]}")
+    sums = fn.v(f"trunc <16 x i32> {_sums16(fn, row, b)} to <16 x i16>")  # |sum of 16 int8| < 2^15
+    m8 = fn.v(f"call <8 x i32> @llvm.x86.avx2.pmadd.wd(<16 x i16> {blk.mins}, <16 x i16> {sums})")
+    t8 = _fold16(fn, t16)
+    lo = fn.v(f"shufflevector <8 x i32> {t8}, <8 x i32> {m8}, {const_vec('i32', [0, 1, 2, 3, 8, 9, 10, 11])}")
+    hi = fn.v(f"shufflevector <8 x i32> {t8}, <8 x i32> {m8}, {const_vec('i32', [4, 5, 6, 7, 12, 13, 14, 15])}")
+    v = fn.v(f"add <8 x i32> {lo}, {hi}")  # [iacc partials x4 | imin partials x4]
+    for swap in ([2, 3, 0, 1, 6, 7, 4, 5], [1, 0, 3, 2, 5, 4, 7, 6]):
+        mask = const_vec("i32", swap)
+        v = fn.v(f"add <8 x i32> {v}, {fn.v(f'shufflevector <8 x i32> {v}, <8 x i32> poison, {mask}')}")
+    both = fn.v(f"shufflevector <8 x i32> {v}, <8 x i32> poison, {const_vec('i32', [0, 4])}")
+    ints = fn.v(f"sitofp <2 x i32> {both} to <2 x float>")
+    dmin = fn.v(f"fpext <2 x half> {fn.load('<2 x half>', blk_ptr)} to <2 x float>")
+    dx = fn.load("float", fn.gep(row.xd, b, "float"), 4)
+    scale = fn.v(f"fmul <2 x float> {dmin}, {fn.splat_value(2, 'float', dx)}")
+    return fn.v(f"call <2 x float> @llvm.fma.v2f32(<2 x float> {ints}, <2 x float> {scale}, <2 x float> {acc})")
+
+
 def _accumulate(fn: Function, layout: Layout, variant: str, rows: list[_Rows], wrow: str, b: str, accs: list[str]):
     blk = layout.decode(fn, fn.gep(wrow, fn.v(f"mul i64 {b}, {layout.block_bytes}")))
     new_acc, new_min = [], []
@@ -178,9 +248,18 @@ def _row_tile(fn: Function, layout: Layout, variant: str, k: int, wrow: str, n: 
     has_min = layout.has_min
     carried = [("float" if scalar else "<8 x float>", "0.0" if scalar else "zeroinitializer")] * tile
     carried += [("float", "0.0")] * tile if has_min else []
-    finals = fn.loop(
-        0, k // layout.block, carried, lambda b, accs: _accumulate(fn, layout, variant, rows, wrow, b, accs)
-    )
+    wide = tile == 1 and variant == "vnni" and layout.decode_wide is not None
+    if wide:
+        carried = [("<2 x float>", "zeroinitializer")]
+
+    def step(b: str, accs: list[str]) -> list[str]:
+        if wide:
+            return [_accumulate_wide(fn, layout, rows[0], wrow, b, accs[0])]
+        return _accumulate(fn, layout, variant, rows, wrow, b, accs)
+
+    finals = fn.loop(0, k // layout.block, carried, step)
+    if wide:
+        finals = [fn.v(f"extractelement <2 x float> {finals[0]}, i64 {i}") for i in range(2)]
     for i, row in enumerate(rows):
         if scalar:
             y = fn.v(f"fsub float {finals[i]}, {finals[tile + i]}")
@@ -310,7 +389,8 @@ def _transpose_scales(fn: Function, src: str, per_row: int, first_row: str, t: i
     fn.loop(0, per_row, [], body)
 
 
-def _tiles(fn: Function, layout: Layout, variant: str, k: int, tile: int, dxt: str, st: str | None) -> str:
+def _tiles(fn: Function, layout: Layout, variant: str, k: int, tile: int, dxt: str, st: str | None,
+           corr: str | None) -> str:
     """All full tiles of `tile` rows over [n0, n1), in column chunks; returns the first leftover row."""
     nb = k // layout.block
     row_bytes = nb * layout.block_bytes
@@ -328,7 +408,14 @@ def _tiles(fn: Function, layout: Layout, variant: str, k: int, tile: int, dxt: s
             _transpose_scales(fn, "%xd", nb, first, tile, groups, dxt)
             if layout.activation == "q8_1":
                 _transpose_scales(fn, "%xe", k // 32, first, tile, groups, st)
-            rows = [_Rows(fn, fn.v(f"add i64 {first}, {i}"), k, layout) for i in range(tile)]
+            rows = []
+            for i in range(tile):
+                r = fn.v(f"add i64 {first}, {i}")
+                rc = None
+                if corr is not None:
+                    rc = fn.gep(corr, i * (k // 4), "i32")
+                    _fill_corrections(fn, layout, variant, k, r, rc)
+                rows.append(_Rows(fn, r, k, layout, rc))
 
             def column(n: str, _c3: list[str]) -> list[str]:
                 wrow = fn.gep("%w", fn.v(f"mul i64 {n}, {row_bytes}"))
@@ -364,12 +451,143 @@ def _tiles(fn: Function, layout: Layout, variant: str, k: int, tile: int, dxt: s
     return fn.v(f"mul i64 {tiles}, {tile}")
 
 
+# ---- leftover rows of block-32 types (decode): two weight rows at a time ------------------------------
+#
+# One row's float work per block is a chain of dependent operations (the fma into its accumulator),
+# so a column alone runs at the fma latency per block. Two adjacent weight rows (a, c) run together:
+# their block b is decoded into one PairBlock, whose two dot8s give [a's lanes 0-3 | c's lanes 0-3]
+# and [a's lanes 4-7 | c's lanes 4-7]; the float side is the same per-lane operations, two rows per
+# vector: [d_a, m_a, d_c, m_c] converted at once, times the row's [d_x, s_x, d_x, s_x] (a scratch per
+# block, so d_w * d_x and m * s are one multiply), then fma(d_w * d_x, float(lanes), acc) on both
+# halves and accm + m * s on a vector whose lanes 1 and 3 are a's and c's accm. The final sums are the
+# single-row tree ((a0+a4) + (a2+a6)) + ((a1+a5) + (a3+a7)) + accm, two rows per vector operation.
+# An odd last column pairs with itself. A software prefetch reads the pairs PREFETCH_BYTES ahead:
+# without it the two interleaved rows defeat the hardware prefetcher (2-4x slower from memory).
+
+PREFETCH_BYTES = 4096  # how far ahead of a pair of rows its software prefetch reads (whole pairs)
+
+
+def _pair_sum(fn: Function, finals: list[str], has_min: bool) -> str:
+    """<2 x float> [y_a, y_c] from the pair's accumulators, each the single-row sequence of fadds."""
+    s8 = fn.v(f"fadd <8 x float> {finals[0]}, {finals[1]}")  # lane i: acc_i + acc_(i+4) of a, then of c
+
+    def pick(v: str, n: int, idx: list[int]) -> str:
+        return fn.v(f"shufflevector <{n} x float> {v}, <{n} x float> poison, {const_vec('i32', idx)}")
+
+    t4 = fn.v(f"fadd <4 x float> {pick(s8, 8, [0, 1, 4, 5])}, {pick(s8, 8, [2, 3, 6, 7])}")
+    y = fn.v(f"fadd <2 x float> {pick(t4, 4, [0, 2])}, {pick(t4, 4, [1, 3])}")
+    if has_min:
+        y = fn.v(f"fadd <2 x float> {y}, {pick(finals[2], 4, [1, 3])}")
+    return y
+
+
+def _pair_scratch(fn: Function, layout: Layout, variant: str, k: int) -> tuple[str, str | None]:
+    """Stack scratch of one row for `_pairs` (allocated in the entry block): [d_x, s_x, d_x, s_x] per
+    block and, for offset types, the row's corrections (K bytes together with the scales' K/2)."""
+    xs = fn.v(f"alloca float, i64 {4 * (k // 32)}, align 32")
+    return xs, fn.v(f"alloca i32, i64 {k // 4}, align 32") if _row_offset(layout, variant) else None
+
+
+def _pairs(fn: Function, layout: Layout, variant: str, k: int, first_row: str, xs: str, corr: str | None) -> None:
+    """Columns [n0, n1) for rows [first_row, m), two columns at a time. With one row (decode) all
+    columns run in one sweep; with more, in chunks of ~CHUNK_BYTES so the rows reuse them from L2."""
+    nb, bb = k // 32, layout.block_bytes
+    rb = nb * bb
+    offset = _row_offset(layout, variant)
+    cols = fn.v("sub i64 %n1, %n0")
+    all_cols = fn.v(f"select i1 {fn.v(f'icmp sgt i64 {cols}, 0')}, i64 {cols}, i64 1")
+    several = fn.v(f"icmp sgt i64 {fn.v(f'sub i64 %m, {first_row}')}, 1")
+    step = fn.v(f"select i1 {several}, i64 {max(2, CHUNK_BYTES // rb // 2 * 2)}, i64 {all_cols}")
+    has_min = layout.has_min
+    ahead = -(-PREFETCH_BYTES // (2 * rb)) * 2 * rb
+    dup4 = const_vec("i32", [0, 1, 2, 3] * 2)
+    dup16 = const_vec("i32", list(range(16)) * 2)
+
+    def fill_scales(r: str) -> None:  # xs[b] = [d_x, s_x, d_x, s_x] (s_x: Q8_1's, else 0)
+        xd = fn.gep("%xd", fn.v(f"mul i64 {r}, {nb}"), "float")
+        xe = fn.gep("%xe", fn.v(f"mul i64 {r}, {nb}"), "float") if layout.activation == "q8_1" else None
+
+        def body(b: str, _c: list[str]) -> list[str]:
+            dx = fn.load("float", fn.gep(xd, b, "float"), 4)
+            v = fn.v(f"insertelement <4 x float> zeroinitializer, float {dx}, i64 0")
+            if xe is not None:
+                v = fn.v(f"insertelement <4 x float> {v}, float {fn.load('float', fn.gep(xe, b, 'float'), 4)}, i64 1")
+            v = fn.v(f"shufflevector <4 x float> {v}, <4 x float> poison, {const_vec('i32', [0, 1, 0, 1])}")
+            fn.store("<4 x float>", v, fn.gep(xs, fn.v(f"mul i64 {b}, 4"), "float"), 16)
+            return []
+
+        fn.loop(0, nb, [], body)
+
+    def pair(xrow: str, orow: str, p: str, c1: str) -> None:
+        q = fn.v(f"add i64 {p}, 1")
+        last = fn.v(f"sub i64 {c1}, 1")
+        q = fn.v(f"select i1 {fn.v(f'icmp slt i64 {q}, {c1}')}, i64 {q}, i64 {last}")
+        wa = fn.gep("%w", fn.v(f"mul i64 {p}, {rb}"))
+        wc = fn.gep("%w", fn.v(f"mul i64 {q}, {rb}"))
+
+        def block(b: str, accs: list[str]) -> list[str]:
+            at = fn.v(f"mul i64 {b}, {bb}")
+            if PREFETCH_BYTES:
+                fn.prefetch(wa, fn.v(f"add i64 {fn.v(f'mul i64 {b}, {2 * bb}')}, {ahead}"))
+            a, c = fn.gep(wa, at), fn.gep(wc, at)
+            pb = layout.decode_pair(fn, a, c)
+            h = fn.v(f"shufflevector <2 x half> {fn.load('<2 x half>', a)}, <2 x half> {fn.load('<2 x half>', c)}, "
+                     f"{const_vec('i32', range(4))}")
+            xs4 = fn.load("<4 x float>", fn.gep(xs, fn.v(f"mul i64 {b}, 4"), "float"), 16)
+            prod = fn.v(f"fmul <4 x float> {fn.v(f'fpext <4 x half> {h} to <4 x float>')}, {xs4}")
+            scale = fn.v(f"shufflevector <4 x float> {prod}, <4 x float> poison, {const_vec('i32', [0] * 4 + [2] * 4)}")
+            xb = fn.gep(xrow, fn.v(f"mul i64 {b}, 32"))
+            xl = fn.v(f"shufflevector <16 x i8> {fn.load('<16 x i8>', xb)}, <16 x i8> poison, {dup16}")
+            xh = fn.v(f"shufflevector <16 x i8> {fn.load('<16 x i8>', fn.gep(xb, 16))}, <16 x i8> poison, {dup16}")
+            if offset:
+                cb = fn.gep(corr, fn.v(f"mul i64 {b}, 8"), "i32")  # two 16-byte broadcast loads
+                cl = fn.v(f"shufflevector <4 x i32> {fn.load('<4 x i32>', cb, 16)}, <4 x i32> poison, {dup4}")
+                c_hi = fn.load("<4 x i32>", fn.gep(cb, 4, "i32"), 16)
+                ch = fn.v(f"shufflevector <4 x i32> {c_hi}, <4 x i32> poison, {dup4}")
+                flip = (lambda w: fn.v(f"xor <32 x i8> {w}, {splat('i8', -128)}")) if pb.signed else (lambda w: w)
+                il = dot8_acc(fn, variant, cl, flip(pb.low), xl, False)
+                ih = dot8_acc(fn, variant, ch, flip(pb.high), xh, False)
+            else:
+                il = dot8(fn, variant, pb.low, xl, pb.signed)
+                ih = dot8(fn, variant, pb.high, xh, pb.signed)
+            new = [_fma8(fn, scale, fn.v(f"sitofp <8 x i32> {v} to <8 x float>"), acc)
+                   for v, acc in zip((il, ih), accs[:2], strict=True)]
+            if has_min:
+                new.append(fn.v(f"fadd <4 x float> {accs[2]}, {prod}"))
+            return new
+
+        carried = [("<8 x float>", "zeroinitializer")] * 2 + [("<4 x float>", "zeroinitializer")] * has_min
+        y = _pair_sum(fn, fn.loop(0, nb, carried, block), has_min)
+        for i, n in enumerate((p, q)):
+            e = fn.v(f"extractelement <2 x float> {y}, i64 {i}")
+            fn.store("float", e, fn.gep(orow, n, "float"), 4)
+
+    def chunk(c0: str, _c: list[str]) -> list[str]:
+        end = fn.v(f"add i64 {c0}, {step}")
+        c1 = fn.v(f"select i1 {fn.v(f'icmp slt i64 {end}, %n1')}, i64 {end}, i64 %n1")
+
+        def row(r: str, _c2: list[str]) -> list[str]:
+            fill_scales(r)
+            if offset:
+                _fill_corrections(fn, layout, variant, k, r, corr)
+            xrow = fn.gep("%xq", fn.v(f"mul i64 {r}, {k}"))
+            orow = fn.gep("%out", fn.v(f"mul i64 {r}, %ldo"), "float")
+            fn.loop(c0, c1, [], lambda p, _c3: pair(xrow, orow, p, c1) or [], step=2)
+            return []
+
+        fn.loop(first_row, "%m", [], row)
+        return []
+
+    fn.loop("%n0", "%n1", [], chunk, step=step)
+
+
 def render_matmul(wtype, k: int, variant: str, tile: int) -> tuple[str, str]:
     """(module IR text, function name) for one specialized kernel."""
     layout = LAYOUTS[wtype]
     if k % layout.block:
         raise ValueError(f"{wtype.name} needs K a multiple of {layout.block}, got {k}")
     fn = Function(kernel_name(layout, k, variant, tile), PARAMS)
+    pair_scratch = _pair_scratch(fn, layout, variant, k) if layout.decode_pair is not None else None
     first_single = "0"
     if tile > 1:
         size = -(-tile // GROUP) * GROUP * (k // layout.block)
@@ -377,7 +595,13 @@ def render_matmul(wtype, k: int, variant: str, tile: int) -> tuple[str, str]:
         st = None
         if layout.activation == "q8_1":
             st = fn.v(f"alloca float, i64 {-(-tile // GROUP) * GROUP * (k // 32)}, align 32")
-        first_single = _tiles(fn, layout, variant, k, tile, dxt, st)
-    fn.loop("%n0", "%n1", [], lambda n, _c: _singles(fn, layout, variant, k, n, first_single) or [])
+        corr = None
+        if _row_offset(layout, variant):
+            corr = fn.v(f"alloca i32, i64 {tile * (k // 4)}, align 32")
+        first_single = _tiles(fn, layout, variant, k, tile, dxt, st, corr)
+    if layout.decode_pair is not None:
+        _pairs(fn, layout, variant, k, first_single, *pair_scratch)
+    else:
+        fn.loop("%n0", "%n1", [], lambda n, _c: _singles(fn, layout, variant, k, n, first_single) or [])
     fn.do("ret void")
     return module([fn], DECLARATIONS[variant] + FLOAT_DECLARATIONS), fn.name

@@ -47,6 +47,34 @@ class Block:
 
 
 @dataclass(frozen=True)
+class PairBlock:
+    """Block b of two weight rows a and c, as 32 bytes per half: `low` = [elements 0..15 of a |
+    elements 0..15 of c], `high` = [elements 16..31 of a | of c]. Against activations
+    [x0..15 | x0..15] and [x16..31 | x16..31] a dot8 gives [a's lanes 0-3 | c's lanes 0-3] and
+    [a's lanes 4-7 | c's lanes 4-7]: each row's own exact lane sums, two rows per instruction and no
+    shuffle to pair the nibbles. `signed`: Q8_0's bytes (flipped to unsigned by the kernel on VNNI);
+    the others are unsigned, their offset subtracted through the activation sums (Layout.offset).
+    The float scales (f16 d at byte 0, m at byte 2) are read by the kernel."""
+
+    low: str
+    high: str
+    signed: bool = False
+
+
+@dataclass(frozen=True)
+class WideBlock:
+    """Q4_K's super-block for 512-bit VNNI (one row alone): `quants[p]` = <64 x i8> elements
+    64p..64p+63 (chunk 2p, the low nibbles of 32 bytes, then chunk 2p+1, their high nibbles),
+    `scales[p]` = <32 x i16> sub-block scale 2p in the first 16 words, 2p+1 in the last 16 (so
+    `vpdpwssd` on `pmaddubsw`'s pair sums multiplies each by its scale), `mins` = <16 x i16> min j
+    at words 2j and 2j+1 (one per Q8_K sum of 16)."""
+
+    quants: list[str]
+    scales: list[str]
+    mins: str
+
+
+@dataclass(frozen=True)
 class Layout:
     wtype: Q
     block: int
@@ -57,6 +85,14 @@ class Layout:
     # how the float side sums (matmul_ir): "lanes" keeps 8 float lanes per row; "scalar" sums the
     # block's int32 lanes first and keeps one float accumulator (Q4_K, ggml's repacked gemv)
     float_order: str = "lanes"
+    # weights stored with an offset (Q4_0 8, Q5_0 16; Q8_0 128 once its signed bytes are flipped to
+    # unsigned): the dot takes them unsigned and subtracts offset * (sum of each 4 activations), an
+    # exact integer computed once per activation row, instead of sign tricks per weight block
+    offset: int = 0
+    # block-32 types: two weight rows' block b decoded together (`PairBlock`), for the decode path
+    decode_pair: Callable[[Function, str, str], PairBlock] | None = None
+    # Q4_K: the super-block as 512-bit vectors (`WideBlock`), for VNNI's single-row path
+    decode_wide: Callable[[Function, str], WideBlock] | None = None
 
 
 CONCAT_16 = const_vec("i32", range(32))
@@ -92,18 +128,13 @@ def _f16s(fn: Function, ptr: str, n: int) -> list[str]:
     return [fn.v(f"extractelement <4 x float> {v}, i64 {i}") for i in range(n)]
 
 
-def _offset(fn: Function, w: str, k: int) -> str:
-    return fn.v(f"sub <32 x i8> {w}, {splat('i8', k)}")
-
-
 def _decode_q8_0(fn: Function, blk: str) -> Block:
     w = fn.load("<32 x i8>", fn.gep(blk, 2))
     return Block([Chunk(w, True)], _f16s(fn, blk, 1)[0])
 
 
-def _decode_q4_0(fn: Function, blk: str) -> Block:
-    w = _offset(fn, _legacy_quants(fn, fn.gep(blk, 2)), 8)
-    return Block([Chunk(w, True)], _f16s(fn, blk, 1)[0])
+def _decode_q4_0(fn: Function, blk: str) -> Block:  # unsigned 0..15, Layout.offset 8
+    return Block([Chunk(_legacy_quants(fn, fn.gep(blk, 2)), False)], _f16s(fn, blk, 1)[0])
 
 
 def _decode_q4_1(fn: Function, blk: str) -> Block:
@@ -112,9 +143,9 @@ def _decode_q4_1(fn: Function, blk: str) -> Block:
     return Block([Chunk(w, False)], d, min_scale=m)
 
 
-def _decode_q5_0(fn: Function, blk: str) -> Block:
+def _decode_q5_0(fn: Function, blk: str) -> Block:  # unsigned 0..31, Layout.offset 16
     w = _with_high_bits(fn, _legacy_quants(fn, fn.gep(blk, 6)), fn.gep(blk, 2))
-    return Block([Chunk(_offset(fn, w, 16), True)], _f16s(fn, blk, 1)[0])
+    return Block([Chunk(w, False)], _f16s(fn, blk, 1)[0])
 
 
 def _decode_q5_1(fn: Function, blk: str) -> Block:
@@ -173,6 +204,30 @@ def _decode_q4_k(fn: Function, blk: str) -> Block:
     return Block(chunks, d, dmin, _k4_mins16(fn, s32))
 
 
+def _decode_q4_k_wide(fn: Function, blk: str) -> WideBlock:
+    sm = _k4_scales(fn, fn.gep(blk, 4))
+    s16 = fn.v(f"zext <16 x i8> {sm} to <16 x i16>")
+    # the 8 scales as words in each 128-bit lane, then per pair one in-lane byte shuffle (vpshufb, as
+    # ggml's AVX2 kernel does): cross-lane word shuffles cost twice as much on 512-bit vectors
+    s8 = fn.v(f"shufflevector <16 x i16> {s16}, <16 x i16> poison, {const_vec('i32', list(range(8)) * 4)}")
+    lanes = fn.v(f"bitcast <32 x i16> {s8} to <64 x i8>")
+    scales = []
+    for p in range(4):
+        ctrl = [byte for lane in range(4) for byte in [2 * (2 * p + lane // 2), 2 * (2 * p + lane // 2) + 1] * 8]
+        sh = fn.v(f"call <64 x i8> @llvm.x86.avx512.pshuf.b.512(<64 x i8> {lanes}, {const_vec('i8', ctrl)})")
+        scales.append(fn.v(f"bitcast <64 x i8> {sh} to <32 x i16>"))
+    pick = const_vec("i32", [8 + j // 2 for j in range(16)])
+    mins = fn.v(f"shufflevector <16 x i16> {s16}, <16 x i16> poison, {pick}")
+    shifts = const_vec("i16", [0] * 16 + [4] * 16)
+    quants = []
+    for p in range(4):  # [q & 15 | q >> 4] of the same 32 bytes: a broadcast, one variable word shift, one and
+        raw = fn.load("<32 x i8>", fn.gep(blk, 16 + 32 * p))
+        both = fn.v(f"shufflevector <32 x i8> {raw}, <32 x i8> poison, {const_vec('i32', list(range(32)) * 2)}")
+        words = fn.v(f"lshr <32 x i16> {fn.v(f'bitcast <64 x i8> {both} to <32 x i16>')}, {_bare(shifts)}")
+        quants.append(fn.v(f"and <64 x i8> {fn.v(f'bitcast <32 x i16> {words} to <64 x i8>')}, {splat('i8', 15)}"))
+    return WideBlock(quants, scales, mins)
+
+
 def _bit_plane(fn: Function, qh: str, shift: int, mask: int) -> str:
     """((qh >> shift) & mask) << 4 on <32 x i8>: high bits moved above a nibble."""
     shifted = fn.v(f"lshr <32 x i8> {qh}, {splat('i8', shift)}")
@@ -221,15 +276,67 @@ def _decode_q6_k(fn: Function, blk: str) -> Block:
     return Block(chunks, fn.load_f16(fn.gep(blk, 208)), offsets=offsets)
 
 
+# ---- two rows' block at once (PairBlock) ---------------------------------------------------------
+
+
+def _concat16(fn: Function, a: str, c: str) -> str:
+    """<32 x i8>: 16 bytes at a, then 16 bytes at c."""
+    lo, hi = fn.load("<16 x i8>", a), fn.load("<16 x i8>", c)
+    return fn.v(f"shufflevector <16 x i8> {lo}, <16 x i8> {hi}, {CONCAT_16}")
+
+
+def _pair_nibbles(fn: Function, qa: str, qc: str) -> tuple[str, str]:
+    """Q4/Q5 nibbles of two rows: byte j of each row holds element j (low) and element j + 16 (high)."""
+    raw = _concat16(fn, qa, qc)
+    low = fn.v(f"and <32 x i8> {raw}, {splat('i8', 15)}")
+    high = fn.v(f"lshr <32 x i8> {raw}, {splat('i8', 4)}")
+    return low, high
+
+
+def _or_bits(fn: Function, w: str, mask: str) -> str:
+    """Set bit 4 of byte j of w where bit j of the i32 mask is set."""
+    bits = fn.v(f"bitcast i32 {mask} to <32 x i1>")
+    set4 = fn.v(f"or <32 x i8> {w}, {splat('i8', 16)}")
+    return fn.v(f"select <32 x i1> {bits}, <32 x i8> {set4}, <32 x i8> {w}")
+
+
+def _pair_high_bits(fn: Function, low: str, high: str, qha: str, qhc: str) -> tuple[str, str]:
+    """Q5's bit j of qh is bit 4 of element j: low takes bits 0..15 of a's then c's qh, high bits 16..31."""
+    a, c = fn.load("i32", qha), fn.load("i32", qhc)
+    mask_low = fn.v(f"or i32 {fn.v(f'and i32 {a}, 65535')}, {fn.v(f'shl i32 {c}, 16')}")
+    mask_high = fn.v(f"or i32 {fn.v(f'lshr i32 {a}, 16')}, {fn.v(f'and i32 {c}, -65536')}")
+    return _or_bits(fn, low, mask_low), _or_bits(fn, high, mask_high)
+
+
+def _pair_q8_0(fn: Function, a: str, c: str) -> PairBlock:
+    low = _concat16(fn, fn.gep(a, 2), fn.gep(c, 2))
+    return PairBlock(low, _concat16(fn, fn.gep(a, 18), fn.gep(c, 18)), signed=True)
+
+
+def _pair_q4(qs: int) -> Callable[[Function, str, str], PairBlock]:
+    def decode(fn: Function, a: str, c: str) -> PairBlock:
+        return PairBlock(*_pair_nibbles(fn, fn.gep(a, qs), fn.gep(c, qs)))
+
+    return decode
+
+
+def _pair_q5(qh: int) -> Callable[[Function, str, str], PairBlock]:
+    def decode(fn: Function, a: str, c: str) -> PairBlock:
+        low, high = _pair_nibbles(fn, fn.gep(a, qh + 4), fn.gep(c, qh + 4))
+        return PairBlock(*_pair_high_bits(fn, low, high, fn.gep(a, qh), fn.gep(c, qh)))
+
+    return decode
+
+
 LAYOUTS: dict[Q, Layout] = {
     lay.wtype: lay
     for lay in (
-        Layout(Q.Q8_0, 32, 34, "q8_0", _decode_q8_0),
-        Layout(Q.Q4_0, 32, 18, "q8_0", _decode_q4_0),
-        Layout(Q.Q4_1, 32, 20, "q8_1", _decode_q4_1, True),
-        Layout(Q.Q5_0, 32, 22, "q8_0", _decode_q5_0),
-        Layout(Q.Q5_1, 32, 24, "q8_1", _decode_q5_1, True),
-        Layout(Q.Q4_K, 256, 144, "q8_k", _decode_q4_k, True, "scalar"),
+        Layout(Q.Q8_0, 32, 34, "q8_0", _decode_q8_0, offset=128, decode_pair=_pair_q8_0),
+        Layout(Q.Q4_0, 32, 18, "q8_0", _decode_q4_0, offset=8, decode_pair=_pair_q4(2)),
+        Layout(Q.Q4_1, 32, 20, "q8_1", _decode_q4_1, True, decode_pair=_pair_q4(4)),
+        Layout(Q.Q5_0, 32, 22, "q8_0", _decode_q5_0, offset=16, decode_pair=_pair_q5(2)),
+        Layout(Q.Q5_1, 32, 24, "q8_1", _decode_q5_1, True, decode_pair=_pair_q5(4)),
+        Layout(Q.Q4_K, 256, 144, "q8_k", _decode_q4_k, True, "scalar", decode_wide=_decode_q4_k_wide),
         Layout(Q.Q5_K, 256, 176, "q8_k", _decode_q5_k, True),
         Layout(Q.Q6_K, 256, 210, "q8_k", _decode_q6_k),
     )

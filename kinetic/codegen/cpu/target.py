@@ -2,7 +2,8 @@
 
 Owns: reading the host's CPU features from llvmlite, the list of variants (`vnni`, `avx2`,
 `generic`), and the one primitive every quantized kernel is built on, `dot8`: 32 weight bytes times
-32 int8 activations -> 8 int32 lanes, lane i holding the exact sum of elements 4i..4i+3.
+32 int8 activations -> 8 int32 lanes, lane i holding the exact sum of elements 4i..4i+3 (`dot8_acc`
+adds them to a starting vector, free with `vpdpbusd`).
 
 Every variant produces the same lanes exactly (integer arithmetic, no saturation is reachable: AVX2's
 `pmaddubsw` pairs stay below 2 * 128 * 127 because signed weights go through abs/sign and activations
@@ -68,6 +69,10 @@ DECLARATIONS = {
     "vnni": [
         "declare <8 x i32> @llvm.x86.avx512.vpdpbusd.256(<8 x i32>, <32 x i8>, <32 x i8>)",
         "declare <8 x i32> @llvm.x86.avx512.vpdpwssd.256(<8 x i32>, <16 x i16>, <16 x i16>)",
+        "declare <16 x i32> @llvm.x86.avx512.vpdpwssd.512(<16 x i32>, <32 x i16>, <32 x i16>)",
+        "declare <32 x i16> @llvm.x86.avx512.pmaddubs.w.512(<64 x i8>, <64 x i8>)",
+        "declare <64 x i8> @llvm.x86.avx512.pshuf.b.512(<64 x i8>, <64 x i8>)",
+        "declare <8 x i32> @llvm.x86.avx2.pmadd.wd(<16 x i16>, <16 x i16>)",
         "declare <16 x i16> @llvm.x86.avx2.pmadd.ub.sw(<32 x i8>, <32 x i8>)",
         "declare <32 x i8> @llvm.x86.avx2.psign.b(<32 x i8>, <32 x i8>)",
         "declare <32 x i8> @llvm.abs.v32i8(<32 x i8>, i1)",
@@ -110,6 +115,14 @@ def dot8(fn: Function, variant: str, w: str, x: str, signed: bool) -> str:
         )
     p16 = fn.v(f"call <16 x i16> @llvm.x86.avx2.pmadd.ub.sw(<32 x i8> {a}, <32 x i8> {b})")
     return fn.v(f"call <8 x i32> @llvm.x86.avx2.pmadd.wd(<16 x i16> {p16}, <16 x i16> {splat('i16', 1)})")
+
+
+def dot8_acc(fn: Function, variant: str, acc: str, w: str, x: str, signed: bool) -> str:
+    """acc + dot8(w, x): `vpdpbusd` accumulates for free on VNNI, the others add."""
+    if variant == "vnni":
+        a, b = _unsigned_operands(fn, w, x, signed)
+        return fn.v(f"call <8 x i32> @llvm.x86.avx512.vpdpbusd.256(<8 x i32> {acc}, <32 x i8> {a}, <32 x i8> {b})")
+    return fn.v(f"add <8 x i32> {acc}, {dot8(fn, variant, w, x, signed)}")
 
 
 def dot8_scaled(fn: Function, variant: str, acc: str, w: str, x: str, scale16: str) -> str | None:

@@ -60,6 +60,18 @@ def test_tile_and_thread_invariance(jit, wtype):
         np.testing.assert_array_equal(got.view(np.uint32), base.view(np.uint32), err_msg=f"{tile=} {threads=}")
 
 
+@pytest.mark.parametrize("wtype", [Q.Q4_1, Q.Q5_0, Q.Q8_0], ids=lambda t: t.name)
+def test_leftover_rows_over_several_column_chunks(jit, wtype):
+    """Rows below a tile walk ~128 KB column chunks (rows reuse a chunk from L2), a row alone all its
+    columns in one sweep: both give the same bits, on odd column ranges split over threads."""
+    x, w = _case(wtype, 1001, 2048, 3, seed=4)  # ~1.3-2.2 KB per weight row: several chunks
+    alone = np.concatenate([quantized_matmul(x[r : r + 1], w, wtype, jit=jit) for r in range(3)])
+    for threads in (1, 2, 3):
+        got = quantized_matmul(x, w, wtype, jit=jit, threads=threads)
+        np.testing.assert_array_equal(got.view(np.uint32), alone.view(np.uint32), err_msg=f"{threads=}")
+    assert_matches_reference(alone, x, w, wtype)
+
+
 @pytest.mark.parametrize("variant", variant_params)
 @pytest.mark.parametrize("wtype", sorted(SUPPORTED), ids=lambda t: t.name)
 def test_variants_are_bit_identical(jit, wtype, variant):
