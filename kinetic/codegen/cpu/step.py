@@ -134,6 +134,7 @@ class CompiledStep:
     def _build(self, rows: int) -> None:
         self.capacity = rows
         plan = self._lower()
+        self._align_columns(plan)
         self._phases(plan)
         self._allocate(plan)
         self._encode(plan)
@@ -240,7 +241,7 @@ class CompiledStep:
                 plan.instrs.append(_Instr(
                     S.OP_KV_STORE, [v(ins[1]), v(ins[2]), a.n_kv_head * a.head_dim, layer],
                     reads=(("v", ins[1].id), ("v", ins[2].id)), writes=(kvkey,), row_local=True,
-                    width=a.n_kv_head * a.head_dim, unit=16))
+                    width=a.n_kv_head * a.head_dim, unit=a.head_dim))  # as rotary splits the keys
                 if a.softcap:
                     scale, cap_ = F32(F32(a.scale) / F32(a.softcap)), F32(a.softcap)
                 else:
@@ -273,6 +274,21 @@ class CompiledStep:
             else:
                 raise KineticError(f"the compiled step has no lowering for {op.value}", "Use --device reference.")
         return plan
+
+    def _align_columns(self, plan: _Plan) -> None:
+        """Let an op that only feeds an activation quantization split its columns in the
+        quantization's blocks, so the column plan needs no barrier between them (the split of an
+        elementwise op or of an RMS norm over whole rows is free to choose)."""
+        producer: dict = {}
+        for ins in plan.instrs:
+            if ins.op == S.OP_QUANT:
+                src = producer.get(ins.reads[0])
+                free = src is not None and (src.op in _ELEMENTWISE.values() or (src.op == S.OP_RMS_NORM
+                                                                              and src.unit == 16))
+                if free and src.width == ins.width and src.output_rows == ins.output_rows:
+                    src.unit = ins.unit
+            for key in ins.writes:
+                producer[key] = ins
 
     def _phases(self, plan: _Plan) -> None:
         """Barriers: after an op whose output (or input) a later op of the same phase touches across
