@@ -125,6 +125,7 @@ class CompiledStep:
         self.barrier = np.zeros(32, np.int64)
         self.yield_addr = sched_yield_address()
         self._kernels: dict = {}
+        self._weights_held: list[np.ndarray] = []
         self._solo_until = 0.0
         self._starved = 0  # one bit per recent multi-threaded pass: was it starved?
         self._build(rows)
@@ -181,7 +182,6 @@ class CompiledStep:
             width = node.type.shape[1] if len(node.type.shape) == 2 else 0
             if width:
                 plan.f32_sizes[out] = cap * width
-            v = lambda n: _Ref(("v", n.id))  # noqa: E731
             if op is Op.EMBED:
                 plan.instrs.append(_Instr(0, [], writes=(out,), python=_embed(ins[0], node, self)))
             elif op is Op.MATMUL:
@@ -198,12 +198,12 @@ class CompiledStep:
                         quantized[qkey] = True
                         plan.instrs.append(_Instr(
                             S.OP_QUANT,
-                            [v(ins[0]), k, self._kernel("quant", fmt), _Ref(qkey, "q"), _Ref(qkey, "d"),
+                            [_value(ins[0]), k, self._kernel("quant", fmt), _Ref(qkey, "q"), _Ref(qkey, "d"),
                              _Ref(qkey, "e"), block, e_row],
                             reads=(("v", ins[0].id),), writes=(qkey,), row_local=True, output_rows=out_rows,
                             width=k, unit=block))
                     raw = np.asarray(self.weights.tensor(w.attrs.tensor))
-                    self._keep = getattr(self, "_keep", []) + [raw]
+                    self._weights_held.append(raw)  # the tape holds its address
                     plan.instrs.append(_Instr(
                         S.OP_MATMUL,
                         [self._kernel("mm", layout.wtype, k), raw.ctypes.data, _Ref(qkey, "q"), _Ref(qkey, "d"),
@@ -220,7 +220,7 @@ class CompiledStep:
                     plan.constants[ckey] = values
                     wref, wsize = _Ref(ckey), values.size
                 plan.instrs.append(_Instr(
-                    S.OP_RMS_NORM, [v(ins[0]), _Ref(out), width, a.group or width, wref, wsize], (F32(a.eps),),
+                    S.OP_RMS_NORM, [_value(ins[0]), _Ref(out), width, a.group or width, wref, wsize], (F32(a.eps),),
                     reads=(("v", ins[0].id),), writes=(out,), row_local=True, output_rows=out_rows,
                     width=width, unit=16 if not a.group or a.group == width else a.group, whole_row=True))
             elif op is Op.ROPE:
@@ -231,7 +231,7 @@ class CompiledStep:
                     plan.constants[plan.rope_tables[tkey] + ("sin",)] = np.zeros(cap * (a.n_rot // 2), F32)
                 table = plan.rope_tables[tkey]
                 plan.instrs.append(_Instr(
-                    S.OP_ROPE, [v(ins[0]), _Ref(out), a.n_head, a.head_dim, a.n_rot, int(a.neox),
+                    S.OP_ROPE, [_value(ins[0]), _Ref(out), a.n_head, a.head_dim, a.n_rot, int(a.neox),
                                 _Ref(table + ("cos",)), _Ref(table + ("sin",))],
                     reads=(("v", ins[0].id),), writes=(out,), row_local=True, output_rows=out_rows,
                     width=a.n_head * a.head_dim, unit=a.head_dim))
@@ -239,7 +239,7 @@ class CompiledStep:
                 layer = self.layer_index[ins[3].attrs.layer]
                 kvkey = ("kv", layer)
                 plan.instrs.append(_Instr(
-                    S.OP_KV_STORE, [v(ins[1]), v(ins[2]), a.n_kv_head * a.head_dim, layer],
+                    S.OP_KV_STORE, [_value(ins[1]), _value(ins[2]), a.n_kv_head * a.head_dim, layer],
                     reads=(("v", ins[1].id), ("v", ins[2].id)), writes=(kvkey,), row_local=True,
                     width=a.n_kv_head * a.head_dim, unit=a.head_dim))  # as rotary splits the keys
                 if a.softcap:
@@ -247,28 +247,28 @@ class CompiledStep:
                 else:
                     scale, cap_ = F32(a.scale), F32(0)
                 plan.instrs.append(_Instr(
-                    S.OP_ATTEND, [v(ins[0]), _Ref(out), layer, a.n_head, a.n_kv_head, a.head_dim, a.window,
+                    S.OP_ATTEND, [_value(ins[0]), _Ref(out), layer, a.n_head, a.n_kv_head, a.head_dim, a.window,
                                   *self._attention_kernels(a.n_head // a.n_kv_head, a.n_kv_head, a.head_dim,
                                                           bool(a.softcap)),
                                   _f32_bits(scale), _f32_bits(cap_)],
                     (scale, cap_), reads=(("v", ins[0].id), kvkey), writes=(out,)))
             elif op is Op.TAKE_ROWS:
-                plan.instrs.append(_Instr(S.OP_TAKE_ROWS, [v(ins[0]), _Ref(out), width],
+                plan.instrs.append(_Instr(S.OP_TAKE_ROWS, [_value(ins[0]), _Ref(out), width],
                                           reads=(("v", ins[0].id),), writes=(out,), output_rows=True))
             elif op is Op.SPLIT:
                 plan.instrs.append(_Instr(
-                    S.OP_SPLIT, [v(ins[0]), _Ref(out), ins[0].type.shape[1], a.start, a.size],
+                    S.OP_SPLIT, [_value(ins[0]), _Ref(out), ins[0].type.shape[1], a.start, a.size],
                     reads=(("v", ins[0].id),), writes=(out,), row_local=True, output_rows=out_rows,
                     width=a.size, unit=16, whole_row=True))
             elif op in _ELEMENTWISE:
-                second = v(ins[1]) if len(ins) == 2 else 0
+                second = _value(ins[1]) if len(ins) == 2 else 0
                 floats = ()
                 if op is Op.SCALE:
                     floats = (F32(a.factor),)
                 elif op is Op.SOFTCAP:
                     floats = (F32(a.cap), F32(F32(1) / F32(a.cap)))
                 plan.instrs.append(_Instr(
-                    _ELEMENTWISE[op], [v(ins[0]), second, _Ref(out), width], floats,
+                    _ELEMENTWISE[op], [_value(ins[0]), second, _Ref(out), width], floats,
                     reads=tuple(("v", i.id) for i in ins), writes=(out,), row_local=True, output_rows=out_rows,
                     width=width, unit=16))
             else:
@@ -474,6 +474,11 @@ def _f32_bits(x) -> int:
 
 def _aligned(n: int, align: int = ALIGN) -> int:
     return (n + align - 1) // align * align
+
+
+def _value(node: Node) -> _Ref:
+    """The f32 arena buffer of a node's value."""
+    return _Ref(("v", node.id))
 
 
 def _clash(p: _Instr, ins: _Instr, columns: bool) -> bool:
