@@ -127,6 +127,7 @@ class CompiledStep:
         self._kernels: dict = {}
         self._weights_held: list[np.ndarray] = []
         self._solo_until = 0.0
+        self._lock = threading.Lock()  # a step's buffers serve one pass at a time
         self._starved = 0  # one bit per recent multi-threaded pass: was it starved?
         self._build(rows)
 
@@ -350,6 +351,9 @@ class CompiledStep:
         self.arena = np.zeros(top + ALIGN, F32)
         self._angles = {key: np.zeros(self.capacity * (n_rot // 2), F32)
                         for (n_rot, _theta, _scale), key in plan.rope_tables.items()}
+        # ggml's theta_scale = powf(base, -2/n_rot), the C library's (numerics.rope_angles)
+        self._rope_steps = {key: numerics.powf(theta, F32(-2.0) / F32(n_rot))
+                            for (n_rot, theta, _scale), key in plan.rope_tables.items()}
         self.qarena = np.zeros(qtop + 64, np.uint8)
         for key, values in plan.constants.items():
             self.arena[self.offsets[key]: self.offsets[key] + values.size] = values
@@ -426,6 +430,10 @@ class CompiledStep:
         return self.arena[off: off + rows * width].reshape(rows, width)
 
     def run(self, graph: Graph, rows: PassRows, caches) -> PassResult:
+        with self._lock:
+            return self._run(rows, caches)
+
+    def _run(self, rows: PassRows, caches) -> PassResult:
         n = len(rows.tokens)
         if n > self.capacity:
             self._build(max(n, 2 * self.capacity))
@@ -433,9 +441,9 @@ class CompiledStep:
         self.pass_rows = rows
         tables = _PassTables(rows, caches, self.layers)
         positions = rows.positions.astype(np.int32)
-        for (n_rot, theta, freq_scale), key in self.plan.rope_tables.items():
+        for (n_rot, _theta, freq_scale), key in self.plan.rope_tables.items():
             angles = self._angles[key][: n * (n_rot // 2)]
-            S.rope_angles(positions, n_rot // 2, numerics.powf(theta, F32(-2.0) / F32(n_rot)), F32(freq_scale), angles)
+            S.rope_angles(positions, n_rot // 2, self._rope_steps[key], F32(freq_scale), angles)
             for part, name in (("cos", "cosf"), ("sin", "sinf")):
                 start = self.offsets[key + (part,)]
                 self._libm(name)(angles.ctypes.data, self.arena.ctypes.data + 4 * start, angles.size)
