@@ -539,13 +539,23 @@ def _matmul(x: Node, weight: Node, node: Node, step: CompiledStep):
     return run
 
 
+def _check_room(cache, n: int) -> None:
+    """Refuse a pass whose rows would be written past the cache's end (even one not committed)."""
+    if cache.length + n > cache.n_ctx:
+        raise KineticError(f"the context is full: {cache.length} + {n} tokens exceed -c {cache.n_ctx}",
+                           "Use a larger context (-c N) or a shorter prompt.")
+
+
 class _PassTables:
     """Per-pass arrays the compiled attention reads: each row's cache slot and cache index, the pass
     rows of each slot in order, who sees whom among the pass rows, and the caches' addresses."""
 
     def __init__(self, rows: PassRows, caches, layers: list[int]):
-        seqs = [int(s) for s in dict.fromkeys(rows.seqs.tolist())]
         n = len(rows.tokens)
+        if n and rows.seqs[0] == rows.seqs[-1] and np.array_equal(rows.parents, np.arange(-1, n - 1)):
+            self._one_chain(rows, caches.caches[int(rows.seqs[0])], layers, n)  # the usual pass
+            return
+        seqs = [int(s) for s in dict.fromkeys(rows.seqs.tolist())]
         slot_of = {s: i for i, s in enumerate(seqs)}
         self.row_slot = np.array([slot_of[int(s)] for s in rows.seqs], np.int32)
         counts = np.bincount(self.row_slot, minlength=len(seqs))
@@ -557,10 +567,7 @@ class _PassTables:
         filled = np.zeros(len(seqs), np.int64)
         for s, seq in enumerate(seqs):
             cache = caches.caches[seq]
-            if cache.length + counts[s] > cache.n_ctx:
-                raise KineticError(
-                    f"the context is full: {cache.length} + {counts[s]} tokens exceed -c {cache.n_ctx}",
-                    "Use a larger context (-c N) or a shorter prompt.")
+            _check_room(cache, int(counts[s]))
             self.clen[s] = cache.length
             self.cpos_addr[s] = cache.positions.ctypes.data
             self.kv_addr[s] = cache.addresses(layers)
@@ -570,15 +577,23 @@ class _PassTables:
             self.row_cidx[r] = self.clen[s] + filled[s]
             filled[s] += 1
         parents = rows.parents
-        if len(seqs) == 1 and np.array_equal(parents, np.arange(-1, n - 1)):
-            self.anc = np.tril(np.ones((n, n), np.uint8))
-        else:
-            self.anc = np.zeros((n, n), np.uint8)
-            for r in range(n):
-                p = r
-                while p >= 0:
-                    self.anc[r, p] = 1
-                    p = int(parents[p])
+        self.anc = np.zeros((n, n), np.uint8)
+        for r in range(n):
+            p = r
+            while p >= 0:
+                self.anc[r, p] = 1
+                p = int(parents[p])
+
+    def _one_chain(self, rows: PassRows, cache, layers: list[int], n: int) -> None:
+        """One sequence's consecutive rows (a prompt chunk or a decode step): no Python loops."""
+        _check_room(cache, n)
+        self.row_slot = np.zeros(n, np.int32)
+        self.slot_rows = np.arange(n, dtype=np.int32)[None, :]
+        self.clen = np.array([cache.length], np.int64)
+        self.cpos_addr = np.array([cache.positions.ctypes.data], np.int64)
+        self.kv_addr = cache.addresses(layers)[None]
+        self.row_cidx = (cache.length + np.arange(n)).astype(np.int32)
+        self.anc = np.tri(n, dtype=np.uint8)
 
 
 # -- one persistent pool of worker threads per process -----------------------------------------------
