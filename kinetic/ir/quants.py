@@ -5,9 +5,11 @@ weight, whether Kinetic's CPU has a direct kernel) and `dequantize`, the referen
 quantized tensor that the IR interpreter and every kernel test compare against.
 
 The block layouts are ggml's; the numbers come from the `gguf` package's GGML_QUANT_SIZES. The
-reference dequantization is `gguf.quants.dequantize`, which covers every type listed here, so
-nothing is re-implemented; `dequantize_rows` only adds a row-range view so callers never dequantize
-a whole 262k-row table to read a few rows.
+reference dequantization is `gguf.quants.dequantize`, which covers every type listed here; only
+Q8_0 (d * q per block, gguf's formula) is formed here, because the compiled step reads embedding
+rows each pass and gguf's per-call overhead dominated a few rows (tests/ir/test_quants.py holds it to
+gguf bit for bit). `dequantize_rows` only adds a row-range view so callers never dequantize a whole
+262k-row table to read a few rows.
 """
 
 from __future__ import annotations
@@ -77,6 +79,11 @@ def dequantize(data: np.ndarray, t: GGMLQuantizationType) -> np.ndarray:
         return data.view(np.float32) if data.dtype == np.uint8 else data.astype(np.float32, copy=False)
     if data.dtype != np.uint8:  # typed views (float16, BF16 as uint16) go to gguf as their bytes
         data = np.ascontiguousarray(data).view(np.uint8)
+    if t == T.Q8_0:  # gguf's own formula, d * q per block, without its per-call overhead (token lookups)
+        blocks = np.ascontiguousarray(data).reshape(-1, 34)
+        d = blocks[:, :2].copy().view(np.float16).astype(np.float32)
+        values = d * blocks[:, 2:].view(np.int8).astype(np.float32)
+        return values.reshape(*data.shape[:-1], data.shape[-1] // 34 * 32)
     return gguf_quants.dequantize(data, t).astype(np.float32, copy=False)
 
 

@@ -29,7 +29,6 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
-from gguf import GGMLQuantizationType
 
 from kinetic.codegen.cpu import step_ops as S
 from kinetic.codegen.cpu.activation_ir import render_quantize
@@ -516,17 +515,10 @@ def _take(slots: list[tuple[int, int]], phase: int) -> int | None:
 
 def _embed(table: Node, node: Node, step: CompiledStep):
     raw = step.weights.tensor(table.attrs.tensor)
-    wtype = table.type.ggml_type
 
     def run(n: int, n_out: int) -> None:
-        tokens = step.pass_rows.tokens
-        if wtype == GGMLQuantizationType.Q8_0:  # the usual table: d * q per block, as gguf.quants does it
-            blocks = np.asarray(raw[tokens]).reshape(n, -1, 34)
-            d = blocks[:, :, :2].copy().view(np.float16).astype(F32)
-            q = blocks[:, :, 2:].view(np.int8).astype(F32)
-            step.view(node.id, n)[:] = (d * q).reshape(n, -1)
-        else:
-            step.view(node.id, n)[:] = dequantize_rows(raw, wtype, tokens).reshape(n, -1)
+        rows = dequantize_rows(raw, table.type.ggml_type, step.pass_rows.tokens)
+        step.view(node.id, n)[:] = rows.reshape(n, -1)
 
     return run
 
@@ -537,13 +529,6 @@ def _matmul(x: Node, weight: Node, node: Node, step: CompiledStep):
         step.view(node.id, rows)[:] = step.reference.matmul(step.view(x.id, rows), weight, node.attrs)
 
     return run
-
-
-def _check_room(cache, n: int) -> None:
-    """Refuse a pass whose rows would be written past the cache's end (even one not committed)."""
-    if cache.length + n > cache.n_ctx:
-        raise KineticError(f"the context is full: {cache.length} + {n} tokens exceed -c {cache.n_ctx}",
-                           "Use a larger context (-c N) or a shorter prompt.")
 
 
 class _PassTables:
@@ -567,7 +552,7 @@ class _PassTables:
         filled = np.zeros(len(seqs), np.int64)
         for s, seq in enumerate(seqs):
             cache = caches.caches[seq]
-            _check_room(cache, int(counts[s]))
+            cache.check_room(int(counts[s]))  # rows are written even when the pass is not committed
             self.clen[s] = cache.length
             self.cpos_addr[s] = cache.positions.ctypes.data
             self.kv_addr[s] = cache.addresses(layers)
@@ -586,7 +571,7 @@ class _PassTables:
 
     def _one_chain(self, rows: PassRows, cache, layers: list[int], n: int) -> None:
         """One sequence's consecutive rows (a prompt chunk or a decode step): no Python loops."""
-        _check_room(cache, n)
+        cache.check_room(n)
         self.row_slot = np.zeros(n, np.int32)
         self.slot_rows = np.arange(n, dtype=np.int32)[None, :]
         self.clen = np.array([cache.length], np.int64)
