@@ -17,61 +17,22 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-_I8P = ir.IntType(8).as_pointer()
 _I64 = ir.IntType(64)
 _X86 = platform.machine().lower() in ("x86_64", "amd64", "i686", "x86")
 
 
-def _call_through(builder, addr, ptr_args, int_args, ret=None):
-    fnty = ir.FunctionType(ret or ir.VoidType(), [_I8P] * len(ptr_args) + [_I64] * len(int_args))
-    fn = builder.inttoptr(addr, fnty.as_pointer())
-    return builder.call(fn, [builder.inttoptr(a, _I8P) for a in ptr_args] + list(int_args))
-
-
 @intrinsic
-def call_matmul(typingctx, addr, w, xq, xd, xe, out, m, n0, n1, ldo):
-    """kernel(w, xq, xd, xe, out, m, n0, n1, ldo) for a generated matmul at `addr` (all int64)."""
-    sig = types.void(*([types.int64] * 10))
+def call_kernel(typingctx, addr, *args):
+    """kernel(*args) for a generated kernel at `addr` returning nothing. Every argument goes as an
+    int64: the kernels take pointers and 64-bit integers, which the x86-64 and AArch64 C calling
+    conventions pass alike (general registers, then the stack), so one intrinsic serves them all."""
+    flat = args[0] if len(args) == 1 and isinstance(args[0], types.BaseTuple) else args
+    sig = types.void(types.int64, types.StarArgTuple.from_types([types.int64] * len(flat)))
 
-    def codegen(context, builder, signature, args):
-        _call_through(builder, args[0], args[1:6], args[6:10])
-        return context.get_dummy_value()
-
-    return sig, codegen
-
-
-@intrinsic
-def call_quantize(typingctx, addr, x, q, d, e, n_blocks):
-    """quantizer(x, q, d, e, n_blocks) for a generated activation quantizer at `addr` (all int64)."""
-    sig = types.void(*([types.int64] * 6))
-
-    def codegen(context, builder, signature, args):
-        _call_through(builder, args[0], args[1:5], args[5:6])
-        return context.get_dummy_value()
-
-    return sig, codegen
-
-
-@intrinsic
-def call_scores(typingctx, addr, q, k, out, stride, j0, j1, sstride):
-    """kernel(q, k, out, stride, j0, j1, sstride) for a generated attention score kernel at `addr`."""
-    sig = types.void(*([types.int64] * 8))
-
-    def codegen(context, builder, signature, args):
-        _call_through(builder, args[0], args[1:4], args[4:8])
-        return context.get_dummy_value()
-
-    return sig, codegen
-
-
-@intrinsic
-def call_softmax(typingctx, addr, scores, vis, v, out, w, stride, first, end, scale_bits, cap_bits, sstride):
-    """kernel(scores, vis, v, out, w, stride, first, end, scale_bits, cap_bits, sstride) for a
-    generated attention softmax kernel at `addr`."""
-    sig = types.void(*([types.int64] * 12))
-
-    def codegen(context, builder, signature, args):
-        _call_through(builder, args[0], args[1:6], args[6:12])
+    def codegen(context, builder, signature, llargs):
+        values = [builder.extract_value(llargs[1], i) for i in range(len(flat))]
+        fnty = ir.FunctionType(ir.VoidType(), [_I64] * len(flat))
+        builder.call(builder.inttoptr(llargs[0], fnty.as_pointer()), values)
         return context.get_dummy_value()
 
     return sig, codegen
@@ -83,7 +44,8 @@ def call_void(typingctx, addr):
     sig = types.void(types.int64)
 
     def codegen(context, builder, signature, args):
-        _call_through(builder, args[0], [], [], ir.IntType(32))
+        fn = builder.inttoptr(args[0], ir.FunctionType(ir.IntType(32), []).as_pointer())
+        builder.call(fn, [])
         return context.get_dummy_value()
 
     return sig, codegen

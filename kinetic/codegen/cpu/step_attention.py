@@ -13,12 +13,12 @@ import math
 import numpy as np
 from numba import carray, njit
 
-from kinetic.codegen.cpu.native import call_scores, call_softmax, f16_value, fma32, i32_ptr, round_f16, u16_ptr
+from kinetic.codegen.cpu.native import call_kernel, f16_value, fma32, i32_ptr, round_f16, u16_ptr
 
 # numba's cache checks only this file's stamp, not those of the modules whose code it compiles in;
 # this hash of them (kept current by tests/codegen/cpu/test_cpu_step.py) changes this file whenever
 # they change, so a stale cache is never loaded.
-SOURCES_HASH = "ca362346f297e569"
+SOURCES_HASH = "3ecac05d40a57ce2"
 
 F32 = np.float32
 F64 = np.float64
@@ -110,8 +110,8 @@ def attend_items(a, q, y, kp, vp, kv_width, n_head, n_kv, hd, scale, cap, window
                 vis = np.empty(2 * n, np.uint8)
             for j in range(first, last + 1):
                 vis[j - first] = _visible(j, n_c, cpos, mine, anc, r, pos, positions, window)
-            call_scores(score_fn, qv.ctypes.data, kp[slot] + 2 * ko, scores.ctypes.data, kv_width, first, first + n, n)
-            call_softmax(softmax_fn, scores.ctypes.data, vis.ctypes.data, vp[slot] + 2 * ko, a.ctypes.data + 4 * yo,
+            call_kernel(score_fn, qv.ctypes.data, kp[slot] + 2 * ko, scores.ctypes.data, kv_width, first, first + n, n)
+            call_kernel(softmax_fn, scores.ctypes.data, vis.ctypes.data, vp[slot] + 2 * ko, a.ctypes.data + 4 * yo,
                          work.ctypes.data, kv_width, first, first + n, scale_bits, cap_bits, n)
             continue
         for g in range(heads):

@@ -19,8 +19,7 @@ from numba import carray, njit
 
 from kinetic.codegen.cpu.native import (
     barrier,
-    call_matmul,
-    call_quantize,
+    call_kernel,
     cycles,
     f16_bits,
     fma32,
@@ -32,7 +31,7 @@ from kinetic.codegen.cpu.step_attention import attend_items
 # numba's cache checks only this file's stamp, not those of the modules whose code it compiles in;
 # this hash of them (kept current by tests/codegen/cpu/test_cpu_step.py) changes this file whenever
 # they change, so a stale cache is never loaded.
-SOURCES_HASH = "7b46b05804cb6aec"
+SOURCES_HASH = "811b130c21d546ca"
 
 F32 = np.float32
 F64 = np.float64
@@ -260,19 +259,19 @@ def drive(tape, ftape, start, end, tid, nt, a, a_addr, n_rows, n_out, out_rows, 
             b0, b1 = c0 // block, c1 // block
             if c1 == width and c0 == 0:  # whole rows: one call
                 if r1 > r0:
-                    call_quantize(fn, a_addr + 4 * (x + r0 * width), q + r0 * width, d + 4 * r0 * (width // block),
+                    call_kernel(fn, a_addr + 4 * (x + r0 * width), q + r0 * width, d + 4 * r0 * (width // block),
                                   e + r0 * e_row, (r1 - r0) * (width // block))
             elif b1 > b0:
                 e_block = e_row // (width // block)
                 for r in range(r0, r1):
                     at = r * (width // block) + b0
-                    call_quantize(fn, a_addr + 4 * (x + r * width + c0), q + r * width + c0, d + 4 * at,
+                    call_kernel(fn, a_addr + 4 * (x + r * width + c0), q + r * width + c0, d + 4 * at,
                                   e + r * e_row + b0 * e_block, b1 - b0)
         elif op == OP_MATMUL:
             fn, w, q, d, e, y, n = t[2], t[3], t[4], t[5], t[6], t[7], t[8]
             n0, n1 = _share(n, tid, nt)
             if n1 > n0:
-                call_matmul(fn, w, q, d, e, a_addr + 4 * y, rows, n0, n1, n)
+                call_kernel(fn, w, q, d, e, a_addr + 4 * y, rows, n0, n1, n)
         elif op == OP_ROPE:
             rope_rows(a, t[2], t[3], t[4], t[5], t[6], t[7] != 0, t[8], t[9], r0, r1, c0 // t[5], c1 // t[5])
         elif op == OP_KV_STORE:
