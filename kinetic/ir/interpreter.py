@@ -32,6 +32,7 @@ class PassRows:
     seqs: np.ndarray  # i32 [T]
     parents: np.ndarray  # i32 [T], -1 = attaches to the committed context
     output_rows: np.ndarray  # i32 [R], rows whose logits are wanted
+    chain_seq: int = -1  # set by chain(): every row is this sequence's, each the child of the one before
 
     @staticmethod
     def chain(tokens, start_pos: int, seq: int = 0, outputs: str = "last") -> PassRows:
@@ -44,6 +45,7 @@ class PassRows:
             seqs=np.full(n, seq, np.int32),
             parents=np.arange(-1, n - 1, dtype=np.int32),
             output_rows=out.astype(np.int32),
+            chain_seq=seq,
         )
 
     def ancestors(self, row: int) -> list[int]:

@@ -66,6 +66,8 @@ def _pointer_intrinsic(dtype):
 
 u16_ptr = _pointer_intrinsic(types.uint16)
 i32_ptr = _pointer_intrinsic(types.int32)
+i8_ptr = _pointer_intrinsic(types.int8)
+f32_ptr = _pointer_intrinsic(types.float32)
 
 
 @intrinsic

@@ -21,7 +21,6 @@ count (tests/codegen/cpu/test_cpu_step.py).
 
 from __future__ import annotations
 
-import ctypes
 import os
 import queue
 import threading
@@ -29,6 +28,7 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
+from gguf import GGMLQuantizationType as Q
 
 from kinetic.codegen.cpu import step_ops as S
 from kinetic.codegen.cpu.activation_ir import render_quantize
@@ -53,6 +53,7 @@ ALIGN = 16  # floats (64 bytes) between arena buffers
 CONTENDED = 0.4  # a pass whose calling thread waited this share of its time at barriers was starved
 STARVED_PASSES = 4  # this many starved passes among the last 8 (a lasting load, not one hiccup) ...
 SOLO_SECONDS = 1.0  # ... run on one thread this long, then try all again
+EMBED_KINDS = {Q.Q8_0: S.EMBED_Q8_0, Q.F16: S.EMBED_F16, Q.F32: S.EMBED_F32}  # tables the tape looks up itself
 _ELEMENTWISE = {Op.ADD: S.OP_ADD, Op.MUL: S.OP_MUL, Op.SCALE: S.OP_SCALE, Op.SILU: S.OP_SILU,
                 Op.GELU: S.OP_GELU, Op.SOFTCAP: S.OP_SOFTCAP, Op.SWIGLU: S.OP_SWIGLU, Op.GEGLU: S.OP_GEGLU}
 
@@ -128,6 +129,8 @@ class CompiledStep:
         self._solo_until = 0.0
         self._lock = threading.Lock()  # a step's buffers serve one pass at a time
         self._starved = 0  # one bit per recent multi-threaded pass: was it starved?
+        self._vocab = 1 << 62  # rows of the embedding table the tape reads (set when it has one)
+        self._outputs = [(name, node_id, graph.node(node_id).type.shape[0] == "R") for name, node_id in graph.outputs]
         self._build(rows)
 
     # -- building --------------------------------------------------------------------------------
@@ -153,12 +156,33 @@ class CompiledStep:
             self._kernels[kind, key] = self.jit.address(ir, name)
         return self._kernels[kind, key]
 
-    def _libm(self, name: str):
+    def _libm_address(self, name: str) -> int:
         """The C library's `name` over an array, compiled (numerics.rope_cos_sin's values)."""
         if ("libm", name) not in self._kernels:
-            signature = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)
-            self._kernels["libm", name] = signature(self.jit.address(*render_libm_map(name)))
+            self._kernels["libm", name] = self.jit.address(*render_libm_map(name))
         return self._kernels["libm", name]
+
+    def _rope_tables(self, plan: _Plan) -> None:
+        """One instruction per distinct rotary table, first on the tape: each row's angles
+        (numerics.rope_angles) and their cosines and sines through the C library's cosf / sinf."""
+        for node in self.graph.nodes:
+            if node.op is not Op.ROPE:
+                continue
+            a = node.attrs
+            tkey = (a.n_rot, float(a.theta), float(a.freq_scale))
+            if tkey in plan.rope_tables:
+                continue
+            table = plan.rope_tables[tkey] = ("rope", len(plan.rope_tables))
+            half = a.n_rot // 2
+            for part in ("angles", "cos", "sin"):
+                plan.constants[table + (part,)] = np.zeros(self.capacity * half, F32)
+            # ggml's theta_scale = powf(base, -2/n_rot), the C library's (numerics.rope_angles)
+            step = numerics.powf(a.theta, F32(-2.0) / F32(a.n_rot))
+            plan.instrs.append(_Instr(
+                S.OP_ROPE_TABLE, [_Ref(table + ("angles",)), _Ref(table + ("cos",)), _Ref(table + ("sin",)), half,
+                                  self._libm_address("cosf"), self._libm_address("sinf")],
+                (step, F32(a.freq_scale)), writes=(table + ("angles",), table + ("cos",), table + ("sin",)),
+                row_local=True, width=half, unit=half))
 
     def _attention_kernels(self, group: int, n_kv_head: int, head_dim: int, softcap: bool) -> tuple[int, int, int]:
         """Addresses of the generated score and softmax kernels and the heads an item carries
@@ -172,6 +196,7 @@ class CompiledStep:
         g, cap = self.graph, self.capacity
         plan = _Plan()
         quantized: dict = {}
+        self._rope_tables(plan)
         for node in g.nodes:
             op, a = node.op, node.attrs
             ins = [g.node(i) for i in node.inputs]
@@ -182,7 +207,15 @@ class CompiledStep:
             width = node.type.shape[1] if len(node.type.shape) == 2 else 0
             if width:
                 plan.f32_sizes[out] = cap * width
-            if op is Op.EMBED:
+            if op is Op.EMBED and ins[0].type.ggml_type in EMBED_KINDS:
+                raw = np.ascontiguousarray(self.weights.tensor(ins[0].attrs.tensor))
+                self._weights_held.append(raw)  # the tape holds its address
+                self._vocab = raw.shape[0]
+                plan.instrs.append(_Instr(
+                    S.OP_EMBED, [raw.ctypes.data, raw.strides[0], _Ref(out), width,
+                                 EMBED_KINDS[ins[0].type.ggml_type]],
+                    writes=(out,), row_local=True, width=width, unit=32))
+            elif op is Op.EMBED:
                 plan.instrs.append(_Instr(0, [], writes=(out,), python=_embed(ins[0], node, self)))
             elif op is Op.MATMUL:
                 w = ins[1]
@@ -224,16 +257,12 @@ class CompiledStep:
                     reads=(("v", ins[0].id),), writes=(out,), row_local=True, output_rows=out_rows,
                     width=width, unit=16 if not a.group or a.group == width else a.group, whole_row=True))
             elif op is Op.ROPE:
-                tkey = (a.n_rot, float(a.theta), float(a.freq_scale))
-                if tkey not in plan.rope_tables:
-                    plan.rope_tables[tkey] = ("rope", len(plan.rope_tables))
-                    plan.constants[plan.rope_tables[tkey] + ("cos",)] = np.zeros(cap * (a.n_rot // 2), F32)
-                    plan.constants[plan.rope_tables[tkey] + ("sin",)] = np.zeros(cap * (a.n_rot // 2), F32)
-                table = plan.rope_tables[tkey]
+                table = plan.rope_tables[(a.n_rot, float(a.theta), float(a.freq_scale))]
                 plan.instrs.append(_Instr(
                     S.OP_ROPE, [_value(ins[0]), _Ref(out), a.n_head, a.head_dim, a.n_rot, int(a.neox),
                                 _Ref(table + ("cos",)), _Ref(table + ("sin",))],
-                    reads=(("v", ins[0].id),), writes=(out,), row_local=True, output_rows=out_rows,
+                    reads=(("v", ins[0].id), table + ("cos",), table + ("sin",)), writes=(out,), row_local=True,
+                    output_rows=out_rows,
                     width=a.n_head * a.head_dim, unit=a.head_dim))
             elif op is Op.ATTENTION:
                 layer = self.layer_index[ins[3].attrs.layer]
@@ -348,11 +377,6 @@ class CompiledStep:
                 self.q_offsets[key] = (slot, slot + sizes[0], slot + sizes[0] + sizes[1])
                 qfree[sizes].append((slot, last_use[key]))
         self.arena = np.zeros(top + ALIGN, F32)
-        self._angles = {key: np.zeros(self.capacity * (n_rot // 2), F32)
-                        for (n_rot, _theta, _scale), key in plan.rope_tables.items()}
-        # ggml's theta_scale = powf(base, -2/n_rot), the C library's (numerics.rope_angles)
-        self._rope_steps = {key: numerics.powf(theta, F32(-2.0) / F32(n_rot))
-                            for (n_rot, theta, _scale), key in plan.rope_tables.items()}
         self.qarena = np.zeros(qtop + 64, np.uint8)
         for key, values in plan.constants.items():
             self.arena[self.offsets[key]: self.offsets[key] + values.size] = values
@@ -439,14 +463,14 @@ class CompiledStep:
         n_out = len(rows.output_rows)
         self.pass_rows = rows
         tables = _PassTables(rows, caches, self.layers)
-        positions = rows.positions.astype(np.int32)
-        for (n_rot, _theta, freq_scale), key in self.plan.rope_tables.items():
-            angles = self._angles[key][: n * (n_rot // 2)]
-            S.rope_angles(positions, n_rot // 2, self._rope_steps[key], F32(freq_scale), angles)
-            for part, name in (("cos", "cosf"), ("sin", "sinf")):
-                start = self.offsets[key + (part,)]
-                self._libm(name)(angles.ctypes.data, self.arena.ctypes.data + 4 * start, angles.size)
-        common = (self.arena, self.arena.ctypes.data, n, n_out, rows.output_rows.astype(np.int32), positions,
+        positions = rows.positions.astype(np.int32, copy=False)
+        tokens = rows.tokens.astype(np.int32, copy=False)
+        low, high = (tokens[0], tokens[0]) if n == 1 else (tokens.min(initial=0), tokens.max(initial=0))
+        if not (0 <= low and high < self._vocab):  # the embedding reads its table by token id
+            raise KineticError(f"a token id is outside the vocabulary (0..{self._vocab - 1})",
+                               "Check the token ids of the prompt.")
+        common = (self.arena, self.arena.ctypes.data, n, n_out, rows.output_rows.astype(np.int32, copy=False),
+                  tokens, positions,
                   tables.row_slot, tables.row_cidx, tables.slot_rows, tables.anc, tables.kv_addr, tables.clen,
                   tables.cpos_addr, self.gelu, self.barrier.ctypes.data, self.yield_addr, self.cycles)
         threads = self._threads_now()
@@ -462,8 +486,8 @@ class CompiledStep:
             if bin(self._starved).count("1") >= STARVED_PASSES:
                 self._solo_until = time.monotonic() + SOLO_SECONDS
                 self._starved = 0
-        outputs = {name: self.view(node_id, n_out if self.graph.node(node_id).type.shape[0] == "R" else n).copy()
-                   for name, node_id in self.graph.outputs}
+        outputs = {name: self.view(node_id, n_out if per_output else n).copy()
+                   for name, node_id, per_output in self._outputs}
         return PassResult(outputs, {})
 
 
@@ -531,14 +555,17 @@ def _matmul(x: Node, weight: Node, node: Node, step: CompiledStep):
     return run
 
 
+_CHAIN_TABLES: dict[int, tuple] = {}
+
+
 class _PassTables:
     """Per-pass arrays the compiled attention reads: each row's cache slot and cache index, the pass
     rows of each slot in order, who sees whom among the pass rows, and the caches' addresses."""
 
     def __init__(self, rows: PassRows, caches, layers: list[int]):
         n = len(rows.tokens)
-        if n and rows.seqs[0] == rows.seqs[-1] and np.array_equal(rows.parents, np.arange(-1, n - 1)):
-            self._one_chain(rows, caches.caches[int(rows.seqs[0])], layers, n)  # the usual pass
+        if rows.chain_seq >= 0:
+            self._one_chain(rows, caches.caches[rows.chain_seq], layers, n)  # the usual pass
             return
         seqs = [int(s) for s in dict.fromkeys(rows.seqs.tolist())]
         slot_of = {s: i for i, s in enumerate(seqs)}
@@ -570,15 +597,17 @@ class _PassTables:
                 p = int(parents[p])
 
     def _one_chain(self, rows: PassRows, cache, layers: list[int], n: int) -> None:
-        """One sequence's consecutive rows (a prompt chunk or a decode step): no Python loops."""
+        """One sequence's consecutive rows (a prompt chunk or a decode step): few numpy calls, as
+        each costs tens of microseconds when a pass has just swept the caches."""
         cache.check_room(n)
-        self.row_slot = np.zeros(n, np.int32)
-        self.slot_rows = np.arange(n, dtype=np.int32)[None, :]
+        if n not in _CHAIN_TABLES:  # the tables that depend only on n (compiled code only reads them)
+            _CHAIN_TABLES[n] = (np.zeros(n, np.int32), np.arange(n, dtype=np.int32)[None, :],
+                                np.tri(n, dtype=np.uint8))
+        self.row_slot, self.slot_rows, self.anc = _CHAIN_TABLES[n]
         self.clen = np.array([cache.length], np.int64)
         self.cpos_addr = np.array([cache.positions.ctypes.data], np.int64)
         self.kv_addr = cache.addresses(layers)[None]
-        self.row_cidx = (cache.length + np.arange(n)).astype(np.int32)
-        self.anc = np.tri(n, dtype=np.uint8)
+        self.row_cidx = self.slot_rows[0] + np.int32(cache.length)
 
 
 # -- one persistent pool of worker threads per process -----------------------------------------------

@@ -22,7 +22,10 @@ from kinetic.codegen.cpu.native import (
     call_kernel,
     cycles,
     f16_bits,
+    f16_value,
+    f32_ptr,
     fma32,
+    i8_ptr,
     pow2_f64,
     u16_ptr,
 )
@@ -31,7 +34,7 @@ from kinetic.codegen.cpu.step_attention import attend_items
 # numba's cache checks only this file's stamp, not those of the modules whose code it compiles in;
 # this hash of them (kept current by tests/codegen/cpu/test_cpu_step.py) changes this file whenever
 # they change, so a stale cache is never loaded.
-SOURCES_HASH = "811b130c21d546ca"
+SOURCES_HASH = "dcc0330f26ab30a7"
 
 F32 = np.float32
 F64 = np.float64
@@ -53,6 +56,10 @@ OP_QUANT = 13
 OP_MATMUL = 14
 OP_KV_STORE = 15
 OP_ATTEND = 16
+OP_EMBED = 20
+OP_ROPE_TABLE = 21
+
+EMBED_Q8_0, EMBED_F16, EMBED_F32 = 0, 1, 2  # OP_EMBED's table formats
 
 FLAG_BARRIER = 1  # wait for every thread after this op
 FLAG_OUTPUT_ROWS = 2  # the op works on the R output rows, not the T pass rows
@@ -143,6 +150,27 @@ def _sum_squares(x0, x1, x2, x3, x4, x5, x6, x7, sums):
     sums[4], sums[5], sums[6], sums[7] = s4, s5, s6, s7
 
 
+@njit(cache=True, inline="always", error_model="numpy")
+def _sum_squares_one(x):
+    """One sequential float64 sum of squares: ggml's order (each square rounded to float32 first)."""
+    s = F64(0)
+    for i in range(x.shape[0]):
+        s += F64(x[i] * x[i])
+    return s
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _sum_squares4(x0, x1, x2, x3, sums):
+    """Four sequential float64 sums of squares side by side."""
+    s0 = s1 = s2 = s3 = F64(0)
+    for i in range(x0.shape[0]):
+        s0 += F64(x0[i] * x0[i])
+        s1 += F64(x1[i] * x1[i])
+        s2 += F64(x2[i] * x2[i])
+        s3 += F64(x3[i] * x3[i])
+    sums[0], sums[1], sums[2], sums[3] = s0, s1, s2, s3
+
+
 @njit(cache=True, error_model="numpy")
 def rms_norm_rows(a, x, y, width, group, eps, w, wsize, r0, r1, c0, c1):
     """Rows r0..r1, writing columns c0..c1; each group's sum runs over the whole group, in order,
@@ -158,10 +186,16 @@ def rms_norm_rows(a, x, y, width, group, eps, w, wsize, r0, r1, c0, c1):
         for c in range(CHAINS):
             chain = base + min(c, k - 1)
             starts[c] = x + (r0 + chain // per_row) * width + (g_lo + chain % per_row) * group
-        _sum_squares(a[starts[0]: starts[0] + group], a[starts[1]: starts[1] + group],
-                     a[starts[2]: starts[2] + group], a[starts[3]: starts[3] + group],
-                     a[starts[4]: starts[4] + group], a[starts[5]: starts[5] + group],
-                     a[starts[6]: starts[6] + group], a[starts[7]: starts[7] + group], sums)
+        if k == 1:  # one chain (a decode row): eight copies of it would cost eight times the work
+            sums[0] = _sum_squares_one(a[starts[0]: starts[0] + group])
+        elif k <= 4:
+            _sum_squares4(a[starts[0]: starts[0] + group], a[starts[1]: starts[1] + group],
+                          a[starts[2]: starts[2] + group], a[starts[3]: starts[3] + group], sums)
+        else:
+            _sum_squares(a[starts[0]: starts[0] + group], a[starts[1]: starts[1] + group],
+                         a[starts[2]: starts[2] + group], a[starts[3]: starts[3] + group],
+                         a[starts[4]: starts[4] + group], a[starts[5]: starts[5] + group],
+                         a[starts[6]: starts[6] + group], a[starts[7]: starts[7] + group], sums)
         for c in range(k):
             chain = base + c
             r = r0 + chain // per_row
@@ -233,8 +267,32 @@ def elementwise(op, xs, bs, ys, f0, f1, gelu):
             ys[i] = _gelu(xs[i], gelu) * bs[i]
 
 
+@njit(cache=True, error_model="numpy")
+def embed_rows(a, table, row_bytes, y, width, kind, tokens, r0, r1, c0, c1):
+    """Rows r0..r1 of the embedding (columns c0..c1, whole Q8_0 blocks) looked up by token:
+    kinetic.ir.quants.dequantize's values (Q8_0: d * q in float32, one rounding)."""
+    for r in range(r0, r1):
+        base = table + np.int64(tokens[r]) * row_bytes
+        out = a[y + r * width: y + (r + 1) * width]
+        if kind == EMBED_Q8_0:
+            for b in range(c0 // 32, c1 // 32):
+                blk = base + 34 * b
+                d = f16_value(carray(u16_ptr(blk), (1,))[0])
+                q = carray(i8_ptr(blk + 2), (32,))
+                for i in range(32):
+                    out[32 * b + i] = d * F32(q[i])
+        elif kind == EMBED_F16:
+            h = carray(u16_ptr(base), (width,))
+            for i in range(c0, c1):
+                out[i] = f16_value(h[i])
+        else:
+            f = carray(f32_ptr(base), (width,))
+            for i in range(c0, c1):
+                out[i] = f[i]
+
+
 @njit(cache=True, nogil=True, error_model="numpy")
-def drive(tape, ftape, start, end, tid, nt, a, a_addr, n_rows, n_out, out_rows, positions, row_slot, row_cidx,
+def drive(tape, ftape, start, end, tid, nt, a, a_addr, n_rows, n_out, out_rows, tokens, positions, row_slot, row_cidx,
           slot_rows, anc, kv_addr, clen, cpos_addr, gelu, bar_addr, yield_addr, prof):
     """Run tape[start:end] as thread `tid` of `nt`; ends with a barrier. Returns the cycles this
     thread spent waiting for the others. Thread 0 adds each op's cycles to prof[ip, 0] and the
@@ -291,6 +349,16 @@ def drive(tape, ftape, start, end, tid, nt, a, a_addr, n_rows, n_out, out_rows, 
             attend_items(a, q, y, kv_addr[:, layer, 0], kv_addr[:, layer, 1], n_kv * hd, n_head, n_kv, hd,
                          F32(ftape[ip, 0]), F32(ftape[ip, 1]), window, tid, rows * (n_head // heads), nt, positions,
                          row_slot, slot_rows, clen, cpos_addr, anc, score_fn, softmax_fn, heads, scale_bits, cap_bits)
+        elif op == OP_EMBED:
+            embed_rows(a, t[2], t[3], t[4], t[5], t[6], tokens, r0, r1, c0, c1)
+        elif op == OP_ROPE_TABLE:
+            angles, cos, sin, half, cos_fn, sin_fn = t[2], t[3], t[4], t[5], t[6], t[7]
+            if c0 == 0 and r1 > r0:  # a column split gives the whole table to the thread holding column 0
+                rope_angles(positions[r0:r1], half, F32(ftape[ip, 0]), F32(ftape[ip, 1]),
+                            a[angles + r0 * half: angles + r1 * half])
+                at, count = 4 * (angles + r0 * half), (r1 - r0) * half
+                call_kernel(cos_fn, a_addr + at, a_addr + 4 * cos + 4 * r0 * half, count)
+                call_kernel(sin_fn, a_addr + at, a_addr + 4 * sin + 4 * r0 * half, count)
         elif op == OP_TAKE_ROWS:
             x, y, width = t[2], t[3], t[4]
             for r in range(r0, r1):

@@ -185,3 +185,39 @@ def test_numba_cache_keys_track_the_modules_compiled_in():
 
     assert step_attention.SOURCES_HASH == digest("native.py"), "update SOURCES_HASH in step_attention.py"
     assert S.SOURCES_HASH == digest("native.py", "step_attention.py"), "update SOURCES_HASH in step_ops.py"
+
+
+@pytest.mark.parametrize("wtype", ["Q8_0", "F16", "F32"])
+def test_the_tape_embedding_equals_the_reference_dequantization(wtype):
+    """The tape's own embedding lookup (Q8_0 / F16 / F32 tables) gives kinetic.ir.quants.dequantize's
+    values for the chosen tokens, bit for bit, for any split of rows or of whole blocks of columns."""
+    from gguf import GGMLQuantizationType as Q
+    from gguf import quants as gguf_quants
+
+    from kinetic.ir.quants import dequantize
+
+    rng = np.random.default_rng(7)
+    values = (rng.standard_normal((50, 96)) * rng.choice([1e-3, 1.0, 300.0], (50, 1))).astype(np.float32)
+    qtype = Q[wtype]
+    table = gguf_quants.quantize(values, qtype) if qtype is Q.Q8_0 else values.astype(np.float16 if qtype is Q.F16 else np.float32)
+    table = np.ascontiguousarray(table)
+    tokens = np.array([3, 49, 0, 3, 17], np.int32)
+    want = dequantize(table[tokens], qtype)
+    kind = {Q.Q8_0: S.EMBED_Q8_0, Q.F16: S.EMBED_F16, Q.F32: S.EMBED_F32}[qtype]
+    for r0, r1, c0, c1 in [(0, 5, 0, 96), (1, 4, 0, 96), (0, 5, 32, 96), (0, 5, 0, 32)]:
+        arena = np.full(5 * 96 + 16, np.nan, np.float32)
+        S.embed_rows(arena, table.ctypes.data, table.strides[0], 16, 96, kind, tokens, r0, r1, c0, c1)
+        got = arena[16:].reshape(5, 96)
+        assert np.array_equal(got[r0:r1, c0:c1], want[r0:r1, c0:c1])
+        assert np.isnan(np.delete(got, np.s_[r0:r1], axis=0)).all()
+
+
+def test_token_ids_outside_the_vocabulary_are_refused_before_the_tape_reads_them():
+    """The tape looks the embedding up by address: an id past the table is an error, not a stray read."""
+    gguf, graph = _graph(synthetic_path("llama"))
+    engine = _engine(gguf, graph)
+    seq = engine.new_sequence()
+    for bad in ([10**6], [5, -1]):
+        with pytest.raises(KineticError, match="outside the vocabulary"):
+            engine.forward(PassRows.chain(bad, 0), {0: seq}, commit=False)
+    assert seq.cache.length == 0
