@@ -22,7 +22,7 @@ def add_parser(sub) -> None:
         "-r runs, and print a table like llama-bench's with load time and peak memory. --compare also runs "
         "llama.cpp's llama-bench on the same file and prints a card with both.",
     )
-    p.add_argument("model", help="a .gguf file or a downloaded model's name")
+    p.add_argument("model", help="a .gguf or .ktc file or a downloaded model's name")
     p.add_argument(
         "-t",
         "--threads",
@@ -110,6 +110,9 @@ def _check(args: argparse.Namespace) -> None:
         raise KineticError(f"-t must be at least 1, not {args.threads}", "Give a thread count such as -t 4.")
     if args.repetitions < 1:
         raise KineticError(f"-r must be at least 1, not {args.repetitions}", "Give a number of runs such as -r 3.")
+    if args.compare is not None and args.model.lower().endswith(".ktc"):
+        raise KineticError("--compare runs llama-bench, which reads .gguf files, not .ktc files",
+                           "Compare on the .gguf file the .ktc was compiled from.")
     if args.n_prompt < 0 or args.n_gen < 0 or args.n_prompt + args.n_gen == 0:
         raise KineticError(
             f"-p {args.n_prompt} -n {args.n_gen} measures nothing",

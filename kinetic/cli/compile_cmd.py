@@ -1,15 +1,18 @@
-"""`kinetic compile MODEL [-o OUT] [--dump-ir DIR]`: lower a model and run the pass pipeline.
+"""`kinetic compile MODEL [-o OUT.ktc] [--device cpu] [--sign-key FILE] [--dump-ir DIR]`.
 
 Owns: the command line of compile and its summary (nodes and time per phase). The work itself is
-the frontend's `lower` and the passes' `run_pipeline`. Writing .ktc files is a later issue: `-o`
-is refused with a clear message until then. `--dump-ir DIR` writes the graph after each phase in
-the IR's text form: `00-lowered.ir`, `01-canonicalize.ir`, ...
+the frontend's `lower`, the passes' `run_pipeline` and, with `-o`, kinetic.ktc's `build_ktc`, which
+writes the .ktc file (weights, tokenizer, chat template, graph, default profile, metadata; signed
+with --sign-key). `--tune` (a measured profile search) is not built yet: it exits 2 saying so.
+`--dump-ir DIR` writes the graph after each phase in the IR's text form: `00-lowered.ir`,
+`01-canonicalize.ir`, ...
 """
 
 from __future__ import annotations
 
 import argparse
 import re
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,33 +32,71 @@ class PhaseReport:
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "compile",
-        help="lower a model to the graph IR and optimize it",
-        description="Lower a GGUF model to Kinetic's graph IR and run the pass pipeline. "
-        "With --dump-ir, write the graph after each phase as text.",
+        help="lower a model to the graph IR, optimize it, and write a .ktc file (-o)",
+        description="Lower a GGUF model to Kinetic's graph IR and run the pass pipeline. With -o, write a "
+        ".ktc file (docs/FORMAT.md); with --dump-ir, write the graph after each phase as text.",
     )
     p.add_argument("model", help="path to a .gguf file, or the short name of a downloaded model")
-    p.add_argument("-o", "--output", metavar="OUT", help="the .ktc file to write (not available yet)")
+    p.add_argument("-o", "--output", metavar="OUT", help="the .ktc file to write")
+    p.add_argument("--device", choices=("cpu",), default="cpu", help="the device the profile is for [default: cpu]")
+    p.add_argument("--sign-key", metavar="FILE", help="sign the .ktc file with this Ed25519 secret key file")
+    p.add_argument("--tune", action="store_true", help="measure the fastest settings (not built yet)")
     p.add_argument("--dump-ir", metavar="DIR", help="write the graph after each phase to DIR as NN-PHASE.ir")
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.output:
-        raise KineticError(
-            "writing .ktc files is not available yet",
-            "Run `kinetic compile MODEL --dump-ir DIR` to see the optimized graph for now.",
-        )
+    if args.tune:
+        sys.stderr.write("kinetic: --tune is not implemented yet; profiles hold the CPU device's defaults\n"
+                         "Run `kinetic compile MODEL -o MODEL.ktc` without --tune.\n")
+        return 2
     from kinetic.hub import resolve_model
 
     path = resolve_model(args.model)
+    out = _check_output(Path(args.output), path) if args.output else None
+    key = None
+    if args.sign_key:
+        from kinetic.ktc.keys import read_signing_key
+
+        key = read_signing_key(args.sign_key)
     dump_dir = _prepare_dump_dir(Path(args.dump_ir)) if args.dump_ir else None
-    reports = compile_model(path, dump_dir=dump_dir)
+    graphs: list = []
+    reports = compile_model(path, dump_dir=dump_dir, keep=graphs)
     print(format_summary(path, reports, dump_dir=dump_dir))
+    if out is not None:
+        print(_write_ktc(path, graphs[-1], out, device=args.device, key=key))
     return 0
 
 
-def compile_model(path: Path, *, dump_dir: Path | None = None) -> list[PhaseReport]:
-    """Lower the model and run the pipeline; one report per phase, starting with `lowered`."""
+def _check_output(out: Path, source: Path) -> Path:
+    from kinetic.ktc import is_ktc
+
+    if is_ktc(source):
+        raise KineticError(f"{source.name} is a .ktc file already", "Compile the .gguf file it was made from.")
+    if out.suffix.lower() != ".ktc":
+        raise KineticError(f"the output {out} does not end in .ktc", "Name the output file MODEL.ktc.")
+    if out.exists() and out.resolve() == source.resolve():
+        raise KineticError(f"the output {out} is the input file", "Choose another output file.")
+    if not out.parent.is_dir():
+        raise KineticError(f"cannot write {out}: the folder {out.parent} does not exist", "Create it first.")
+    return out
+
+
+def _write_ktc(path: Path, graph, out: Path, *, device: str, key) -> str:
+    from kinetic.frontend.gguf_file import open_gguf
+    from kinetic.ktc.build import build_ktc
+
+    start = time.perf_counter()
+    entries = build_ktc(open_gguf(path), graph, out, device=device, signing_key=key)
+    size = out.stat().st_size
+    signed = f", signed by {bytes(key.verify_key).hex()}" if key is not None else ", unsigned"
+    return (f"  wrote {out} ({size / 2**20:.1f} MiB, {len(entries)} sections{signed}) "
+            f"in {time.perf_counter() - start:.2f} s")
+
+
+def compile_model(path: Path, *, dump_dir: Path | None = None, keep: list | None = None) -> list[PhaseReport]:
+    """Lower the model and run the pipeline; one report per phase, starting with `lowered`. The
+    final graph is appended to `keep` when given."""
     from kinetic.frontend.gguf_file import open_gguf
     from kinetic.frontend.lower import lower
     from kinetic.passes import run_pipeline
@@ -72,7 +113,9 @@ def compile_model(path: Path, *, dump_dir: Path | None = None) -> list[PhaseRepo
 
     graph = lower(open_gguf(path))
     on_phase("lowered", graph)
-    run_pipeline(graph, on_phase=on_phase)
+    graph = run_pipeline(graph, on_phase=on_phase)
+    if keep is not None:
+        keep.append(graph)
     return reports
 
 

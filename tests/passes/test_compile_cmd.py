@@ -1,4 +1,4 @@
-"""`kinetic compile --dump-ir`: one parseable, verified IR file per phase, and -o refused for now.
+"""`kinetic compile --dump-ir`: one parseable, verified IR file per phase, also beside -o (tests/ktc covers -o).
 
 (It lives beside the passes because --dump-ir is the pipeline's window; it drives the CLI.)
 """
@@ -30,9 +30,12 @@ def test_dump_ir_writes_each_phase(smollm2_path, tmp_path, capsys):
     assert len(last.nodes) < len(first.nodes)
 
 
-def test_output_file_is_refused_for_now(smollm2_path, tmp_path, capsys):
-    """-o exits 1 with a message saying .ktc writing is not available yet, and writes nothing."""
+def test_dump_ir_and_output_together(smollm2_path, tmp_path, capsys):
+    """-o with --dump-ir writes both: the phase files and a .ktc whose graph is the last phase's."""
+    from kinetic.ktc import Kind, KtcFile
+
     out = tmp_path / "model.ktc"
-    assert main(["compile", str(smollm2_path), "-o", str(out)]) == 1
-    assert "writing .ktc files is not available yet" in capsys.readouterr().err
-    assert not out.exists()
+    assert main(["compile", str(smollm2_path), "-o", str(out), "--dump-ir", str(tmp_path / "ir")]) == 0
+    assert f"wrote {out}" in capsys.readouterr().out
+    last = sorted((tmp_path / "ir").glob("*.ir"))[-1].read_text()
+    assert KtcFile.open(out).text(Kind.GRAPH) == last

@@ -1,0 +1,145 @@
+"""Loading a .ktc file to run it: checked, joined into the frontend's view, graph and profile read.
+
+Owns: what loading verifies and what it trusts. Every load checks the structure (header, manifest,
+placement, zero padding), the signature if there is one, and the BLAKE3 of every small section. The
+weights section is hashed too, unless a stamp shows that this very file was fully hashed before:
+the stamp records the file's device, inode, size, modification and change times (ns) and its
+manifest check, and lives in $XDG_CACHE_HOME/kinetic/ktc-verified/. Any write to the file changes
+its change time, which no user can set back, so a file with a flipped byte is hashed again and
+refused. `kinetic verify` always hashes everything.
+
+The profile is used when this machine's device class is the one it was made for; otherwise the CPU
+device's own defaults run and one note says so. The stored graph is used when this build's pipeline
+hash and the lowering options are the ones it was made with; otherwise the graph is made again from
+the weights (with a note when the build differs).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+
+from kinetic.frontend.gguf_file import GGUFFile
+from kinetic.ktc import layout as L
+from kinetic.ktc.gguf_sections import join_gguf
+from kinetic.ktc.layout import Kind
+from kinetic.ktc.profile import Profile, device_class
+from kinetic.ktc.reader import KtcError, KtcFile
+
+
+def stderr_note(line: str) -> None:
+    sys.stderr.write(f"kinetic: note: {line}\n")
+
+
+class LoadedKtc:
+    """A verified .ktc file: `gguf` (what the frontend reads), `profile`, `metadata`."""
+
+    def __init__(self, path: str | os.PathLike, *, note: Callable[[str], None] = stderr_note,
+                 use_stamps: bool = True, hash_weights: bool = True):
+        """`hash_weights=False` (for `kinetic info`) leaves the weights section's hash unchecked."""
+        self.file = KtcFile.open(path)
+        self.path = self.file.path
+        self.note = note
+        for kind in Kind:
+            if kind is not Kind.WEIGHTS and self.file.has(kind):
+                self.file.check_hash(kind)
+        if hash_weights and not (use_stamps and _stamp_matches(self.file)):
+            before = _stamp(self.file)
+            self.file.check_hash(Kind.WEIGHTS)
+            if use_stamps and _stamp(self.file) == before:  # unchanged while it was hashed
+                _write_stamp(self.file, before)
+        self.profile = _profile(self.file)
+        self.metadata = self.file.json(Kind.METADATA)
+        self.gguf: GGUFFile = join_gguf(self.file)
+
+    def graph(self, options=None):
+        """The optimized graph: the stored one when this build would make the same, else made again."""
+        from kinetic.frontend.blocks import Options
+        from kinetic.frontend.lower import lower
+        from kinetic.ir.graph import verify
+        from kinetic.ir.text import parse_graph
+        from kinetic.passes import PassOptions, pipeline_hash, run_pipeline
+
+        same_options = asdict(options or Options()) == self.metadata.get("lowering")
+        same_build = self.profile.pipeline_hash == pipeline_hash()
+        if same_options and same_build:
+            try:
+                graph = parse_graph(self.file.text(Kind.GRAPH))
+                verify(graph)
+            except KtcError:
+                raise
+            except Exception as exc:
+                raise KtcError(self.path, "graph", f"section graph does not read as a valid graph: {exc}",
+                               "The file was written by a faulty tool; compile it again from the .gguf file.") from None
+            return graph
+        if same_options:
+            self.note(f"{self.path.name} was optimized by another Kinetic build (kinetic "
+                      f"{self.profile.kinetic_version}); optimizing its graph again")
+        return run_pipeline(lower(self.gguf, options), PassOptions())
+
+    def engine_settings(self, device: str, threads: int | None) -> dict:
+        """Engine keywords from the profile when it fits this machine (threads given win)."""
+        if device != self.profile.device:
+            return {"threads": threads}
+        here = device_class(device)
+        if here != self.profile.device_class:
+            self.note(f"{self.path.name} was prepared for {self.profile.device_class}, this machine is {here}; "
+                      "running with the defaults for this machine")
+            return {"threads": threads}
+        return {"threads": threads if threads is not None else self.profile.threads, "batch": self.profile.batch}
+
+
+def _profile(file: KtcFile) -> Profile:
+    try:
+        return Profile.from_json(file.json(Kind.PROFILE))
+    except ValueError as exc:
+        raise KtcError(file.path, "profile", f"section profile is not a valid profile: {exc}",
+                       "The file was written by a faulty tool; compile it again from the .gguf file.") from None
+
+
+# -- stamps: "this file, unchanged since, was fully hashed" -----------------------------------------
+
+
+def stamp_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "kinetic" / "ktc-verified"
+
+
+def _stamp_path(file: KtcFile) -> Path:
+    return stamp_dir() / (L.digest(os.fsencode(file.path.resolve())).hex()[:32] + ".json")
+
+
+def _stamp(file: KtcFile) -> dict:
+    st = os.stat(file.path)
+    return {"path": str(file.path.resolve()), "device": st.st_dev, "inode": st.st_ino, "size": st.st_size,
+            "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns, "manifest": file.manifest_digest.hex()}
+
+
+def _stamp_matches(file: KtcFile) -> bool:
+    try:
+        return json.loads(_stamp_path(file).read_text()) == _stamp(file)
+    except (OSError, ValueError):
+        return False
+
+
+def _write_stamp(file: KtcFile, stamp: dict) -> None:
+    """Best effort: a cache folder that cannot be written only means hashing again next time."""
+    path = _stamp_path(file)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(stamp))
+        os.replace(tmp, path)
+    except OSError:
+        pass
+
+
+def load_if_ktc(path: str | os.PathLike, *, note: Callable[[str], None] = stderr_note) -> LoadedKtc | None:
+    """The loaded .ktc file at path, or None when path is not a .ktc file (a .gguf, say)."""
+    from kinetic.ktc.reader import is_ktc
+
+    return LoadedKtc(path, note=note) if is_ktc(path) else None

@@ -1,0 +1,77 @@
+"""The profile section: which device class a .ktc file was prepared for and with which settings.
+
+Owns: the device class of this machine (`cpu-x86_64-avx512vnni`, `cpu-x86_64-avx2`,
+`cpu-x86_64-scalar`, `cpu-aarch64-scalar`), the Profile record and its JSON form, and the default
+profile `kinetic compile` writes. A tuned profile (a measured search over these settings,
+`kinetic compile --tune`) is not built yet: every profile today holds the CPU device's defaults and
+says so with `"tuned": false`.
+"""
+
+from __future__ import annotations
+
+import platform
+from dataclasses import asdict, dataclass, fields
+
+# The CPU codegen's int8 dot variants (kinetic/codegen/cpu/target.py) by the name a class uses.
+_VARIANT_CLASS = {"vnni": "avx512vnni", "avx2": "avx2", "generic": "scalar"}
+_MACHINE = {"amd64": "x86_64", "x64": "x86_64", "arm64": "aarch64"}
+
+
+def cpu_variant() -> str:
+    from kinetic.codegen.cpu.target import host
+
+    return host().best_variant()
+
+
+def device_class(device: str = "cpu") -> str:
+    """The class of machine that decides a profile: device, architecture, instruction set."""
+    if device != "cpu":
+        raise ValueError(f"no device class for {device!r}")
+    machine = platform.machine().lower()
+    return f"cpu-{_MACHINE.get(machine, machine)}-{_VARIANT_CLASS[cpu_variant()]}"
+
+
+@dataclass(frozen=True)
+class Profile:
+    device: str  # "cpu"
+    device_class: str  # device_class() of the machine it was made for
+    kernel_variant: str  # the int8 dot variant: vnni, avx2 or generic
+    threads: int | None  # CPU threads; None: every logical CPU of the machine that runs it
+    batch: int  # prompt rows per forward pass
+    matmul_tile: int  # output rows one matmul kernel call produces
+    tuned: bool  # measured by a search (not built yet), or the defaults
+    kinetic_version: str
+    pipeline_hash: str  # kinetic.passes.pipeline_hash() of the build that optimized the graph
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> Profile:
+        """Raises ValueError naming the first field that is missing or has the wrong type."""
+        types = {"device": str, "device_class": str, "kernel_variant": str, "threads": (int, type(None)),
+                 "batch": int, "matmul_tile": int, "tuned": bool, "kinetic_version": str, "pipeline_hash": str}
+        values = {}
+        for f in fields(cls):
+            if f.name not in data:
+                raise ValueError(f"it has no {f.name!r}")
+            value = data[f.name]
+            allowed = types[f.name] if isinstance(types[f.name], tuple) else (types[f.name],)
+            if not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed):
+                raise ValueError(f"its {f.name!r} is {value!r}")
+            values[f.name] = value
+        if values["batch"] < 1 or values["matmul_tile"] < 1 or (values["threads"] or 1) < 1:
+            raise ValueError("batch, matmul_tile and threads must be at least 1")
+        return cls(**values)
+
+
+def default_profile(device: str = "cpu") -> Profile:
+    """The CPU device's own defaults on this machine, recorded."""
+    from kinetic import __version__
+    from kinetic.codegen.cpu.matmul import DEFAULT_TILE
+    from kinetic.passes import pipeline_hash
+    from kinetic.runtime.engine import DEFAULT_BATCH
+
+    return Profile(device=device, device_class=device_class(device), kernel_variant=cpu_variant(), threads=None,
+                   batch=DEFAULT_BATCH, matmul_tile=DEFAULT_TILE, tuned=False, kinetic_version=__version__,
+                   pipeline_hash=pipeline_hash())

@@ -1,0 +1,451 @@
+""".ktc files: compile, verify, sign, load; every byte checked and every damage named.
+
+Real models for compiling and identity (SmolLM2 runs; Gemma 3 compiles and verifies); the synthetic
+llama file, given a chat template so that every section kind is present, for the byte flips.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import shutil
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import kinetic
+from kinetic.cli.main import main
+from kinetic.errors import KineticError
+from kinetic.frontend.gguf_file import open_gguf
+from kinetic.ktc import Kind, KtcError, KtcFile
+from kinetic.ktc import layout as L
+from kinetic.ktc import load as ktc_load
+from kinetic.ktc import writer as ktc_writer
+from kinetic.ktc.load import LoadedKtc
+from tests.conftest import model_path
+from tests.synthetic import rewrite_gguf, synthetic_path
+
+TEMPLATE = ("{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}"
+            "{% if add_generation_prompt %}<a>{% endif %}")
+PROMPT = "The capital of France is"
+
+
+@pytest.fixture(autouse=True)
+def private_stamps(tmp_path, monkeypatch):
+    """Each test gets its own stamp folder, so no stamp from another test or the user's cache counts."""
+    monkeypatch.setattr(ktc_load, "stamp_dir", lambda: tmp_path / "stamps")
+
+
+@pytest.fixture(scope="module")
+def synth_gguf(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("synth") / "llama-chat.gguf"
+    return rewrite_gguf(synthetic_path("llama"), out, set_kv={"tokenizer.chat_template": TEMPLATE})
+
+
+@pytest.fixture(scope="module")
+def synth_ktc(synth_gguf) -> Path:
+    out = synth_gguf.with_suffix(".ktc")
+    assert main(["compile", str(synth_gguf), "-o", str(out)]) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def smollm2_ktc(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("smollm2") / "smollm2.ktc"
+    assert main(["compile", str(model_path("smollm2-135m")), "-o", str(out)]) == 0
+    return out
+
+
+def copy_of(src: Path, dst: Path) -> Path:
+    shutil.copyfile(src, dst)
+    return dst
+
+
+def flip(path: Path, offset: int, mask: int = 0x01) -> None:
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        byte = f.read(1)[0]
+        f.seek(offset)
+        f.write(bytes([byte ^ mask]))
+
+
+def full_check(path: Path) -> None:
+    """What `kinetic verify` checks: the structure on open, then every section's hash."""
+    ktc = KtcFile.open(path)
+    for kind in ktc.entries:
+        ktc.check_hash(kind)
+
+
+def assert_verify_fails(path: Path, capsys, naming: str) -> None:
+    capsys.readouterr()
+    assert main(["verify", str(path)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and err[0].startswith("kinetic: ") and naming in err[0], err
+
+
+# -- real models -------------------------------------------------------------------------------------
+
+
+def test_smollm2_ktc_gives_the_gguf_greedy_tokens(smollm2_ktc, capsys):
+    """Greedy tokens from the .ktc are the .gguf file's, token for token, and verify passes."""
+    assert main(["verify", str(smollm2_ktc)]) == 0
+    assert "every hash matches" in capsys.readouterr().out
+    from_gguf = kinetic.Model(model_path("smollm2-135m"), n_ctx=64)
+    from_ktc = kinetic.Model(smollm2_ktc, n_ctx=64)
+    assert from_ktc.graph == from_gguf.graph
+    expected = from_gguf.generate(PROMPT, max_tokens=8, return_tokens=True)
+    assert from_ktc.generate(PROMPT, max_tokens=8, return_tokens=True) == expected
+    assert len(expected) == 8
+
+
+@pytest.mark.parametrize("name", ["smollm2-135m", "gemma3-270m"])
+def test_real_model_sections_join_back_to_the_gguf(name, tmp_path, capsys):
+    """Compiling a real model gives a file that verifies, whose joined sections hold exactly the
+    source's metadata (keys, values, types) and tensors (names, types, shapes, bytes), and whose
+    tokenizer splits text into the same ids."""
+    from kinetic.frontend.tokenizer import Tokenizer
+
+    src = model_path(name)
+    out = tmp_path / f"{name}.ktc"
+    assert main(["compile", str(src), "-o", str(out)]) == 0
+    assert main(["verify", str(out)]) == 0
+    source, joined = open_gguf(src), LoadedKtc(out).gguf
+    assert_same_model(source, joined)
+    text = "Héllo wörld, <b>spaces</b>   and 12345 digits!"
+    assert Tokenizer.from_gguf(joined).encode(text) == Tokenizer.from_gguf(source).encode(text)
+
+
+def assert_same_model(source, joined) -> None:
+    assert sorted(joined.metadata) == sorted(source.metadata)
+    for key in source.metadata:
+        assert joined.metadata.value_type(key) == source.metadata.value_type(key), key
+        a, b = joined.metadata[key], source.metadata[key]
+        assert (a.tolist() if isinstance(a, np.ndarray) else a) == (b.tolist() if isinstance(b, np.ndarray) else b)
+    assert list(joined.tensors) == list(source.tensors)
+    for name, t in source.tensors.items():
+        j = joined.tensors[name]
+        assert (j.type, j.ne, j.nbytes) == (t.type, t.ne, t.nbytes)
+        assert np.array_equal(joined.raw(name), source.raw(name)), name
+
+
+# -- the synthetic model: layout, reproducibility, every section kind ------------------------------
+
+
+def test_synthetic_has_every_section_kind_aligned(synth_ktc, synth_gguf):
+    """All six kinds are present, each at a multiple of ALIGN, and the join is the source model."""
+    ktc = KtcFile.open(synth_ktc)
+    assert list(ktc.entries) == list(Kind)
+    assert all(e.offset % L.ALIGN == 0 for e in ktc.entries.values())
+    assert ktc.text(Kind.CHAT_TEMPLATE) == TEMPLATE
+    assert_same_model(open_gguf(synth_gguf), LoadedKtc(synth_ktc).gguf)
+
+
+def test_compile_is_reproducible(synth_gguf, synth_ktc, tmp_path):
+    """The same model compiled again gives the same bytes (no time stamps, deterministic layout)."""
+    again = tmp_path / "again.ktc"
+    assert main(["compile", str(synth_gguf), "-o", str(again)]) == 0
+    assert again.read_bytes() == synth_ktc.read_bytes()
+
+
+def test_synthetic_ktc_runs_like_its_gguf(synth_gguf, synth_ktc):
+    """Greedy tokens from the synthetic .ktc equal the .gguf's (the stored graph is the same graph)."""
+    a = kinetic.Model(synth_gguf, n_ctx=32).generate([1, 2, 3], max_tokens=6, return_tokens=True)
+    b = kinetic.Model(synth_ktc, n_ctx=32).generate([1, 2, 3], max_tokens=6, return_tokens=True)
+    assert a == b
+
+
+def _part_offsets(path: Path) -> dict[str, int]:
+    """One byte inside each part of the file: the header, the manifest, each section, the padding."""
+    ktc = KtcFile.open(path)
+    offsets = {"header": 20, "manifest": L.HEADER_SIZE + 8 + 20}
+    for kind, e in ktc.entries.items():
+        offsets[kind.label] = e.offset + e.size // 2
+    offsets["padding"] = L.HEADER_SIZE + ktc.header.manifest_size + 10
+    return offsets
+
+
+@pytest.mark.parametrize("part", ["header", "manifest", "weights", "tokenizer", "chat_template", "graph", "profile",
+                                  "metadata", "padding"])
+def test_a_flipped_byte_is_named_and_refused(part, synth_ktc, tmp_path, capsys):
+    """Flipping one byte of the header, the manifest, any section or the padding makes verify exit 1
+    naming that part, and makes loading (kinetic.Model, as `kinetic run` loads) refuse the file."""
+    path = copy_of(synth_ktc, tmp_path / "flipped.ktc")
+    flip(path, _part_offsets(path)[part])
+    assert_verify_fails(path, capsys, part if part not in ("padding",) else "padding byte")
+    with pytest.raises(KtcError) as info:
+        kinetic.Model(path)
+    assert info.value.part == part
+
+
+def test_every_byte_is_covered(synth_ktc, tmp_path):
+    """Flipping any byte of the file (every 4099th, plus each region's first and last) fails the full
+    check: nothing in the file is outside the header, manifest, zero padding and hashed sections."""
+    data = bytearray(synth_ktc.read_bytes())
+    ktc = KtcFile.open(synth_ktc)
+    edges = {0, L.HEADER_SIZE - 1, L.HEADER_SIZE, L.HEADER_SIZE + ktc.header.manifest_size - 1, len(data) - 1}
+    for e in ktc.entries.values():
+        edges |= {e.offset, e.end - 1, e.offset - 1}
+    path = tmp_path / "one.ktc"
+    for offset in sorted(edges | set(range(0, len(data), 4099))):
+        data[offset] ^= 0x80
+        path.write_bytes(data)
+        data[offset] ^= 0x80
+        with pytest.raises(KtcError):
+            full_check(path)
+
+
+def test_weights_flip_is_caught_after_a_stamp(synth_ktc, tmp_path, monkeypatch):
+    """A loaded file is stamped so the next load skips hashing the weights; a byte flipped in place
+    afterwards (modification time put back) still makes the next load hash them and refuse."""
+    path = copy_of(synth_ktc, tmp_path / "stamped.ktc")
+    LoadedKtc(path)
+    hashed = []
+    original = KtcFile.check_hash
+    monkeypatch.setattr(KtcFile, "check_hash", lambda self, kind: hashed.append(kind) or original(self, kind))
+    LoadedKtc(path)
+    assert Kind.WEIGHTS not in hashed and Kind.GRAPH in hashed
+    st = path.stat()
+    flip(path, KtcFile.open(path).entries[Kind.WEIGHTS].offset + 100)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    with pytest.raises(KtcError) as info:
+        LoadedKtc(path)
+    assert info.value.part == "weights"
+
+
+# -- structure: truncation, padding, manifest, header ------------------------------------------------
+
+
+@pytest.mark.parametrize("keep", [10, L.HEADER_SIZE + 30, 100_000, -1])
+def test_truncated_file_is_a_clear_error(keep, synth_ktc, tmp_path, capsys):
+    """A file cut short anywhere is refused as truncated, never with a traceback."""
+    data = synth_ktc.read_bytes()
+    path = tmp_path / "cut.ktc"
+    path.write_bytes(data[:keep])
+    with pytest.raises(KtcError, match="truncated") as info:
+        KtcFile.open(path)
+    assert info.value.part == "file"
+    assert_verify_fails(path, capsys, "truncated")
+
+
+def test_nonzero_padding_is_refused(synth_ktc, tmp_path):
+    """A padding byte set between two sections is refused naming the padding and where it is."""
+    path = copy_of(synth_ktc, tmp_path / "pad.ktc")
+    graph = KtcFile.open(path).entries[Kind.GRAPH]
+    with open(path, "r+b") as f:
+        f.seek(graph.offset - 1)
+        f.write(b"\x07")
+    with pytest.raises(KtcError, match=f"padding byte {graph.offset - 1} .before section graph") as info:
+        KtcFile.open(path)
+    assert info.value.part == "padding"
+
+
+def rewrite_manifest(path: Path, change) -> None:
+    """Edit the manifest entries with `change(entries) -> entries` and reseal the manifest and header
+    checks, so only the structural check under test can object."""
+    ktc = KtcFile.open(path)
+    entries = change(list(ktc.entries.values()))
+    manifest = L.pack_manifest(entries)
+    header = L.Header(ktc.header.version, ktc.header.file_size, len(manifest), ktc.header.flags, 0)
+    with open(path, "r+b") as f:
+        f.write(L.pack_header(header) + manifest)
+
+
+def test_overlapping_sections_are_refused(synth_ktc, tmp_path):
+    """A section that starts inside the one before it is refused, naming both."""
+    path = copy_of(synth_ktc, tmp_path / "overlap.ktc")
+
+    def overlap(entries):
+        g = next(i for i, e in enumerate(entries) if e.kind == Kind.GRAPH)
+        prev = entries[g - 1]
+        entries[g] = L.Entry(entries[g].kind, prev.offset + 1, entries[g].size, entries[g].digest)
+        return entries
+
+    rewrite_manifest(path, overlap)
+    with pytest.raises(KtcError, match="section graph .* overlaps section chat_template") as info:
+        KtcFile.open(path)
+    assert info.value.part == "manifest"
+
+
+def test_section_out_of_bounds_is_refused(synth_ktc, tmp_path):
+    """A section that runs past the end of the file is refused, naming it."""
+    path = copy_of(synth_ktc, tmp_path / "bounds.ktc")
+
+    def grow(entries):
+        e = entries[-1]
+        entries[-1] = L.Entry(e.kind, e.offset, e.size + 10**9, e.digest)
+        return entries
+
+    rewrite_manifest(path, grow)
+    with pytest.raises(KtcError, match="section metadata .* runs past the end of the file"):
+        KtcFile.open(path)
+
+
+def test_manifest_out_of_bounds_is_refused(synth_ktc, tmp_path):
+    """A header whose manifest would run past the end of the file is refused, naming the manifest."""
+    path = copy_of(synth_ktc, tmp_path / "manifest.ktc")
+    ktc = KtcFile.open(path)
+    header = L.Header(1, ktc.file_size, ktc.file_size, 0, 0)
+    with open(path, "r+b") as f:
+        f.write(L.pack_header(header))
+    with pytest.raises(KtcError, match="manifest .* out of the file's bounds") as info:
+        KtcFile.open(path)
+    assert info.value.part == "manifest"
+
+
+@pytest.mark.parametrize("offset, value, message", [(0, b"GGUF", "not a .ktc file"),
+                                                     (4, struct.pack("<I", 2), "format version 2")])
+def test_bad_magic_and_unknown_version(offset, value, message, synth_ktc, tmp_path):
+    """Another file type and a later format version are refused by their header, saying which."""
+    path = copy_of(synth_ktc, tmp_path / "magic.ktc")
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        f.write(value)
+    with pytest.raises(KtcError, match=message) as info:
+        KtcFile.open(path)
+    assert info.value.part == "header"
+
+
+# -- signing -----------------------------------------------------------------------------------------
+
+
+def test_signed_file_verifies_with_its_key_only(synth_gguf, tmp_path, capsys):
+    """A signed file verifies and shows its public key; --key with that key passes, with another key
+    fails; a flipped signature byte is refused naming the signature."""
+    key, other = tmp_path / "key", tmp_path / "other"
+    assert main(["keygen", str(key)]) == 0 and main(["keygen", str(other)]) == 0
+    public = (tmp_path / "key.pub").read_text().strip()
+    out = tmp_path / "signed.ktc"
+    assert main(["compile", str(synth_gguf), "-o", str(out), "--sign-key", str(key)]) == 0
+    capsys.readouterr()
+    assert main(["verify", str(out), "--key", str(tmp_path / "key.pub")]) == 0
+    assert f"valid, public key {public}" in capsys.readouterr().out
+    assert main(["verify", str(out), "--key", str(tmp_path / "other.pub")]) == 1
+    assert f"is signed by {public}, not by" in capsys.readouterr().err
+    assert KtcFile.open(out).signature.public_key_hex == public
+    flip(out, out.stat().st_size - 1)
+    with pytest.raises(KtcError, match="signature does not verify") as info:
+        LoadedKtc(out)
+    assert info.value.part == "signature"
+
+
+def test_unsigned_file_fails_a_required_key(synth_ktc, tmp_path, capsys):
+    """verify --key on an unsigned file exits 1 saying it is unsigned."""
+    assert main(["keygen", str(tmp_path / "k")]) == 0
+    capsys.readouterr()
+    assert main(["verify", str(synth_ktc), "--key", str(tmp_path / "k.pub")]) == 1
+    assert "is unsigned" in capsys.readouterr().err
+
+
+def test_raw_and_hex_key_files_sign_alike(synth_gguf, tmp_path):
+    """A 32-byte raw key file and the same seed as 64 hex digits give the same signed file."""
+    seed = bytes(range(32))
+    (tmp_path / "raw").write_bytes(seed)
+    (tmp_path / "hex").write_text(seed.hex() + "\n")
+    for name in ("raw", "hex"):
+        assert main(["compile", str(synth_gguf), "-o", str(tmp_path / f"{name}.ktc"), "--sign-key",
+                     str(tmp_path / name)]) == 0
+    assert (tmp_path / "raw.ktc").read_bytes() == (tmp_path / "hex.ktc").read_bytes()
+
+
+# -- writing: all or nothing; the command line -----------------------------------------------------
+
+
+def test_full_disk_leaves_no_file(synth_gguf, tmp_path, monkeypatch, capsys):
+    """A disk that fills up mid-write gives a clear error and leaves neither the file nor a temp file."""
+
+    def full(f, sections, offsets):
+        f.write(b"x" * 1000)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(ktc_writer, "_write_body", full)
+    out = tmp_path / "out" / "model.ktc"
+    out.parent.mkdir()
+    assert main(["compile", str(synth_gguf), "-o", str(out)]) == 1
+    assert "disk filled up" in capsys.readouterr().err
+    assert list(out.parent.iterdir()) == []
+
+
+def test_too_little_free_space_is_refused_first(synth_gguf, tmp_path, monkeypatch, capsys):
+    """When the folder has less free space than the file needs, nothing is written."""
+    usage = collections.namedtuple("usage", "total used free")(10, 9, 1)
+    monkeypatch.setattr(ktc_writer.shutil, "disk_usage", lambda _p: usage)
+    out = tmp_path / "model.ktc"
+    assert main(["compile", str(synth_gguf), "-o", str(out)]) == 1
+    assert "not enough disk space" in capsys.readouterr().err and not out.exists()
+
+
+def test_tune_is_refused_for_now(synth_gguf, tmp_path, capsys):
+    """--tune exits 2 saying it is not implemented, and writes nothing."""
+    out = tmp_path / "model.ktc"
+    assert main(["compile", str(synth_gguf), "-o", str(out), "--tune"]) == 2
+    assert "--tune is not implemented yet" in capsys.readouterr().err and not out.exists()
+
+
+def test_info_reads_a_ktc_file(synth_ktc, capsys):
+    """`kinetic info` on a .ktc reports the model as for a .gguf plus the file's profile and signature."""
+    assert main(["info", str(synth_ktc), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["architecture"] == "llama" and report["size_bytes"] == synth_ktc.stat().st_size
+    assert report["ktc"]["signed"] is False and report["ktc"]["profile"]["tuned"] is False
+    assert [s["kind"] for s in report["ktc"]["sections"]] == [k.label for k in Kind]
+
+
+# -- profile and build mismatches --------------------------------------------------------------------
+
+
+def test_other_device_class_runs_defaults_with_one_note(synth_ktc, monkeypatch):
+    """On a machine of another device class the profile is not used and one note says so."""
+    notes = []
+    monkeypatch.setattr(ktc_load, "device_class", lambda device: "cpu-x86_64-elsewhere")
+    loaded = LoadedKtc(synth_ktc, note=notes.append)
+    assert loaded.engine_settings("cpu", None) == {"threads": None}
+    assert len(notes) == 1 and "cpu-x86_64-elsewhere" in notes[0] and loaded.profile.device_class in notes[0]
+
+
+def test_same_device_class_uses_the_profile(synth_ktc):
+    """On the machine class it was made for, the profile's batch and threads reach the engine."""
+    loaded = LoadedKtc(synth_ktc, note=pytest.fail)
+    assert loaded.engine_settings("cpu", None) == {"threads": loaded.profile.threads, "batch": loaded.profile.batch}
+    assert loaded.engine_settings("cpu", 3)["threads"] == 3
+
+
+def test_other_build_optimizes_the_graph_again(synth_ktc, monkeypatch):
+    """A file from a build with another pipeline hash gets its graph made again (the same graph here),
+    with a note."""
+    import kinetic.passes
+
+    stored = LoadedKtc(synth_ktc).graph()
+    monkeypatch.setattr(kinetic.passes, "pipeline_hash", lambda options=None: "another build")
+    notes = []
+    assert LoadedKtc(synth_ktc, note=notes.append).graph() == stored
+    assert len(notes) == 1 and "optimizing its graph again" in notes[0]
+
+
+def test_damaged_file_is_refused_by_the_python_api_as_kinetic_error(synth_ktc, tmp_path):
+    """kinetic.Model raises a KineticError (the CLI's clean failure) for a damaged .ktc file."""
+    path = copy_of(synth_ktc, tmp_path / "bad.ktc")
+    flip(path, KtcFile.open(path).entries[Kind.TOKENIZER].offset + 5)
+    with pytest.raises(KineticError, match="section tokenizer does not match"):
+        kinetic.Model(path)
+
+
+def test_public_key_file_is_not_taken_as_a_secret_key(synth_gguf, tmp_path, capsys):
+    """--sign-key with keygen's FILE.pub (also 64 hex digits) is refused instead of signing with it."""
+    assert main(["keygen", str(tmp_path / "k")]) == 0
+    out = tmp_path / "model.ktc"
+    assert main(["compile", str(synth_gguf), "-o", str(out), "--sign-key", str(tmp_path / "k.pub")]) == 1
+    assert "is a public key file" in capsys.readouterr().err and not out.exists()
+
+
+def test_kinetic_run_refuses_a_flipped_weights_byte(synth_ktc, tmp_path, capsys):
+    """`kinetic run` on a .ktc file with one weights byte flipped exits 1 naming the weights section."""
+    path = copy_of(synth_ktc, tmp_path / "run.ktc")
+    assert main(["run", str(path), "--raw", "hello", "-n", "1", "--temp", "0"]) == 0
+    flip(path, KtcFile.open(path).entries[Kind.WEIGHTS].offset + 4096)
+    capsys.readouterr()
+    assert main(["run", str(path), "--raw", "hello", "-n", "1", "--temp", "0"]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == "kinetic: run.ktc: section weights does not match its BLAKE3 hash in the manifest"
