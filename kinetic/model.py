@@ -2,8 +2,8 @@
 
 Owns: gluing the frontend (file, tokenizer, template, graph) to the runtime and the text-level
 conveniences (tokenize, apply_chat_template, generate). Errors are KineticError with the CLI's
-messages. Sampling here is greedy or plain temperature sampling; the full sampler chain arrives
-with RAD-1 (issue 6).
+messages. Tokens are chosen by kinetic.runtime.sampling's Sampler (llama.cpp's sampler chain, one
+uniform per token), with defaults from the file's general.sampling.* keys.
 """
 
 from __future__ import annotations
@@ -11,18 +11,18 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-
-import numpy as np
 
 from kinetic import hub
 from kinetic.errors import KineticError
 from kinetic.frontend.blocks import Options
 from kinetic.frontend.gguf_file import open_gguf
 from kinetic.frontend.lower import lower
+from kinetic.ktc.load import load_if_ktc
 from kinetic.passes import PassOptions, run_pipeline
 from kinetic.runtime.engine import DEFAULT_CONTEXT, Engine
+from kinetic.runtime.sampling import Sampler, SamplingSettings, settings_from_metadata
 from kinetic.runtime.weights import GGUFWeights
 
 
@@ -34,6 +34,7 @@ class GenerationStats:
     generate_seconds: float = 0.0
     stop_reason: str = ""  # "stop" (end of turn), "length" (max_tokens or context)
     tokens: list[int] = field(default_factory=list)
+    sampling: SamplingSettings | None = None  # the settings used, with the seed actually drawn from
 
 
 class Model:
@@ -43,12 +44,15 @@ class Model:
                  chat_template_file: str | os.PathLike | None = None, options: Options | None = None,
                  device: str = "cpu", threads: int | None = None):
         self.path: Path = hub.resolve_model(path_or_name)
-        self.gguf = open_gguf(self.path)
-        self.graph = _optimize(lower(self.gguf, options))
-        self.engine = Engine(self.graph, GGUFWeights(self.gguf), n_ctx=n_ctx, device=device, threads=threads)
+        self.ktc = load_if_ktc(self.path)  # a .ktc file: checked, its graph and profile used (kinetic/ktc/load.py)
+        self.gguf = self.ktc.gguf if self.ktc else open_gguf(self.path)
+        self.graph = self.ktc.graph(options) if self.ktc else _optimize(lower(self.gguf, options))
+        run = self.ktc.engine_settings(device, threads) if self.ktc else {"threads": threads}
+        self.engine = Engine(self.graph, GGUFWeights(self.gguf), n_ctx=n_ctx, device=device, **run)
         self._chat_template_file = chat_template_file
         self._tokenizer = None
         self._template = None
+        self._pieces: list[bytes] | None = None
         self.last_stats = GenerationStats()
 
     @property
@@ -83,18 +87,48 @@ class Model:
     # -- generation ----------------------------------------------------------------------------------
 
     def generate(self, prompt: str | list[int], max_tokens: int | None = None, temperature: float | None = None,
-                 seed: int | None = None, stream: bool = False, return_tokens: bool = False):
+                 seed: int | None = None, stream: bool = False, return_tokens: bool = False, *,
+                 sampling: SamplingSettings | None = None, **overrides):
         """Continue `prompt` (text, tokenized with special tokens parsed, or token ids).
 
         Returns the text (or the token ids with return_tokens=True); with stream=True, an iterator of
-        text pieces (or of ids). temperature None or 0 is greedy.
+        text pieces (or of ids). Sampling: `sampling` (a SamplingSettings) if given, else the file's
+        recommended settings (sampling_defaults()) with temperature 0, so without a temperature or
+        settings the answer is greedy. `temperature`, `seed` and keyword overrides with llama.cpp's
+        names (top_k=20, repeat_penalty=1.1, ...) replace single settings.
         """
+        settings = self._sampling(sampling, temperature, seed, overrides)
         ids = self._prompt_ids(prompt)
-        pieces = self._generate_ids(ids, max_tokens, temperature, seed)
+        pieces = self._generate_ids(ids, max_tokens, self._sampler(settings, ids))
         if return_tokens:
             return pieces if stream else list(pieces)
         text = self._as_text(pieces)
         return text if stream else "".join(text)
+
+    def sampling_defaults(self) -> SamplingSettings:
+        """llama.cpp's defaults with the file's general.sampling.* recommendations over them."""
+        return settings_from_metadata(self.gguf.metadata)
+
+    def _sampling(self, sampling: SamplingSettings | None, temperature: float | None, seed: int | None,
+                  overrides: dict) -> SamplingSettings:
+        base = sampling if sampling is not None else replace(self.sampling_defaults(), temperature=0.0)
+        changes = dict(overrides)
+        if temperature is not None:
+            changes["temperature"] = temperature
+        if seed is not None:
+            changes["seed"] = seed
+        try:
+            return replace(base, **changes)
+        except (TypeError, ValueError) as e:
+            raise KineticError(f"bad sampling settings: {e}", "See docs/sampling.md for the settings and their "
+                               "ranges.") from None
+
+    def _vocab_pieces(self) -> list[bytes]:
+        """Every token's text (for DRY's sequence breakers), built once."""
+        if self._pieces is None:
+            known = self.tokenizer.vocab_size  # an output layer padded past the vocabulary: no text
+            self._pieces = [self.tokenizer.piece(t) if t < known else b"" for t in range(self.engine.n_vocab)]
+        return self._pieces
 
     def _prompt_ids(self, prompt: str | list[int]) -> list[int]:
         if isinstance(prompt, str):
@@ -112,12 +146,19 @@ class Model:
                                "Use a larger context (-c N) or a shorter prompt.")
         return ids
 
-    def _generate_ids(self, ids: list[int], max_tokens: int | None, temperature: float | None,
-                      seed: int | None) -> Iterator[int]:
-        stats = self.last_stats = GenerationStats(prompt_tokens=len(ids))
+    def _sampler(self, settings: SamplingSettings, ids: list[int]) -> Sampler:
+        """A Sampler for one answer; the prompt is its history (penalties and DRY see it, as in llama.cpp)."""
+        needs_pieces = settings.dry_multiplier != 0 and settings.dry_penalty_last_n != 0
+        try:
+            return Sampler(settings, self._vocab_pieces() if needs_pieces else None, n_vocab=self.engine.n_vocab,
+                           history=ids)
+        except ValueError as e:
+            raise KineticError(f"bad sampling settings: {e}", "See docs/sampling.md.") from None
+
+    def _generate_ids(self, ids: list[int], max_tokens: int | None, sampler: Sampler) -> Iterator[int]:
+        stats = self.last_stats = GenerationStats(prompt_tokens=len(ids), sampling=sampler.settings)
         room = self.engine.n_ctx - len(ids)
         limit = room if max_tokens is None or max_tokens < 0 else min(max_tokens, room)
-        rng = np.random.default_rng(seed)
         stop = set(self.tokenizer.eot_ids)
         seq = self.engine.new_sequence()
         start = time.perf_counter()
@@ -126,7 +167,9 @@ class Model:
         start = time.perf_counter()
         stats.stop_reason = "length"
         for _ in range(limit):
-            token = _pick(logits, temperature, rng)
+            u = sampler.next_uniform()
+            token = sampler.choose(logits, u)
+            sampler.accept(token)
             stats.tokens.append(token)
             stats.generated_tokens += 1
             if token in stop:
@@ -146,16 +189,6 @@ class Model:
         tail = decoder.flush()
         if tail:
             yield tail
-
-
-def _pick(logits: np.ndarray, temperature: float | None, rng: np.random.Generator) -> int:
-    """Greedy for temperature None/<=0; else one uniform draw against the softmax at that temperature."""
-    if not temperature or temperature <= 0:
-        return int(np.argmax(logits))
-    z = logits.astype(np.float64) / temperature
-    p = np.exp(z - z.max())
-    cdf = np.cumsum(p / p.sum())
-    return int(min(np.searchsorted(cdf, rng.random(), side="right"), len(cdf) - 1))
 
 
 def _optimize(graph):

@@ -50,6 +50,23 @@ def test_seeded_sampling_repeats(model):
     assert a == b
 
 
+def test_sampling_settings_and_recorded_seed_replay(model):
+    """A sampled answer without a seed records the seed it drew; that seed with the same settings replays it."""
+    settings = model.sampling_defaults()
+    a = model.generate([504, 3575, 282], max_tokens=6, sampling=settings, repeat_penalty=1.1, return_tokens=True)
+    used = model.last_stats.sampling
+    assert used.seed is not None and used.repeat_penalty == 1.1 and used.temperature == settings.temperature
+    assert model.generate([504, 3575, 282], max_tokens=6, sampling=used, return_tokens=True) == a
+
+
+def test_bad_sampling_settings_raise_kinetic_error(model):
+    """Out-of-range or unknown sampling settings raise KineticError naming the setting."""
+    with pytest.raises(kinetic.KineticError, match="repeat_penalty"):
+        model.generate([504], max_tokens=1, repeat_penalty=0)
+    with pytest.raises(kinetic.KineticError, match="top_kk"):
+        model.generate([504], max_tokens=1, top_kk=3)
+
+
 def test_bad_prompts_raise_kinetic_error(model):
     with pytest.raises(kinetic.KineticError, match="outside the vocabulary"):
         model.generate([999_999], max_tokens=1)

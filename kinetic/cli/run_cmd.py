@@ -2,15 +2,19 @@
 
 The prompt goes through the model's chat template as one user message (after --system); --raw
 continues the prompt as it is; --prompt-ids takes token ids. Without a prompt, stdin is read.
-Sampling flags beyond --temp and --seed arrive with the sampler chain (issue 6).
+The sampler flags carry llama.cpp's names; unset ones come from the model file's general.sampling.*
+keys, then llama.cpp's defaults (docs/sampling.md).
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
+from dataclasses import replace
 
 from kinetic.errors import KineticError
+from kinetic.runtime.sampling import SamplingSettings
 
 
 def add_parser(sub) -> None:
@@ -24,9 +28,7 @@ def add_parser(sub) -> None:
     p.add_argument("--prompt-ids", metavar="IDS", help="comma-separated token ids to continue (implies --raw)")
     p.add_argument("-n", "--n-predict", type=int, default=-1, metavar="N",
                    help="most tokens in the answer; -1 or 0 for no limit [default: no limit]")
-    p.add_argument("--temp", type=float, default=0.0, metavar="T",
-                   help="temperature; 0 always picks the likeliest token [default: 0]")
-    p.add_argument("-s", "--seed", type=int, metavar="N", help="seed for repeatable sampling")
+    add_sampling_args(p)
     p.add_argument("-c", "--ctx-size", type=int, default=4096, metavar="N", help="context size in tokens")
     p.add_argument("--chat-template-file", metavar="FILE", help="use this Jinja chat template")
     p.add_argument("-t", "--threads", type=int, metavar="N", help="CPU threads [default: every logical CPU]")
@@ -60,6 +62,7 @@ def run(args: argparse.Namespace) -> int:
         raise KineticError(f"-c must be positive, not {args.ctx_size}", "Give a context size such as -c 4096.")
     if args.threads is not None and args.threads <= 0:
         raise KineticError(f"-t must be positive, not {args.threads}", "Give a thread count such as -t 4.")
+    changes = sampling_changes(args)
     model = Model(spec, n_ctx=args.ctx_size, chat_template_file=args.chat_template_file, device=args.device,
                   threads=args.threads)
     if args.prompt_ids is not None:
@@ -73,8 +76,8 @@ def run(args: argparse.Namespace) -> int:
             messages.append({"role": "user", "content": text})
             prompt_in = model.apply_chat_template(messages, add_generation_prompt=True)
     max_tokens = None if args.n_predict <= 0 else args.n_predict
-    for piece in model.generate(prompt_in, max_tokens=max_tokens, temperature=args.temp, seed=args.seed,
-                                stream=True):
+    sampling = _settings(model.sampling_defaults(), changes)
+    for piece in model.generate(prompt_in, max_tokens=max_tokens, sampling=sampling, stream=True):
         sys.stdout.write(piece)
         sys.stdout.flush()
     sys.stdout.write("\n")
@@ -95,3 +98,89 @@ def _parse_ids(text: str) -> list[int]:
     except ValueError:
         raise KineticError(f"--prompt-ids takes integers separated by commas, not {text!r}",
                            "Example: --prompt-ids 504,3575,282") from None
+
+
+# -- sampler flags (llama.cpp's spellings, common/arg.cpp) ---------------------------------------------
+
+# (flags, settings field, type, metavar, help)
+_SAMPLING_FLAGS = (
+    (("--temp", "--temperature"), "temperature", float, "T",
+     "temperature; 0 always picks the likeliest token [default: the model's, else 0.8]"),
+    (("--top-k",), "top_k", int, "N", "sample from the N likeliest tokens; 0 for all [default: 40]"),
+    (("--top-p",), "top_p", float, "P", "sample from the likeliest tokens that add up to P; 1 for all "
+                                        "[default: 0.95]"),
+    (("--min-p",), "min_p", float, "P", "skip tokens less than P times as likely as the best [default: 0.05]"),
+    (("--typical", "--typical-p"), "typical_p", float, "P", "locally typical sampling; 1 for none [default: 1]"),
+    (("--top-nsigma", "--top-n-sigma"), "top_n_sigma", float, "N",
+     "keep tokens within N standard deviations of the best logit; -1 for none [default: -1]"),
+    (("--repeat-penalty",), "repeat_penalty", float, "X", "penalty for repeating recent tokens; 1 for none "
+                                                          "[default: 1]"),
+    (("--repeat-last-n",), "repeat_last_n", int, "N", "recent tokens the penalties look at; 0 for none, "
+                                                      "-1 for the whole context [default: 64]"),
+    (("--presence-penalty",), "presence_penalty", float, "X", "subtracted from the logit of a recent token "
+                                                              "[default: 0]"),
+    (("--frequency-penalty",), "frequency_penalty", float, "X", "subtracted once per time a recent token was "
+                                                                "seen [default: 0]"),
+    (("--dry-multiplier",), "dry_multiplier", float, "X", "DRY repetition penalty; 0 for none [default: 0]"),
+    (("--dry-base",), "dry_base", float, "X", "DRY's base, at least 1 [default: 1.75]"),
+    (("--dry-allowed-length",), "dry_allowed_length", int, "N", "repeats longer than N get DRY's penalty "
+                                                                "[default: 2]"),
+    (("--dry-penalty-last-n",), "dry_penalty_last_n", int, "N", "tokens DRY scans; 0 for none, -1 for the "
+                                                                "whole context [default: 64]"),
+    (("--xtc-probability",), "xtc_probability", float, "P", "XTC: the chance of dropping the likeliest tokens; "
+                                                            "0 for none [default: 0]"),
+    (("--xtc-threshold",), "xtc_threshold", float, "P", "XTC: drop every token at least this likely but the "
+                                                        "least likely [default: 0.1]"),
+    (("--mirostat",), "mirostat", int, "N", "Mirostat 1 or 2 in place of the other samplers; 0 for none "
+                                            "[default: 0]"),
+    (("--mirostat-lr",), "mirostat_eta", float, "X", "Mirostat's learning rate, eta [default: 0.1]"),
+    (("--mirostat-ent",), "mirostat_tau", float, "X", "Mirostat's target entropy, tau [default: 5]"),
+    (("-s", "--seed"), "seed", int, "N", "seed for repeatable sampling; -1 for a fresh one [default: fresh]"),
+)
+
+
+def add_sampling_args(p: argparse.ArgumentParser) -> None:
+    """The sampler flags, for every command that generates."""
+    for flags, field, kind, metavar, text in _SAMPLING_FLAGS:
+        p.add_argument(*flags, dest=f"sampling_{field}", type=kind, metavar=metavar, help=text)
+    p.add_argument("--dry-sequence-breaker", dest="sampling_breakers", action="append", metavar="TEXT",
+                   help="text that ends a repetition for DRY, repeatable, replacing the defaults "
+                        "('\\n', ':', '\"', '*'); none for none")
+    p.add_argument("-l", "--logit-bias", dest="sampling_bias", action="append", metavar="TOKEN_ID(+/-)BIAS",
+                   help="add BIAS to a token's logit, such as 15043+1 or 15043-inf; repeatable")
+
+
+def sampling_changes(args: argparse.Namespace) -> dict:
+    """The settings the flags set (checked now, before the model loads)."""
+    changes = {field: getattr(args, f"sampling_{field}") for _, field, *_ in _SAMPLING_FLAGS
+               if getattr(args, f"sampling_{field}") is not None}
+    if args.sampling_breakers is not None:
+        breakers: list[str] = []
+        for text in args.sampling_breakers:
+            breakers = [] if text == "none" else [*breakers, text]
+        changes["dry_sequence_breakers"] = tuple(breakers)
+    if args.sampling_bias:
+        changes["logit_bias"] = tuple(_parse_bias(text) for text in args.sampling_bias)
+    _settings(SamplingSettings(), changes)
+    return changes
+
+
+_BIAS = re.compile(r"^\s*(\d+)\s*([+-])\s*(\S+)\s*$")
+
+
+def _parse_bias(text: str) -> tuple[int, float]:
+    match = _BIAS.match(text)
+    try:
+        if match is None:
+            raise ValueError
+        return int(match[1]), float(match[3]) * (-1.0 if match[2] == "-" else 1.0)
+    except ValueError:
+        raise KineticError(f"--logit-bias takes TOKEN_ID+BIAS or TOKEN_ID-BIAS, not {text!r}",
+                           "Example: --logit-bias 15043+1 (likelier) or --logit-bias 15043-inf (never).") from None
+
+
+def _settings(base: SamplingSettings, changes: dict) -> SamplingSettings:
+    try:
+        return replace(base, **changes)
+    except ValueError as e:
+        raise KineticError(f"bad sampling flag: {e}", "See `kinetic run --help` and docs/sampling.md.") from None

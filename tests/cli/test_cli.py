@@ -66,6 +66,16 @@ def test_not_a_gguf_file(tmp_path):
     assert_clean_failure(kinetic("info", str(bad)), "instead of b'GGUF'")
 
 
+@pytest.mark.parametrize("flags, message", [
+    (["--repeat-penalty", "0"], "repeat_penalty must be greater than 0"),
+    (["--mirostat", "3"], "mirostat must be 0"),
+    (["-l", "15043*2"], "--logit-bias takes TOKEN_ID+BIAS"),
+])
+def test_bad_sampling_flag_fails_cleanly(tmp_path, flags, message):
+    """A sampler flag llama.cpp would refuse fails with a clear error, before the model is loaded."""
+    assert_clean_failure(kinetic("run", str(tmp_path / "missing.gguf"), "hi", *flags), message)
+
+
 def test_info_smollm2(smollm2_path):
     """`kinetic info` on SmolLM2 prints the file line and its facts."""
     proc = kinetic("info", str(smollm2_path))
