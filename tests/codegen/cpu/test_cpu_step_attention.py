@@ -31,8 +31,9 @@ def _bits(x) -> np.ndarray:
     return np.ascontiguousarray(x, np.float32).view(np.uint32)
 
 
-def _attend(q, keys, vals, mask, a, kernels: bool) -> np.ndarray:
-    """Every key is a pass row of one sequence (nothing committed); anc carries the visibility."""
+def _attend(q, keys, vals, mask, a, kernels: bool, vector_expf: bool | None = None) -> np.ndarray:
+    """Every key is a pass row of one sequence (nothing committed); anc carries the visibility.
+    vector_expf: render_softmax's (None: the guard's choice)."""
     rows, n = mask.shape
     nh, nkv, hd = a.n_head, a.n_kv_head, a.head_dim
     arena = np.zeros(2 * rows * nh * hd, np.float32)
@@ -49,7 +50,7 @@ def _attend(q, keys, vals, mask, a, kernels: bool) -> np.ndarray:
     if kernels and hd % 64 == 0:
         heads = heads_per_call(nh // nkv, nkv, 1)
         score_fn = default_jit().address(*render_scores(hd, heads))
-        softmax_fn = default_jit().address(*render_softmax(hd, heads, bool(a.softcap)))
+        softmax_fn = default_jit().address(*render_softmax(hd, heads, bool(a.softcap), vector_expf))
     kp, vp = np.array([keys.ctypes.data], np.int64), np.array([vals.ctypes.data], np.int64)
     positions = row_slot = np.zeros(n, np.int32)
     items = rows * nh // heads
@@ -82,6 +83,32 @@ def test_step_attention_bit_identical_to_reference(case, seed, kernels):
     ref = numerics.attention_online(q, keys, vals, mask, a)
     got = _attend(q, keys, vals, mask, a, kernels)
     assert np.array_equal(_bits(got), _bits(ref))
+
+
+@pytest.mark.parametrize("vector_expf", [True, False], ids=["vector-expf", "libm-expf"])
+@pytest.mark.parametrize("case", [0, 1, 3])
+def test_long_rows_windows_and_dead_keys(case, vector_expf):
+    """Rows over 512-700 keys (many full blocks of the softmax's first pass and a masked last one),
+    causal, sliding windows of 1-300 keys, scattered keys the row does not see and a run of 160
+    (whole blocks with no key seen), and keys scoring -inf after a finite maximum (weight
+    expf(-inf) = 0): the reference's bits with the vector expf and with the C library's."""
+    nh, nkv, hd, cap, scale = CASES[case]
+    rng = np.random.default_rng(77 + case)
+    a = SimpleNamespace(n_head=nh, n_kv_head=nkv, head_dim=hd, scale=scale, softcap=cap)
+    rows, n = 3, int(rng.integers(513, 700))
+    q = np.abs(rng.standard_normal((rows, nh * hd)) * 2).astype(np.float32)
+    keys = (rng.standard_normal((n, nkv * hd)) * 2).astype(np.float16)
+    keys[rng.choice(np.arange(40, n), 12, replace=False)] = -np.inf  # q >= 0: these keys score -inf
+    vals = (rng.standard_normal((n, nkv * hd))).astype(np.float16)
+    pos = np.arange(n - rows, n)[:, None]
+    causal = np.arange(n)[None, :] <= pos
+    window = causal & (np.arange(n)[None, :] > pos - np.array([[1], [37], [300]]))
+    holes = causal & (rng.random((rows, n)) < 0.5)
+    gap = causal.copy()
+    gap[:, 40:200] = False
+    for mask in (causal, window, holes, gap):
+        ref = numerics.attention_online(q, keys, vals, mask, a)
+        assert np.array_equal(_bits(_attend(q, keys, vals, mask, a, True, vector_expf)), _bits(ref))
 
 
 def test_head_dims_off_the_chunk_are_not_rendered():
