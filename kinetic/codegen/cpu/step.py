@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from gguf import GGMLQuantizationType as Q
 
+from kinetic.codegen.cpu import float_matmul_ir as F
 from kinetic.codegen.cpu import step_ops as S
 from kinetic.codegen.cpu.activation_ir import render_quantize
 from kinetic.codegen.cpu.attention_ir import heads_per_call, render_scores, render_softmax
@@ -151,6 +152,10 @@ class CompiledStep:
                 ir, name = render_scores(*key)
             elif kind == "softmax":
                 ir, name = render_softmax(*key)
+            elif kind == "round":
+                ir, name = F.render_round(*key)
+            elif kind == "fmm":
+                ir, name = F.render_float_matmul(*key, F.best_variant(key[0], host().flags), host().features)
             else:
                 ir, name = render_matmul(*key, self.variant, DEFAULT_TILE)
             self._kernels[kind, key] = self.jit.address(ir, name)
@@ -242,6 +247,8 @@ class CompiledStep:
                         [self._kernel("mm", layout.wtype, k), raw.ctypes.data, _Ref(qkey, "q"), _Ref(qkey, "d"),
                          _Ref(qkey, "e"), _Ref(out), node.type.shape[1]],
                         reads=(qkey,), writes=(out,), output_rows=out_rows))
+                elif a.activations == "q8" and w.type.ggml_type in F.FLOAT_TYPES:
+                    self._float_matmul(plan, node, ins[0], w, quantized)
                 else:
                     plan.instrs.append(_Instr(0, [], reads=(("v", ins[0].id),), writes=(out,),
                                               python=_matmul(ins[0], w, node, self)))
@@ -303,6 +310,31 @@ class CompiledStep:
             else:
                 raise KineticError(f"the compiled step has no lowering for {op.value}", "Use --device reference.")
         return plan
+
+    def _float_matmul(self, plan: _Plan, node: Node, x: Node, w: Node, converted: dict) -> None:
+        """An F16/BF16/F32 matmul: x rounded once to what the kernel reads (row-local, shared by every
+        matmul of that input and type, as a quantization is; F32 reads x itself), then the kernel on
+        the weight as stored, threads splitting its columns."""
+        wtype, k = w.type.ggml_type, x.type.shape[1]
+        out_rows = node.type.shape[0] == "R"
+        source, reads = _Ref(("v", x.id), "address"), (("v", x.id),)
+        if wtype is not Q.F32:
+            fmt, row_bytes = wtype.name.lower(), k * F.ACTIVATION_BYTES[wtype]
+            rkey = ("q", x.id, fmt)
+            if rkey not in converted:
+                converted[rkey] = True
+                plan.q_sizes[rkey] = (0, 0, self.capacity * row_bytes)
+                plan.instrs.append(_Instr(  # OP_QUANT with blocks of one value, written through e
+                    S.OP_QUANT, [_value(x), k, self._kernel("round", fmt), _Ref(rkey, "q"), _Ref(rkey, "d"),
+                                 _Ref(rkey, "e"), 1, row_bytes],
+                    reads=reads, writes=(rkey,), row_local=True, output_rows=out_rows, width=k, unit=16))
+            source, reads = _Ref(rkey, "e"), (rkey,)
+        raw = np.asarray(self.weights.tensor(w.attrs.tensor))
+        self._weights_held.append(raw)  # the tape holds its address
+        plan.instrs.append(_Instr(
+            S.OP_MATMUL, [self._kernel("fmm", wtype, k), raw.ctypes.data, source, 0, 0, _Ref(("v", node.id)),
+                          node.type.shape[1]],
+            reads=reads, writes=(("v", node.id),), output_rows=out_rows))
 
     def _align_columns(self, plan: _Plan) -> None:
         """Let an op that only feeds an activation quantization split its columns in the
@@ -390,7 +422,9 @@ class CompiledStep:
             args = []
             for x in ins.args:
                 if isinstance(x, _Ref):
-                    if x.part:
+                    if x.part == "address":  # an f32 arena buffer's address (a kernel reads it)
+                        args.append(self.arena.ctypes.data + 4 * self.offsets[x.key])
+                    elif x.part:
                         args.append(qbase + self.q_offsets[x.key]["qde".index(x.part)])
                     else:
                         args.append(self.offsets[x.key])
