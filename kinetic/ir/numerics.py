@@ -1,19 +1,21 @@
 """Reference numerics shared by the interpreter: activation quantization, matmul, norms, rotary,
 activations, attention.
 
-The default semantics is ggml's CPU backend (llama.cpp b1-0c1e570, x86-64 with AVX2/FMA/AVX-512F,
-GCC) as it runs one decode row, reproduced bit for bit where docs/numerics.md says so; facts read
+The default semantics is ggml's CPU backend (llama.cpp b1-0c1e570, x86-64 with AVX2/FMA/AVX-512F and
+AVX512-BF16, GCC) as it runs one decode row, reproduced bit for bit where docs/numerics.md says so; facts read
 from ggml's sources, no code copied. In short:
 
 * A quantized matmul first quantizes each activation row to 8 bits per block: Q8_0 (blocks of 32,
   d = amax/127 stored as f16, q = round-half-even(x * 127/amax)) for Q4_0/Q5_0/Q8_0/IQ4_NL/MXFP4
   weights; Q8_1 (Q8_0 plus s = f16(d * sum q)) for Q4_1/Q5_1, whose dot adds min * s per block;
   Q8_K (blocks of 256, iscale = -127/max with max the signed value of largest magnitude, d = 1/iscale
-  kept in f32, q = min(127, round-half-even(iscale * x))) for k-quants and i-quants. F16 weights
-  meet f16-rounded activations.
-* Block-32, Q4_K and Q6_K dots follow ggml's x86 kernels' float order exactly (exact integer lane
-  sums, fma accumulation per block, ggml's horizontal sums); other types are a float32 product of
-  the dequantized operands (same integers, another summation order).
+  kept in f32, q = min(127, round-half-even(iscale * x))) for k-quants and i-quants. F16 / BF16
+  weights meet f16 / bf16-rounded activations, F32 weights f32 ones.
+* Block-32, Q2_K .. Q6_K, IQ4_NL, IQ4_XS and MXFP4 dots follow the float order of the x86 kernels
+  llama.cpp runs for a decode row exactly (exact integer lane sums, fma accumulation per block,
+  ggml's horizontal sums; quant_dots.py for the newer types), and so do F16 / BF16 / F32 dots
+  (ggml_vec_dot_f16 / _bf16 / _f32: 64-lane fma or vdpbf16ps accumulators, float_dot); other types
+  are a float32 product of the dequantized operands (same integers, another summation order).
 * RMS norm sums squares in float64 and scales in float32.
 * Rotary: theta_scale = powf(base, -2/n_rot) and cosf/sinf from the C library, angles advanced by
   float32 products, the rotation fused as fma(x0, cos, -(x1*sin)) / fma(x0, sin, x1*cos).
@@ -37,6 +39,7 @@ import numpy as np
 from gguf import GGMLQuantizationType as Q
 from gguf import quants as gguf_quants
 
+from kinetic.ir import quant_dots
 from kinetic.ir.quants import dequantize
 
 F32 = np.float32
@@ -142,10 +145,12 @@ def quantized_activations(x: np.ndarray, fmt: str) -> np.ndarray:
     if fmt == "f32":
         return x.astype(np.float32)
     if fmt == "f16":
-        return x.astype(np.float16).astype(np.float32)
-    if fmt == "bf16":
+        with np.errstate(over="ignore"):  # beyond f16's range: inf, as vcvtps2ph gives
+            return x.astype(np.float16).astype(np.float32)
+    if fmt == "bf16":  # ggml_compute_fp32_to_bf16: round half to even, a NaN kept quiet
         bits = x.astype(np.float32).view(np.uint32)
         rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000).astype(np.uint32)
+        rounded = np.where(np.isnan(x), (bits & 0xFFFF0000) | 0x400000, rounded).astype(np.uint32)
         return rounded.view(np.float32)
     if fmt in ("q8_0", "q8_1"):
         q, d = quantize_q8_0(x)
@@ -176,8 +181,9 @@ def block_minimums(raw: np.ndarray, wtype: Q) -> np.ndarray:
 # q8_0}_q8_{0,1}, llamafile/sgemm.cpp tinyBLAS_Q0_AVX) has one shape: per block, the exact integer
 # dot of 32 values in 8 lanes of 4 consecutive values, each lane accumulated in float32 by
 # fma(d_w*d_x, lane, acc) over the blocks in order, then the 8 lanes summed as
-# ((l0+l4)+(l2+l6))+((l1+l5)+(l3+l7)); Q4_1/Q5_1 add the sum over blocks of m_w*s_x.
-LANE_TYPES = {Q.Q4_0, Q.Q5_0, Q.Q8_0, Q.IQ4_NL, Q.Q4_1, Q.Q5_1}
+# ((l0+l4)+(l2+l6))+((l1+l5)+(l3+l7)); Q4_1/Q5_1 add the sum over blocks of m_w*s_x. (IQ4_NL is
+# repacked on x86 and follows its gemv instead: quant_dots.SCALAR_ORDER.)
+LANE_TYPES = {Q.Q4_0, Q.Q5_0, Q.Q8_0, Q.Q4_1, Q.Q5_1}
 _LANE_ROWS = 16  # activation rows per step of the lane-ordered dot
 
 
@@ -193,6 +199,7 @@ class DequantizedWeight:
         self.minimums = block_minimums(raw, wtype) if wtype in Q8_1_USERS else None
         self.lanes = None
         self.k_weights = None
+        self.parts = None  # quant_dots.IntegerParts of Q2_K, Q3_K, Q5_K, IQ4_NL, IQ4_XS, MXFP4
         if wtype in LANE_TYPES:
             values = dequantize(raw, wtype).reshape(raw.shape[0], -1)
             n_out, k = values.shape
@@ -209,6 +216,8 @@ class DequantizedWeight:
             self.lanes = np.ascontiguousarray(q.reshape(n_out, k // 4, 4).transpose(1, 0, 2))
         elif wtype in (Q.Q4_K, Q.Q6_K):
             self._superblock_parts(raw, wtype)
+        elif wtype in quant_dots.TYPES:
+            self.parts = quant_dots.integer_parts(raw.reshape(raw.shape[0], -1), wtype)
         else:
             self._values = dequantize(raw, wtype).reshape(raw.shape[0], -1)
 
@@ -316,14 +325,131 @@ def _superblock_dot(w: DequantizedWeight, qx: np.ndarray, dx: np.ndarray) -> np.
     return ((half[..., 0] + half[..., 2]).astype(F32) + (half[..., 1] + half[..., 3]).astype(F32)).astype(F32)
 
 
+def _parts_dot(p: quant_dots.IntegerParts, qx: np.ndarray, dx: np.ndarray) -> np.ndarray:
+    """Activation rows (q int8 [R, nb, block], d f32 [R, nb]) against Q2_K, Q3_K, Q5_K, IQ4_NL,
+    IQ4_XS or MXFP4 weights in the float order of ggml's x86 kernels (quant_dots): f32 [R, n_out].
+    Per block: the exact integer lanes (one float64 product per lane) converted to f32, then
+    acc = fma(f32(ints), d_x*d_w, acc). "lanes" (vec_dot): hsum_float_8(acc), Q5_K plus
+    summs = fma(-(d_x*dmin_w), f32(imin), summs) (GCC contracts `summs += dmin * isum`).
+    "scalar" (repacked gemv): acc, Q2_K minus accmin = fma(f32(imin), dmin_w*d_x, accmin).
+    imin = sum_j min_j * (Q8_K sum of 16 j), exact."""
+    n, nb, lanes, pos = p.weights.shape
+    rows = qx.shape[0]
+    xb = qx.reshape(rows, nb, p.block)[:, :, p.perm].reshape(rows, nb, lanes, pos)
+    xb = xb.astype(np.float64).transpose(1, 2, 0, 3)  # [nb, lanes, R, pos]
+    acc = np.zeros((rows, n, lanes), F32)
+    accm = np.zeros((rows, n), F32)
+    bsums = qx.reshape(rows, nb, -1, 16).astype(np.float64).sum(axis=3) if p.mins is not None else None
+    for b in range(nb):
+        wb = p.weights[:, b].astype(np.float64).transpose(1, 2, 0)  # [lanes, pos, n]
+        ints = np.matmul(xb[b], wb).transpose(1, 2, 0).astype(F32)  # [R, n, lanes]: exact, then cvtdq2ps
+        dd = (dx[:, None, b] * p.d[None, :, b]).astype(F32)
+        acc = fma_f32(ints, dd[..., None], acc)
+        if bsums is not None:
+            imin = (bsums[:, b] @ p.mins[:, b].astype(np.float64).T).astype(F32)
+            dm = (dx[:, None, b] * p.dmin[None, :, b]).astype(F32)
+            accm = fma_f32(imin, dm, accm) if p.order == "scalar" else fma_f32(-dm, imin, accm)
+    if p.order == "scalar":
+        return acc[..., 0] if bsums is None else (acc[..., 0] - accm).astype(F32)
+    half = (acc[..., 4:] + acc[..., :4]).astype(F32)
+    y = ((half[..., 0] + half[..., 2]).astype(F32) + (half[..., 1] + half[..., 3]).astype(F32)).astype(F32)
+    return y if bsums is None else (y + accm).astype(F32)
+
+
+# Float weights: each type's vec_dot_type is itself (ggml-cpu.c type_traits_cpu), so activations are
+# rounded to f16 / bf16 (round half to even) or stay f32, and a decode row goes through
+# ggml_vec_dot_{f16,f32,bf16} (vec.cpp) as GCC builds it natively for an AVX-512 machine with
+# AVX512-BF16 and without AVX512-FP16 (Zen 4, where the golden data were made). Checked bit for bit
+# against those functions of the local native build (ctypes, random rows, K = 1 .. 2048):
+# * F16, F32: 64 lanes (simd-mappings.h: GGML_F32_STEP 64, EPR 16), lane l summing elements 64c + l
+#   by fma over the chunks c in order; then acc0+acc2, acc1+acc3, their sum, _mm512_reduce_add_ps.
+#   F16 adds the K % 64 last elements one by one in float64 (sumf is ggml_float). F32's sumf is a
+#   float, and GCC vectorized its leftover loop: the first 16s and then one 8 of the K % 64 last
+#   elements as rounded products added in order, the last K % 8 by scalar fmas (the disassembly).
+# * BF16: 2 x 16 lanes over chunks of 64 by _mm512_dpbf16_ps: lane l of vector v takes elements
+#   64c + 32v + 2l + 1, then + 2l, each step an fma-like single rounding with bf16 subnormal inputs
+#   read as zero and subnormal results flushed to zero (measured on Zen 4); each vector reduced on
+#   its own and added in float64; the K % 64 last elements as float32 products added in float64.
+FLOAT_CHUNK = 64  # elements per step of the lane accumulators, for every float type
+_FLOAT_COLUMNS = 2048  # output columns per step of the float dot (bounds the temporaries)
+_F32_TINY = F32(2.0**-126)
+
+
+def _reduce_add_16(v: np.ndarray) -> np.ndarray:
+    """_mm512_reduce_add_ps over the last axis (16 lanes): halves 16 -> 8 -> 4, then (l0+l2)+(l1+l3)."""
+    v = (v[..., 8:] + v[..., :8]).astype(F32)
+    v = (v[..., 4:] + v[..., :4]).astype(F32)
+    return ((v[..., 0] + v[..., 2]).astype(F32) + (v[..., 1] + v[..., 3]).astype(F32)).astype(F32)
+
+
+def _flush(v: np.ndarray) -> np.ndarray:
+    """Subnormal float32 values to zero of the same sign (vdpbf16ps's DAZ on inputs, FTZ on results)."""
+    return np.where(np.abs(v) < _F32_TINY, v * F32(0), v).astype(F32)
+
+
+def _fused(a: np.ndarray, b: np.ndarray, acc: np.ndarray) -> np.ndarray:
+    """fma_f32(a, b, acc) of float32 operands, faster: the float64 sum of the exact product rounds to
+    the fma's float32 unless it fell on a float32 rounding midpoint or below float32's normal range
+    (then the float64 rounding may have decided the tie); only then is fma_f32 asked."""
+    s = a.astype(np.float64) * b + acc
+    r = s.astype(F32)
+    suspect = ((s.view(np.uint64) & np.uint64(0x1FFFFFFF)) == np.uint64(0x10000000)) | (np.abs(s) < 2.0**-126)
+    if suspect.any():
+        a, b, acc = (np.broadcast_to(v, s.shape)[suspect] for v in (a, b, acc))
+        r[suspect] = fma_f32(a, b, acc)
+    return r
+
+
+def float_dot(x: np.ndarray, values: np.ndarray, wtype: Q) -> np.ndarray:
+    """Activation rows x f32 [R, K] (already rounded to the weight's type) against float weight rows
+    values f32 [N, K], in ggml's order (see FLOAT_CHUNK): f32 [R, N]. Rows and columns never mix; the
+    lanes run as one array operation per step, elementwise."""
+    n_out, k = values.shape
+    main = k - k % FLOAT_CHUNK
+    xs = x.astype(F32)[:, None, :]  # [R, 1, K]
+    w = values[None]  # [1, N, K]
+    acc = np.zeros((x.shape[0], n_out, FLOAT_CHUNK // (2 if wtype is Q.BF16 else 1)), F32)
+    if wtype is Q.BF16:
+        xd, wd = _flush(xs[:, :, :main]), _flush(w[:, :, :main])
+    for c in range(0, main, FLOAT_CHUNK):
+        if wtype is Q.BF16:  # pairs (2l, 2l+1): the odd element first
+            xc, wc = xd[:, :, c : c + 64].reshape(-1, 1, 32, 2), wd[:, :, c : c + 64].reshape(1, -1, 32, 2)
+            acc = _flush(_fused(xc[..., 1], wc[..., 1], acc))
+            acc = _flush(_fused(xc[..., 0], wc[..., 0], acc))
+        elif wtype is Q.F32:
+            acc = _fused(xs[:, :, c : c + 64], w[:, :, c : c + 64], acc)
+        else:  # a product of two f16 values is exact in f32: one rounding, as the fma's
+            acc += xs[:, :, c : c + 64] * w[:, :, c : c + 64]
+    if wtype is Q.BF16:
+        sums = _reduce_add_16(acc.reshape(*acc.shape[:2], 2, 16))
+        sumf = (np.float64(0) + sums[..., 0].astype(np.float64)) + sums[..., 1].astype(np.float64)
+    else:
+        a = acc.reshape(*acc.shape[:2], 4, 16)
+        total = _reduce_add_16((a[..., 0, :] + a[..., 2, :]).astype(F32) + (a[..., 1, :] + a[..., 3, :]).astype(F32))
+        if wtype is Q.F32:
+            rest = k - main
+            unfused = main + rest // 16 * 16 + (8 if rest % 16 >= 8 else 0)
+            for i in range(main, k):
+                if i < unfused:
+                    total = (total + (xs[:, :, i] * w[:, :, i]).astype(F32)).astype(F32)
+                else:
+                    total = _fused(xs[:, :, i], w[:, :, i], total)
+            return total.astype(F32)
+        sumf = total.astype(np.float64)
+    for i in range(main, k):
+        sumf = sumf + (xs[:, :, i] * w[:, :, i]).astype(F32).astype(np.float64)
+    return sumf.astype(F32)
+
+
 def matmul(x: np.ndarray, w: DequantizedWeight, activations: str = "q8") -> np.ndarray:
     """x f32 [rows, K] times w [n_out, K] transposed -> f32 [rows, n_out], with ggml's semantics.
 
     Each row is its own matrix-vector product, so a row's result never depends on which other rows
     share the pass (a BLAS matrix-matrix product may block rows differently for different counts).
-    Block-32 weights follow ggml's accumulation order exactly (_lane_dot); other quantized weights
-    are a float32 product of the dequantized operands, which differs from ggml's kernels only in
-    the order of float summation.
+    Block-32 weights follow ggml's accumulation order exactly (_lane_dot), and so do Q4_K / Q6_K
+    (_superblock_dot), Q2_K, Q3_K, Q5_K, IQ4_NL, IQ4_XS, MXFP4 (_parts_dot) and float weights
+    (float_dot, ggml_vec_dot_{f16,bf16,f32}); other quantized weights are a float32 product of the
+    dequantized operands, which differs from ggml's kernels only in the order of float summation.
     """
     if activations != "f32" and w.lanes is not None:
         qx, dx = quantize_q8_0(x)
@@ -339,6 +465,21 @@ def matmul(x: np.ndarray, w: DequantizedWeight, activations: str = "q8") -> np.n
         for lo in range(0, x.shape[0], _LANE_ROWS):
             hi = min(x.shape[0], lo + _LANE_ROWS)
             out[lo:hi] = _superblock_dot(w, qx[lo:hi], dx[lo:hi])
+        return out
+    if activations != "f32" and w.parts is not None:
+        qx, dx = (quantize_q8_0 if w.parts.block == 32 else quantize_q8_k)(x)
+        out = np.empty((x.shape[0], w.parts.d.shape[0]), F32)
+        for lo in range(0, x.shape[0], _LANE_ROWS):
+            hi = min(x.shape[0], lo + _LANE_ROWS)
+            out[lo:hi] = _parts_dot(w.parts, qx[lo:hi], dx[lo:hi])
+        return out
+    if activations != "f32" and w.type in FLOAT_WEIGHTS:
+        xq = quantized_activations(x, activation_format(w.type))
+        out = np.empty((x.shape[0], w.values.shape[0]), F32)
+        for lo in range(0, x.shape[0], _LANE_ROWS):
+            for n0 in range(0, out.shape[1], _FLOAT_COLUMNS):
+                n1 = min(out.shape[1], n0 + _FLOAT_COLUMNS)
+                out[lo : lo + _LANE_ROWS, n0:n1] = float_dot(xq[lo : lo + _LANE_ROWS], w.values[n0:n1], w.type)
         return out
     out = np.empty((x.shape[0], w.values.shape[0]), F32)
     xq = x.astype(F32) if activations == "f32" else quantized_activations(x, activation_format(w.type))

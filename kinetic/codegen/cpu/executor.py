@@ -14,16 +14,17 @@ from __future__ import annotations
 import numpy as np
 from gguf import GGMLQuantizationType as Q
 
-from kinetic.codegen.cpu.matmul import SUPPORTED, quantized_matmul
+from kinetic.codegen.cpu.float_matmul_ir import FLOAT_TYPES
+from kinetic.codegen.cpu.matmul import SUPPORTED, float_matmul, quantized_matmul
 from kinetic.ir.graph import Node
 from kinetic.ir.interpreter import Interpreter, WeightSource
 
-# Types whose kernels sum in exactly the reference's order (ggml's single-row kernels: the block-32
-# vec-dots, the repacked Q4_K gemv, the Q6_K vec-dot), so the CPU device gives bit for bit what the
-# reference interpreter gives. Q5_K's kernel is correct to float rounding but its reference is a
-# float32 product of dequantized values, so it runs through the reference
+# Types whose kernels sum in exactly the reference's order (the kernels llama.cpp runs for a decode
+# row on x86: the block-32 vec-dots, the repacked Q2_K / Q4_K / IQ4_NL / MXFP4 gemvs, the Q3_K / Q5_K /
+# Q6_K / IQ4_XS vec-dots), so the CPU device gives bit for bit what the reference interpreter gives
 # (tests/codegen/cpu/test_cpu_executor.py checks the equality).
-BIT_EXACT = frozenset({Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q4_K, Q.Q6_K}) & SUPPORTED
+BIT_EXACT = frozenset({Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K,
+                       Q.IQ4_NL, Q.IQ4_XS, Q.MXFP4}) & SUPPORTED
 
 # Splitting a matmul's columns over a second thread pays only when the weight is large enough to
 # amortize the hand-off (measured ~15 us per call; see docs/cpu-kernels.md).
@@ -37,9 +38,11 @@ class CpuInterpreter(Interpreter):
 
     def matmul(self, x: np.ndarray, weight: Node, attrs) -> np.ndarray:
         wtype = weight.type.ggml_type
-        if attrs.activations != "q8" or wtype not in BIT_EXACT:
+        if attrs.activations != "q8" or wtype not in BIT_EXACT | set(FLOAT_TYPES):
             return super().matmul(x, weight, attrs)
         raw = np.asarray(self.weights.tensor(weight.attrs.tensor))
         raw = raw.reshape(raw.shape[0], -1)
         threads = self.threads if raw.nbytes >= TWO_THREADS_FROM_BYTES else 1
+        if wtype in FLOAT_TYPES:  # F16 / BF16 / F32 in ggml's order (numerics.float_dot)
+            return float_matmul(x, raw, wtype, threads=threads)
         return quantized_matmul(x, raw, wtype, threads=threads)

@@ -1,7 +1,8 @@
-"""The Python entry point to the generated quantized matmul: `quantized_matmul(x, raw_weight, wtype)`.
+"""The Python entry points to the generated matmuls: `quantized_matmul(x, raw_weight, wtype)` and, for
+F16/BF16/F32 weights, `float_matmul(x, weight, wtype)`.
 
-Owns: choosing and caching compiled kernels per (type, K, variant, tile), quantizing activations
-with the generated quantizer, and splitting output columns N across a persistent thread pool
+Owns: choosing and caching compiled kernels per (type, K, variant, tile), quantizing (or, for float
+weights, rounding) activations with the generated passes, and splitting output columns N across a persistent thread pool
 (ctypes releases the GIL for each call). Threads split N only, never K or the rows' reduction, so a
 result never depends on the thread count. It does not own scheduling a whole forward pass: issue 5's
 compiled step function replaces the one-Python-call-per-matmul here.
@@ -17,6 +18,7 @@ from functools import cache
 import numpy as np
 from gguf import GGMLQuantizationType as Q
 
+from kinetic.codegen.cpu import float_matmul_ir as F
 from kinetic.codegen.cpu.activation_ir import render_quantize
 from kinetic.codegen.cpu.jit import Jit, default_jit
 from kinetic.codegen.cpu.matmul_ir import render_matmul
@@ -56,6 +58,17 @@ def _quantizer(fmt: str, jit: Jit):
 def _kernel(wtype: Q, k: int, variant: str, tile: int, jit: Jit):
     ir, name = render_matmul(wtype, k, variant, tile)
     return MATMUL_SIG(jit.address(ir, name))
+
+
+@cache
+def _float_kernel(wtype: Q, k: int, variant: str, jit: Jit):
+    ir, name = F.render_float_matmul(wtype, k, variant, host().features)
+    return MATMUL_SIG(jit.address(ir, name))
+
+
+@cache
+def _rounder(fmt: str, jit: Jit):
+    return QUANT_SIG(jit.address(*F.render_round(fmt)))
 
 
 def quantize_activations(x: np.ndarray, fmt: str, jit: Jit | None = None) -> QuantizedActivations:
@@ -105,11 +118,46 @@ def quantized_matmul(
     acts = quantize_activations(x, layout.activation, jit)
     out = np.empty((m, w.shape[0]), np.float32)
     kernel = _kernel(layout.wtype, k, variant, tile, jit)
-    args = (_ptr(w), _ptr(acts.q), _ptr(acts.d), _ptr(acts.extra), _ptr(out), m)
-    ranges = split_columns(w.shape[0], threads)
-    futures = [_pool(threads).submit(kernel, *args, n0, n1, w.shape[0]) for n0, n1 in ranges[1:]]
+    _split(kernel, (_ptr(w), _ptr(acts.q), _ptr(acts.d), _ptr(acts.extra), _ptr(out), m), w.shape[0], threads)
+    return out
+
+
+def _split(kernel, args: tuple, n: int, threads: int) -> None:
+    """kernel(*args, n0, n1, n) over the threads' column ranges; the caller runs the first."""
+    ranges = split_columns(n, threads)
+    futures = [_pool(threads).submit(kernel, *args, n0, n1, n) for n0, n1 in ranges[1:]]
     for n0, n1 in ranges[:1]:
-        kernel(*args, n0, n1, w.shape[0])
+        kernel(*args, n0, n1, n)
     for f in futures:
         f.result()
+
+
+def round_activations(x: np.ndarray, wtype: Q, jit: Jit | None = None) -> np.ndarray:
+    """f32 [M, K] -> what a float kernel of `wtype` reads: F16: f16 values as f32 [M, K]; BF16: bf16
+    bits u16 [M, K]; F32: x itself."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    if Q(wtype) is Q.F32:
+        return x
+    fmt = Q(wtype).name.lower()
+    y = np.empty(x.shape, np.float32 if fmt == "f16" else np.uint16)
+    _rounder(fmt, jit or default_jit())(_ptr(x), None, None, _ptr(y), x.size)
+    return y
+
+
+def float_matmul(
+    x: np.ndarray, weight: np.ndarray, wtype: Q, *, threads: int = 1, variant: str | None = None, jit: Jit | None = None
+) -> np.ndarray:
+    """x f32 [M, K] times a float weight [N, K] transposed -> f32 [M, N], bit for bit
+    numerics.float_dot. `weight` holds the stored values: f16, bf16 bit patterns (u16) or f32."""
+    jit = jit or default_jit()
+    wtype = Q(wtype)
+    variant = variant or F.best_variant(wtype, host().flags)
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    m, k = x.shape
+    w = np.ascontiguousarray(weight)
+    if w.ndim != 2 or w.shape[1] * w.itemsize != k * F.WEIGHT_BYTES[wtype]:
+        raise ValueError(f"{wtype.name} weight of shape {w.shape} ({w.dtype}) does not match K={k}")
+    acts = round_activations(x, wtype, jit)
+    out = np.empty((m, w.shape[0]), np.float32)
+    _split(_float_kernel(wtype, k, variant, jit), (_ptr(w), _ptr(acts), None, None, _ptr(out), m), w.shape[0], threads)
     return out

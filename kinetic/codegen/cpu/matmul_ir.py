@@ -11,24 +11,26 @@ Owns: the loops and the order of summation. One kernel per (weight type, K, vari
         block-32 types: for each leftover row (column chunks of ~128 KB when several rows are left):
             for n, n+1 in column pairs of [n0, n1):     # two weight rows per vector, see _pairs
                 for b in blocks of K: (per row as below)
+            IQ4_NL, MXFP4: columns n .. n+3 at once instead, one <4 x float> chain (see _quads)
         k-quants: for n in [n0, n1), for each leftover row:
             for b in blocks of K:
                 per row: isum = sum over the block's chunks of lane_scale * dot8  (exact int32 lanes)
                          isum -= offset * (sum of each 4 activations)             (Q4_0, Q5_0, Q8_0 on VNNI)
                          isum -= pair sums of offsets * xsum16                    (Q6_K)
-                "lanes" order (block-32 types, Q5_K, Q6_K):
+                "lanes" order (Q4_0 .. Q8_0, Q3_K, Q5_K, Q6_K, IQ4_XS: ggml's vec-dots):
                          acc  = fma(d_w * d_x, float(isum), acc)                  (8 float lanes)
                          accm = accm + m * s_x           (Q4_1/Q5_1)
-                         accm = accm - dmin * d_x * sum_j min_j * bsum_j          (Q5_K)
-                "scalar" order (Q4_K, ggml_gemv_q4_K_8x8_q8_K):
+                         accm = fma(-(dmin * d_x), float(sum_j min_j * bsum_j), accm)   (Q5_K)
+                "scalar" order (Q2_K, Q4_K, IQ4_NL, MXFP4: ggml's repacked gemvs):
                          acc  = fma(float(sum of isum lanes), d_w * d_x, acc)     (one float)
-                         accm = fma(float(sum_j min_j * bsum_j), dmin * d_x, accm)
+                         accm = fma(float(sum_j min_j * bsum_j), dmin * d_x, accm)      (Q2_K, Q4_K)
             lanes:  y[r, n] = ((acc0+acc4) + (acc2+acc6)) + ((acc1+acc5) + (acc3+acc7)) + accm
-            scalar: y[r, n] = acc - accm
+            scalar: y[r, n] = acc - accm  (acc without a minimum)
 
-These are `kinetic.ir.numerics.matmul`'s float operations in its order (ggml's single-row kernels)
-for the block-32 types, Q4_K and Q6_K, so those kernels give the reference bit for bit; Q5_K's
-reference is still a float32 product of dequantized values, so it differs by rounding.
+These are `kinetic.ir.numerics.matmul`'s float operations in its order (the kernels llama.cpp runs
+for a decode row on x86), so every kernel gives the reference bit for bit. Table-coded weights
+(IQ4_NL, IQ4_XS, MXFP4) are looked up per block (`vpshufb`), signed ones multiplied through
+|w| and x with w's sign where pmaddubsw takes them.
 In a tile the per-row float operations run as 8-row vectors (d_w * d_x for 8 rows in one multiply,
 Q4_1/Q5_1's m * s and Q4_K's two fmas on 8 rows' accumulators, Q4_K's integer lane sums of 8 rows
 reduced together by a transpose-add tree), each lane one row's own operation on the same operands.
@@ -37,13 +39,16 @@ accumulator chains; Q4_K alone on VNNI through 512-bit vectors; weights with an 
 the offset times the activations' sums of 4 precomputed once per row and used as vpdpbusd's starting
 value) is free.
 Decode (a row alone) of block-32 types runs two adjacent weight rows at once (`_pairs`): one fma
-chain per row is latency-bound at 4 cycles per block, two rows' chains in one vector are not.
+chain per row is latency-bound at 4 cycles per block, two rows' chains in one vector are not (four
+for the scalar order, `_quads`, whose tiles keep rows in lanes instead: `_interleave`).
 A row's float operations are the same sequence whatever T, M, [n0, n1) or the variant, so results
 are bit-identical across batch sizes, tilings, thread counts and variants. The reduction dimension is
 never split.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from kinetic.codegen.cpu.llvm_ir import Function, const_vec, module, splat
 from kinetic.codegen.cpu.quant_blocks import LAYOUTS, Block, Layout
@@ -56,7 +61,14 @@ FLOAT_DECLARATIONS = [
     "declare i32 @llvm.vector.reduce.add.v8i32(<8 x i32>)",
     "declare i32 @llvm.vector.reduce.add.v16i32(<16 x i32>)",
     "declare void @llvm.prefetch.p0(ptr, i32, i32, i32)",
+    "declare <4 x float> @llvm.fma.v4f32(<4 x float>, <4 x float>, <4 x float>)",
 ]
+# the 16-entry table lookups of IQ4_NL, IQ4_XS and MXFP4 (vpshufb; the generic variant selects)
+LOOKUP_DECLARATIONS = {
+    "vnni": ["declare <32 x i8> @llvm.x86.avx2.pshuf.b(<32 x i8>, <32 x i8>)"],
+    "avx2": ["declare <32 x i8> @llvm.x86.avx2.pshuf.b(<32 x i8>, <32 x i8>)"],
+    "generic": [],
+}
 
 PARAMS = [
     ("ptr", "w"),  # u8 [N, row_bytes]
@@ -120,11 +132,16 @@ def _block_dot(fn: Function, variant: str, blk: Block, row: _Rows, b: str, block
     for c, chunk in enumerate(blk.chunks):
         x = fn.load("<32 x i8>", fn.gep(base, 32 * c))
         if chunk.scale16 is not None and variant != "generic":
-            chains[c % CHAINS] = dot8_scaled(fn, variant, chains[c % CHAINS], chunk.w, x, chunk.scale16)
+            w = chunk.w
+            if chunk.signed:  # |w| <= 127 against x with w's sign: pmaddubsw's pairs stay below 2^15
+                w, x = _sign_split(fn, w, x)
+            chains[c % CHAINS] = dot8_scaled(fn, variant, chains[c % CHAINS], w, x, chunk.scale16)
             if c == len(blk.chunks) - 1:
                 total = chains[0]
                 for other in chains[1 : len(blk.chunks)]:
                     total = fn.v(f"add <8 x i32> {total}, {other}")
+                if blk.scale16_shift:  # the scales were 2^shift too large: exact multiples, shift back
+                    total = fn.v(f"ashr <8 x i32> {total}, {splat('i32', blk.scale16_shift)}")
             continue
         if row.corr is not None:  # unsigned weights (flipped if signed) minus offset * quad sums
             w = fn.v(f"xor <32 x i8> {chunk.w}, {splat('i8', -128)}") if chunk.signed else chunk.w
@@ -158,9 +175,9 @@ def _min_term(fn: Function, layout: Layout, blk: Block, row: _Rows, b: str, dx: 
     if layout.activation == "q8_1":  # + m * s
         s = fn.load("float", fn.gep(row.xe, b, "float"), 4)
         return fn.v(f"fadd float {accm}, {fn.v(f'fmul float {blk.min_scale}, {s}')}")
-    scale = fn.v(f"fmul float {blk.min_scale}, {dx}")
-    term = fn.v(f"fmul float {scale}, {fn.v(f'sitofp i32 {_min_dot(fn, blk, row, b)} to float')}")
-    return fn.v(f"fsub float {accm}, {term}")
+    # ggml_vec_dot_q5_K_q8_K: summs += (-d_x * dmin) * isum, contracted to one fma by GCC
+    neg = fn.v(f"fneg float {fn.v(f'fmul float {blk.min_scale}, {dx}')}")
+    return _fma(fn, neg, fn.v(f"sitofp i32 {_min_dot(fn, blk, row, b)} to float"), accm)
 
 
 def _fma(fn: Function, a: str, b: str, c: str) -> str:
@@ -172,9 +189,41 @@ def _accumulate_scalar(fn: Function, blk: Block, row: _Rows, b: str, isum: str, 
     accm = fma(float(imin), dmin*d_x, accm), with iacc and imin exact int32 per super-block."""
     iacc = fn.v(f"call i32 @llvm.vector.reduce.add.v8i32(<8 x i32> {isum})")
     acc = _fma(fn, fn.v(f"sitofp i32 {iacc} to float"), fn.v(f"fmul float {blk.d}, {dx}"), acc)
+    if blk.mins is None:  # IQ4_NL, MXFP4: no minimum
+        return acc, None
     imin = fn.v(f"sitofp i32 {_min_dot(fn, blk, row, b)} to float")
     accm = _fma(fn, imin, fn.v(f"fmul float {blk.min_scale}, {dx}"), accm)
     return acc, accm
+
+
+def _scalar_pairs(layout: Layout, variant: str) -> bool:
+    """A row alone of a scalar-order type with minimums carries [acc, accm] as one <2 x float> (x86)."""
+    return layout.float_order == "scalar" and layout.has_min and variant != "generic"
+
+
+def _accumulate_scalar_pair(fn: Function, blk: Block, row: _Rows, b: str, isum: str, dx: str, acc2: str) -> str:
+    """The scalar order's two fmas as the lanes of one: [acc, accm] = fma([f32(iacc), f32(imin)],
+    [d_w * d_x, dmin * d_x], [acc, accm]); imin's products by one `vpmaddwd` on 16-bit mins and Q8_K
+    sums (|sum of 16 int8| < 2^15), and iacc, imin reduced by one shuffle tree (all exact)."""
+    sums = fn.v(f"trunc <16 x i32> {_sums16(fn, row, b)} to <16 x i16>")
+    mins = fn.v(f"trunc <16 x i32> {blk.mins} to <16 x i16>")
+    m8 = fn.v(f"call <8 x i32> @llvm.x86.avx2.pmadd.wd(<16 x i16> {mins}, <16 x i16> {sums})")
+    ints = fn.v(f"sitofp <2 x i32> {_reduce_pair(fn, isum, m8)} to <2 x float>")
+    ds = fn.v(f"insertelement <2 x float> {fn.v(f'insertelement <2 x float> poison, float {blk.d}, i64 0')}, "
+              f"float {blk.min_scale}, i64 1")
+    scale = fn.v(f"fmul <2 x float> {ds}, {fn.splat_value(2, 'float', dx)}")
+    return fn.v(f"call <2 x float> @llvm.fma.v2f32(<2 x float> {ints}, <2 x float> {scale}, <2 x float> {acc2})")
+
+
+def _reduce_pair(fn: Function, a: str, c: str) -> str:
+    """<2 x i32> [sum of a's 8 lanes, sum of c's 8 lanes] (exact)."""
+    lo = fn.v(f"shufflevector <8 x i32> {a}, <8 x i32> {c}, {const_vec('i32', [0, 1, 2, 3, 8, 9, 10, 11])}")
+    hi = fn.v(f"shufflevector <8 x i32> {a}, <8 x i32> {c}, {const_vec('i32', [4, 5, 6, 7, 12, 13, 14, 15])}")
+    v = fn.v(f"add <8 x i32> {lo}, {hi}")
+    for swap in ([2, 3, 0, 1, 6, 7, 4, 5], [1, 0, 3, 2, 5, 4, 7, 6]):
+        mask = const_vec("i32", swap)
+        v = fn.v(f"add <8 x i32> {v}, {fn.v(f'shufflevector <8 x i32> {v}, <8 x i32> poison, {mask}')}")
+    return fn.v(f"shufflevector <8 x i32> {v}, <8 x i32> poison, {const_vec('i32', [0, 4])}")
 
 
 def _accumulate_wide(fn: Function, layout: Layout, row: _Rows, wrow: str, b: str, acc: str) -> str:
@@ -193,31 +242,69 @@ def _accumulate_wide(fn: Function, layout: Layout, row: _Rows, wrow: str, b: str
     t16 = fn.v(f"add <16 x i32> {chains[0]}, {chains[1]}")
     sums = fn.v(f"trunc <16 x i32> {_sums16(fn, row, b)} to <16 x i16>")  # |sum of 16 int8| < 2^15
     m8 = fn.v(f"call <8 x i32> @llvm.x86.avx2.pmadd.wd(<16 x i16> {blk.mins}, <16 x i16> {sums})")
-    t8 = _fold16(fn, t16)
-    lo = fn.v(f"shufflevector <8 x i32> {t8}, <8 x i32> {m8}, {const_vec('i32', [0, 1, 2, 3, 8, 9, 10, 11])}")
-    hi = fn.v(f"shufflevector <8 x i32> {t8}, <8 x i32> {m8}, {const_vec('i32', [4, 5, 6, 7, 12, 13, 14, 15])}")
-    v = fn.v(f"add <8 x i32> {lo}, {hi}")  # [iacc partials x4 | imin partials x4]
-    for swap in ([2, 3, 0, 1, 6, 7, 4, 5], [1, 0, 3, 2, 5, 4, 7, 6]):
-        mask = const_vec("i32", swap)
-        v = fn.v(f"add <8 x i32> {v}, {fn.v(f'shufflevector <8 x i32> {v}, <8 x i32> poison, {mask}')}")
-    both = fn.v(f"shufflevector <8 x i32> {v}, <8 x i32> poison, {const_vec('i32', [0, 4])}")
-    ints = fn.v(f"sitofp <2 x i32> {both} to <2 x float>")
+    ints = fn.v(f"sitofp <2 x i32> {_reduce_pair(fn, _fold16(fn, t16), m8)} to <2 x float>")
     dmin = fn.v(f"fpext <2 x half> {fn.load('<2 x half>', blk_ptr)} to <2 x float>")
     dx = fn.load("float", fn.gep(row.xd, b, "float"), 4)
     scale = fn.v(f"fmul <2 x float> {dmin}, {fn.splat_value(2, 'float', dx)}")
     return fn.v(f"call <2 x float> @llvm.fma.v2f32(<2 x float> {ints}, <2 x float> {scale}, <2 x float> {acc})")
 
 
+def _lookup(fn: Function, variant: str, table: list[int], idx: str) -> str:
+    """<32 x i8>: table[idx] for 4-bit indices. x86: one `vpshufb` (the 16 values in each 128-bit
+    lane); generic: a tree of 15 selects on the index bits (LLVM has no portable byte shuffle)."""
+    if variant != "generic":
+        values = const_vec("i8", [v - 256 if v > 127 else v for v in table] * 2)
+        return fn.v(f"call <32 x i8> @llvm.x86.avx2.pshuf.b({values}, <32 x i8> {idx})")
+    level = [splat("i8", v - 256 if v > 127 else v) for v in table]
+    for bit in range(4):
+        masked = fn.v(f"and <32 x i8> {idx}, {splat('i8', 1 << bit)}")
+        on = fn.v(f"icmp ne <32 x i8> {masked}, zeroinitializer")
+        pairs = zip(level[0::2], level[1::2], strict=True)
+        level = [fn.v(f"select <32 x i1> {on}, <32 x i8> {hi}, <32 x i8> {lo}") for lo, hi in pairs]
+    return level[0]
+
+
+def _table(fn: Function, variant: str, table: tuple[int, ...], idx: str, offset: int) -> tuple[str, bool]:
+    """(weights, signed) of table-coded indices: the table itself (signed), or, when the kernel applies
+    the layout's offset through the activation sums, the table plus the offset (unsigned)."""
+    if offset:
+        return _lookup(fn, variant, [(v + offset) & 255 for v in table], idx), False
+    return _lookup(fn, variant, list(table), idx), True
+
+
+def _decode(fn: Function, layout: Layout, variant: str, ptr: str) -> Block:
+    """The block at ptr with table-coded chunks looked up (once per block, whatever the rows)."""
+    blk = layout.decode(fn, ptr)
+    offset = _row_offset(layout, variant)
+    chunks = []
+    for chunk in blk.chunks:
+        if chunk.table is not None:
+            w, signed = _table(fn, variant, chunk.table, chunk.w, offset)
+            chunk = replace(chunk, w=w, signed=signed, table=None)
+        chunks.append(chunk)
+    return replace(blk, chunks=chunks)
+
+
+def _sign_split(fn: Function, w: str, x: str) -> tuple[str, str]:
+    """(|w|, x with w's sign): the unsigned and signed operands of pmaddubsw with the products w*x."""
+    a = fn.v(f"call <32 x i8> @llvm.abs.v32i8(<32 x i8> {w}, i1 false)")
+    return a, fn.v(f"call <32 x i8> @llvm.x86.avx2.psign.b(<32 x i8> {x}, <32 x i8> {w})")
+
+
 def _accumulate(fn: Function, layout: Layout, variant: str, rows: list[_Rows], wrow: str, b: str, accs: list[str]):
-    blk = layout.decode(fn, fn.gep(wrow, fn.v(f"mul i64 {b}, {layout.block_bytes}")))
+    blk = _decode(fn, layout, variant, fn.gep(wrow, fn.v(f"mul i64 {b}, {layout.block_bytes}")))
     new_acc, new_min = [], []
     for i, row in enumerate(rows):
         isum = _block_dot(fn, variant, blk, row, b, layout.block)
         dx = fn.load("float", fn.gep(row.xd, b, "float"), 4)
+        if _scalar_pairs(layout, variant):  # accs[i] = <2 x float> [acc, accm]
+            new_acc.append(_accumulate_scalar_pair(fn, blk, row, b, isum, dx, accs[i]))
+            continue
         if layout.float_order == "scalar":
-            acc, accm = _accumulate_scalar(fn, blk, row, b, isum, dx, accs[i], accs[len(rows) + i])
+            accm = accs[len(rows) + i] if layout.has_min else None
+            acc, accm = _accumulate_scalar(fn, blk, row, b, isum, dx, accs[i], accm)
             new_acc.append(acc)
-            new_min.append(accm)
+            new_min += [accm] if layout.has_min else []
             continue
         scale = fn.splat_value(8, "float", fn.v(f"fmul float {blk.d}, {dx}"))
         lanes = fn.v(f"sitofp <8 x i32> {isum} to <8 x float>")
@@ -249,8 +336,9 @@ def _row_tile(fn: Function, layout: Layout, variant: str, k: int, wrow: str, n: 
     carried = [("float" if scalar else "<8 x float>", "0.0" if scalar else "zeroinitializer")] * tile
     carried += [("float", "0.0")] * tile if has_min else []
     wide = tile == 1 and variant == "vnni" and layout.decode_wide is not None
-    if wide:
-        carried = [("<2 x float>", "zeroinitializer")]
+    paired = wide or _scalar_pairs(layout, variant)
+    if paired:
+        carried = [("<2 x float>", "zeroinitializer")] * tile
 
     def step(b: str, accs: list[str]) -> list[str]:
         if wide:
@@ -258,11 +346,11 @@ def _row_tile(fn: Function, layout: Layout, variant: str, k: int, wrow: str, n: 
         return _accumulate(fn, layout, variant, rows, wrow, b, accs)
 
     finals = fn.loop(0, k // layout.block, carried, step)
-    if wide:
-        finals = [fn.v(f"extractelement <2 x float> {finals[0]}, i64 {i}") for i in range(2)]
+    if paired:  # [acc of each row] + [accm of each row]
+        finals = [fn.v(f"extractelement <2 x float> {f}, i64 {i}") for i in range(2) for f in finals]
     for i, row in enumerate(rows):
         if scalar:
-            y = fn.v(f"fsub float {finals[i]}, {finals[tile + i]}")
+            y = fn.v(f"fsub float {finals[i]}, {finals[tile + i]}") if has_min else finals[i]
         else:
             y = _hsum(fn, finals[i])
             if has_min:
@@ -330,7 +418,7 @@ def _fma8(fn: Function, a: str, b: str, c: str) -> str:
 def _tile_block(fn, layout, variant, rows, groups, wrow, b, dxt, st, accs):
     """One block for T rows. accs: lanes: T row accs (+ groups accm); scalar: groups acc + groups accm."""
     t = len(rows)
-    blk = layout.decode(fn, fn.gep(wrow, fn.v(f"mul i64 {b}, {layout.block_bytes}")))
+    blk = _decode(fn, layout, variant, fn.gep(wrow, fn.v(f"mul i64 {b}, {layout.block_bytes}")))
     isums = [_block_dot(fn, variant, blk, row, b, layout.block) for row in rows]
     base = fn.v(f"mul i64 {b}, {GROUP * groups}")
 
@@ -340,13 +428,16 @@ def _tile_block(fn, layout, variant, rows, groups, wrow, b, dxt, st, accs):
     dxv = [group_vec(dxt, g) for g in range(groups)]
     if layout.float_order == "scalar":
         iacc = _transpose_sum(fn, isums)
-        imin = _transpose_sum(fn, [_min_lanes(fn, blk, row, b) for row in rows])
         d8 = fn.splat_value(8, "float", blk.d)
-        m8 = fn.splat_value(8, "float", blk.min_scale)
         acc, accm = [], []
         for g in range(groups):
             fa = fn.v(f"sitofp <8 x i32> {iacc[g]} to <8 x float>")
             acc.append(_fma8(fn, fa, fn.v(f"fmul <8 x float> {d8}, {dxv[g]}"), accs[g]))
+        if not layout.has_min:
+            return acc
+        imin = _transpose_sum(fn, [_min_lanes(fn, blk, row, b) for row in rows])
+        m8 = fn.splat_value(8, "float", blk.min_scale)
+        for g in range(groups):
             fm = fn.v(f"sitofp <8 x i32> {imin[g]} to <8 x float>")
             accm.append(_fma8(fn, fm, fn.v(f"fmul <8 x float> {m8}, {dxv[g]}"), accs[groups + g]))
         return acc + accm
@@ -366,9 +457,8 @@ def _tile_block(fn, layout, variant, rows, groups, wrow, b, dxt, st, accs):
             else:  # - (dmin * d_x) * float(sum_j min_j * bsum_j)
                 rs = rows[GROUP * g : GROUP * g + GROUP]
                 imin = _transpose_sum(fn, [_min_lanes(fn, blk, row, b) for row in rs])[0]
-                scale = fn.v(f"fmul <8 x float> {m8}, {dxv[g]}")
-                term = fn.v(f"fmul <8 x float> {scale}, {fn.v(f'sitofp <8 x i32> {imin} to <8 x float>')}")
-                new.append(fn.v(f"fsub <8 x float> {accm}, {term}"))
+                neg = fn.v(f"fneg <8 x float> {fn.v(f'fmul <8 x float> {m8}, {dxv[g]}')}")
+                new.append(_fma8(fn, neg, fn.v(f"sitofp <8 x i32> {imin} to <8 x float>"), accm))
     return new
 
 
@@ -389,9 +479,99 @@ def _transpose_scales(fn: Function, src: str, per_row: int, first_row: str, t: i
     fn.loop(0, per_row, [], body)
 
 
+# ---- tiles of block-32 "scalar" types (IQ4_NL, MXFP4): rows in lanes ---------------------------------
+#
+# The gemv order needs each row's whole-block integer total before its fma. Reducing 8 rows' dot8
+# lanes by a transpose tree costs more than the dots; instead the tile's activations are laid out
+# once per tile (and column chunk) with row r's bytes 4g..4g+3 of block b in dword r of vector g
+# (`_interleave`), so that dot8(broadcast of weight dword g, vector g), summed over g, leaves row r's
+# total in lane r: 8 vpdpbusd per block for 8 rows and no reduction. Offset types start from
+# -offset * (row r's block sum) in lane r, computed with the layout.
+
+def _transpose8(fn: Function, vecs: list[str]) -> list[str]:
+    """8 <8 x i32> rows -> 8 columns (a butterfly of shuffles: at stage `bit`, lanes with that bit set
+    in vector i trade places with lanes without it in vector i | bit)."""
+    for bit in (1, 2, 4):
+        out = list(vecs)
+        for i in range(8):
+            if i & bit:
+                continue
+            lo = [j if not j & bit else 8 + (j ^ bit) for j in range(8)]
+            hi = [j ^ bit if not j & bit else 8 + j for j in range(8)]
+            out[i] = fn.v(f"shufflevector <8 x i32> {vecs[i]}, <8 x i32> {vecs[i | bit]}, {const_vec('i32', lo)}")
+            out[i | bit] = fn.v(f"shufflevector <8 x i32> {vecs[i]}, <8 x i32> {vecs[i | bit]}, {const_vec('i32', hi)}")
+        vecs = out
+    return vecs
+
+
+def _interleave(fn: Function, layout: Layout, variant: str, k: int, first: str, tile: int, xi: str,
+                xcorr: str | None) -> None:
+    """xi[group][b][g] <- <32 x i8>: bytes 4g..4g+3 of block b of the group's 8 rows, row r in dword r
+    (rows past the tile zero); xcorr[group][b] <- <8 x i32>: -offset * (row r's sum over block b)."""
+    nb, off = k // 32, _row_offset(layout, variant)
+    ones = splat("i8", off if off < 128 else off - 256)
+
+    def body(b: str, _c: list[str]) -> list[str]:
+        for grp in range(-(-tile // GROUP)):
+            rows = []
+            for i in range(GROUP * grp, GROUP * grp + GROUP):
+                if i >= tile:
+                    rows.append("zeroinitializer")
+                    continue
+                r = fn.v(f"add i64 {first}, {i}")
+                at = fn.v(f"add i64 {fn.v(f'mul i64 {r}, {k}')}, {fn.v(f'mul i64 {b}, 32')}")
+                rows.append(fn.load("<8 x i32>", fn.gep("%xq", at)))
+            at = fn.v(f"add i64 {b}, {grp * nb}")
+            start = "zeroinitializer"
+            for g, col in enumerate(_transpose8(fn, rows)):
+                xg = fn.v(f"bitcast <8 x i32> {col} to <32 x i8>")
+                fn.store("<32 x i8>", xg, fn.gep(xi, fn.v(f"add i64 {fn.v(f'mul i64 {at}, 256')}, {32 * g}")), 32)
+                if off:
+                    start = dot8_acc(fn, variant, start, ones, xg, False)
+            if off:
+                neg = fn.v(f"sub <8 x i32> zeroinitializer, {start}")
+                fn.store("<8 x i32>", neg, fn.gep(xcorr, fn.v(f"mul i64 {at}, 8"), "i32"), 32)
+        return []
+
+    fn.loop(0, nb, [], body)
+
+
+def _tile_block_interleaved(fn: Function, layout: Layout, variant: str, k: int, groups: int, wrow: str, b: str,
+                            dxt: str, xi: str, xcorr: str | None, accs: list[str]) -> list[str]:
+    """One block for the tile's rows as lanes: acc = fma(float(row totals), d_w * d_x, acc) per group."""
+    nb = k // 32
+    blk = _decode(fn, layout, variant, fn.gep(wrow, fn.v(f"mul i64 {b}, {layout.block_bytes}")))
+    (chunk,) = blk.chunks
+    w32 = fn.v(f"bitcast <32 x i8> {chunk.w} to <8 x i32>")
+    wg = []
+    for g in range(8):
+        splat_g = fn.v(f"shufflevector <8 x i32> {w32}, <8 x i32> poison, {const_vec('i32', [g] * 8)}")
+        wg.append(fn.v(f"bitcast <8 x i32> {splat_g} to <32 x i8>"))
+    d8 = fn.splat_value(8, "float", blk.d)
+    new = []
+    for grp in range(groups):
+        at = fn.v(f"add i64 {b}, {grp * nb}")
+        xg = [fn.load("<32 x i8>", fn.gep(xi, fn.v(f"add i64 {fn.v(f'mul i64 {at}, 256')}, {32 * g}")), 32)
+              for g in range(8)]
+        chains = []
+        for half in range(2):  # two independent chains of 4, added (exact)
+            acc = "zeroinitializer"
+            if half == 0 and xcorr is not None:
+                acc = fn.load("<8 x i32>", fn.gep(xcorr, fn.v(f"mul i64 {at}, 8"), "i32"), 32)
+            for g in range(half, 8, 2):
+                acc = dot8_acc(fn, variant, acc, wg[g], xg[g], chunk.signed)
+            chains.append(acc)
+        total = fn.v(f"sitofp <8 x i32> {fn.v(f'add <8 x i32> {chains[0]}, {chains[1]}')} to <8 x float>")
+        base = fn.v(f"add i64 {fn.v(f'mul i64 {b}, {GROUP * groups}')}, {GROUP * grp}")
+        dxv = fn.load("<8 x float>", fn.gep(dxt, base, "float"), 32)
+        new.append(_fma8(fn, total, fn.v(f"fmul <8 x float> {d8}, {dxv}"), accs[grp]))
+    return new
+
+
 def _tiles(fn: Function, layout: Layout, variant: str, k: int, tile: int, dxt: str, st: str | None,
-           corr: str | None) -> str:
-    """All full tiles of `tile` rows over [n0, n1), in column chunks; returns the first leftover row."""
+           corr: str | None, inter: tuple[str, str | None] | None = None) -> str:
+    """All full tiles of `tile` rows over [n0, n1), in column chunks; returns the first leftover row.
+    `inter`: the (xi, xcorr) scratch of block-32 scalar types, whose rows run as lanes."""
     nb = k // layout.block
     row_bytes = nb * layout.block_bytes
     groups = -(-tile // GROUP)
@@ -408,6 +588,8 @@ def _tiles(fn: Function, layout: Layout, variant: str, k: int, tile: int, dxt: s
             _transpose_scales(fn, "%xd", nb, first, tile, groups, dxt)
             if layout.activation == "q8_1":
                 _transpose_scales(fn, "%xe", k // 32, first, tile, groups, st)
+            if inter is not None:
+                _interleave(fn, layout, variant, k, first, tile, *inter)
             rows = []
             for i in range(tile):
                 r = fn.v(f"add i64 {first}, {i}")
@@ -423,15 +605,18 @@ def _tiles(fn: Function, layout: Layout, variant: str, k: int, tile: int, dxt: s
                 carried = [("<8 x float>", "zeroinitializer")] * (naccs + (groups if layout.has_min else 0))
 
                 def step(b: str, accs: list[str]) -> list[str]:
+                    if inter is not None:
+                        return _tile_block_interleaved(fn, layout, variant, k, groups, wrow, b, dxt, *inter, accs)
                     return _tile_block(fn, layout, variant, rows, groups, wrow, b, dxt, st, accs)
 
                 finals = fn.loop(0, nb, carried, step)
                 for i, row in enumerate(rows):
                     g, lane = divmod(i, GROUP)
                     if scalar:
-                        a = fn.v(f"extractelement <8 x float> {finals[g]}, i64 {lane}")
-                        mm = fn.v(f"extractelement <8 x float> {finals[groups + g]}, i64 {lane}")
-                        y = fn.v(f"fsub float {a}, {mm}")
+                        y = fn.v(f"extractelement <8 x float> {finals[g]}, i64 {lane}")
+                        if layout.has_min:
+                            mm = fn.v(f"extractelement <8 x float> {finals[groups + g]}, i64 {lane}")
+                            y = fn.v(f"fsub float {y}, {mm}")
                     else:
                         y = _hsum(fn, finals[i])
                         if layout.has_min:
@@ -581,13 +766,127 @@ def _pairs(fn: Function, layout: Layout, variant: str, k: int, first_row: str, x
     fn.loop("%n0", "%n1", [], chunk, step=step)
 
 
+# ---- leftover rows of block-32 "scalar" types (IQ4_NL, MXFP4): four columns at a time ---------------
+#
+# ggml's repacked gemv keeps one float per output column: per block, acc = fma(float(the block's
+# integer total), d_w * d_x, acc). A column alone would wait on that fma's latency every 32 values;
+# four columns run as one <4 x float> chain. Columns (n, n+1) and (n+2, n+3) are two PairBlocks; each
+# gives, after its two dot8s (the second accumulating onto the first), [n's 4 lanes | n+1's 4 lanes],
+# and two shuffle-add levels reduce both to the totals [n, n+2, n+1, n+3], against the scales
+# [d_n, d_n+2, d_n+1, d_n+3] * d_x. For offset types (MXFP4; IQ4_NL on VNNI) the first dot starts from
+# -offset * (the block's activation quad sums, lanes l and l+4 folded), so each column's total
+# includes its offset term exactly once. Columns past the end repeat the last one (same bits stored).
+
+QUAD_REDUCE = ([0, 1, 8, 9, 4, 5, 12, 13], [2, 3, 10, 11, 6, 7, 14, 15])
+
+
+def _fill_folded(fn: Function, layout: Layout, variant: str, k: int, r: str, dst: str) -> None:
+    """dst[b] <- <4 x i32>: lane l = -offset * (x_4l + .. + x_4l+3 + x_4l+16 + .. + x_4l+19) of block b."""
+    off = _row_offset(layout, variant)
+    xq = fn.gep("%xq", fn.v(f"mul i64 {r}, {k}"))
+    ones = splat("i8", off if off < 128 else off - 256)
+
+    def body(b: str, _c: list[str]) -> list[str]:
+        total = dot8(fn, variant, ones, fn.load("<32 x i8>", fn.gep(xq, fn.v(f"mul i64 {b}, 32"))), False)
+        lo = fn.v(f"shufflevector <8 x i32> {total}, <8 x i32> poison, {const_vec('i32', range(4))}")
+        hi = fn.v(f"shufflevector <8 x i32> {total}, <8 x i32> poison, {const_vec('i32', range(4, 8))}")
+        neg = fn.v(f"sub <4 x i32> zeroinitializer, {fn.v(f'add <4 x i32> {lo}, {hi}')}")
+        fn.store("<4 x i32>", neg, fn.gep(dst, fn.v(f"mul i64 {b}, 4"), "i32"), 16)
+        return []
+
+    fn.loop(0, k // 32, [], body)
+
+
+def _pair_dot(fn: Function, variant: str, pb, xl: str, xh: str, start: str | None, offset: int) -> str:
+    """<8 x i32> [a's 4 lanes | c's 4 lanes] of a PairBlock (lanes l and l+4 of each row summed)."""
+    lo, hi, signed = pb.low, pb.high, pb.signed
+    if pb.table is not None:
+        lo, signed = _table(fn, variant, pb.table, lo, offset)
+        hi, _ = _table(fn, variant, pb.table, hi, offset)
+    if start is not None:
+        return dot8_acc(fn, variant, dot8_acc(fn, variant, start, lo, xl, False), hi, xh, False)
+    return dot8_acc(fn, variant, dot8(fn, variant, lo, xl, signed), hi, xh, signed)
+
+
+def _quads(fn: Function, layout: Layout, variant: str, k: int, first_row: str, corr: str | None) -> None:
+    """Columns [n0, n1) for rows [first_row, m), four columns at a time (chunks as in `_pairs`)."""
+    nb, bb = k // 32, layout.block_bytes
+    rb = nb * bb
+    offset = _row_offset(layout, variant)
+    cols = fn.v("sub i64 %n1, %n0")
+    all_cols = fn.v(f"select i1 {fn.v(f'icmp sgt i64 {cols}, 0')}, i64 {cols}, i64 1")
+    several = fn.v(f"icmp sgt i64 {fn.v(f'sub i64 %m, {first_row}')}, 1")
+    step = fn.v(f"select i1 {several}, i64 {max(4, CHUNK_BYTES // rb // 4 * 4)}, i64 {all_cols}")
+    dup16 = const_vec("i32", list(range(16)) * 2)
+    dup4 = const_vec("i32", [0, 1, 2, 3] * 2)
+    ahead = -(-PREFETCH_BYTES // (4 * rb)) * 4 * rb
+
+    def quad(xrow: str, dxrow: str, orow: str, p: str, c1: str) -> None:
+        last = fn.v(f"sub i64 {c1}, 1")
+        cols = [p]
+        for j in (1, 2, 3):
+            q = fn.v(f"add i64 {p}, {j}")
+            cols.append(fn.v(f"select i1 {fn.v(f'icmp slt i64 {q}, {c1}')}, i64 {q}, i64 {last}"))
+        rows = [fn.gep("%w", fn.v(f"mul i64 {c}, {rb}")) for c in cols]
+
+        def block(b: str, accs: list[str]) -> list[str]:
+            at = fn.v(f"mul i64 {b}, {bb}")
+            if PREFETCH_BYTES:  # the four rows are one span: walk it four times as fast, whole quads ahead
+                fn.prefetch(rows[0], fn.v(f"add i64 {fn.v(f'mul i64 {b}, {4 * bb}')}, {ahead}"))
+            w = [fn.gep(row, at) for row in rows]
+            pbs = [layout.decode_pair(fn, w[0], w[1]), layout.decode_pair(fn, w[2], w[3])]
+            xb = fn.gep(xrow, fn.v(f"mul i64 {b}, 32"))
+            xl = fn.v(f"shufflevector <16 x i8> {fn.load('<16 x i8>', xb)}, <16 x i8> poison, {dup16}")
+            xh = fn.v(f"shufflevector <16 x i8> {fn.load('<16 x i8>', fn.gep(xb, 16))}, <16 x i8> poison, {dup16}")
+            start = None
+            if offset:
+                folded = fn.load("<4 x i32>", fn.gep(corr, fn.v(f"mul i64 {b}, 4"), "i32"), 16)
+                start = fn.v(f"shufflevector <4 x i32> {folded}, <4 x i32> poison, {dup4}")
+            v1, v2 = (_pair_dot(fn, variant, pb, xl, xh, start, offset) for pb in pbs)
+            s8 = [fn.v(f"shufflevector <8 x i32> {v1}, <8 x i32> {v2}, {const_vec('i32', m)}") for m in QUAD_REDUCE]
+            s = fn.v(f"add <8 x i32> {s8[0]}, {s8[1]}")
+            t4 = [fn.v(f"shufflevector <8 x i32> {s}, <8 x i32> poison, {const_vec('i32', m)}")
+                  for m in ([0, 2, 4, 6], [1, 3, 5, 7])]
+            totals = fn.v(f"sitofp <4 x i32> {fn.v(f'add <4 x i32> {t4[0]}, {t4[1]}')} to <4 x float>")
+            d4 = fn.v(f"shufflevector <2 x float> {pbs[0].d}, <2 x float> {pbs[1].d}, {const_vec('i32', [0, 2, 1, 3])}")
+            dx = fn.load("float", fn.gep(dxrow, b, "float"), 4)
+            scale = fn.v(f"fmul <4 x float> {d4}, {fn.splat_value(4, 'float', dx)}")
+            return [fn.v(f"call <4 x float> @llvm.fma.v4f32(<4 x float> {totals}, <4 x float> {scale}, "
+                         f"<4 x float> {accs[0]})")]
+
+        (acc,) = fn.loop(0, nb, [("<4 x float>", "zeroinitializer")], block)
+        for lane, c in enumerate((cols[0], cols[2], cols[1], cols[3])):
+            y = fn.v(f"extractelement <4 x float> {acc}, i64 {lane}")
+            fn.store("float", y, fn.gep(orow, c, "float"), 4)
+
+    def chunk(c0: str, _c: list[str]) -> list[str]:
+        end = fn.v(f"add i64 {c0}, {step}")
+        c1 = fn.v(f"select i1 {fn.v(f'icmp slt i64 {end}, %n1')}, i64 {end}, i64 %n1")
+
+        def row(r: str, _c2: list[str]) -> list[str]:
+            if offset:
+                _fill_folded(fn, layout, variant, k, r, corr)
+            xrow = fn.gep("%xq", fn.v(f"mul i64 {r}, {k}"))
+            dxrow = fn.gep("%xd", fn.v(f"mul i64 {r}, {nb}"), "float")
+            orow = fn.gep("%out", fn.v(f"mul i64 {r}, %ldo"), "float")
+            fn.loop(c0, c1, [], lambda p, _c3: quad(xrow, dxrow, orow, p, c1) or [], step=4)
+            return []
+
+        fn.loop(first_row, "%m", [], row)
+        return []
+
+    fn.loop("%n0", "%n1", [], chunk, step=step)
+
+
 def render_matmul(wtype, k: int, variant: str, tile: int) -> tuple[str, str]:
     """(module IR text, function name) for one specialized kernel."""
     layout = LAYOUTS[wtype]
     if k % layout.block:
         raise ValueError(f"{wtype.name} needs K a multiple of {layout.block}, got {k}")
     fn = Function(kernel_name(layout, k, variant, tile), PARAMS)
-    pair_scratch = _pair_scratch(fn, layout, variant, k) if layout.decode_pair is not None else None
+    quads = layout.decode_pair is not None and layout.float_order == "scalar"
+    pair_scratch = _pair_scratch(fn, layout, variant, k) if layout.decode_pair is not None and not quads else None
+    quad_corr = fn.v(f"alloca i32, i64 {k // 8}, align 16") if quads and _row_offset(layout, variant) else None
     first_single = "0"
     if tile > 1:
         size = -(-tile // GROUP) * GROUP * (k // layout.block)
@@ -595,13 +894,21 @@ def render_matmul(wtype, k: int, variant: str, tile: int) -> tuple[str, str]:
         st = None
         if layout.activation == "q8_1":
             st = fn.v(f"alloca float, i64 {-(-tile // GROUP) * GROUP * (k // 32)}, align 32")
-        corr = None
-        if _row_offset(layout, variant):
+        corr, inter = None, None
+        if quads:  # rows as lanes: the interleaved activations and their offset terms
+            groups = -(-tile // GROUP)
+            xcorr = None
+            if _row_offset(layout, variant):
+                xcorr = fn.v(f"alloca i32, i64 {groups * (k // 32) * GROUP}, align 32")
+            inter = (fn.v(f"alloca i8, i64 {groups * k * GROUP}, align 32"), xcorr)
+        elif _row_offset(layout, variant):
             corr = fn.v(f"alloca i32, i64 {tile * (k // 4)}, align 32")
-        first_single = _tiles(fn, layout, variant, k, tile, dxt, st, corr)
-    if layout.decode_pair is not None:
+        first_single = _tiles(fn, layout, variant, k, tile, dxt, st, corr, inter)
+    if quads:
+        _quads(fn, layout, variant, k, first_single, quad_corr)
+    elif layout.decode_pair is not None:
         _pairs(fn, layout, variant, k, first_single, *pair_scratch)
     else:
         fn.loop("%n0", "%n1", [], lambda n, _c: _singles(fn, layout, variant, k, n, first_single) or [])
     fn.do("ret void")
-    return module([fn], DECLARATIONS[variant] + FLOAT_DECLARATIONS), fn.name
+    return module([fn], DECLARATIONS[variant] + FLOAT_DECLARATIONS + LOOKUP_DECLARATIONS[variant]), fn.name

@@ -14,8 +14,11 @@ from kinetic.ir.quants import dequantize
 # byte offsets of each layout's f16 scale fields; every other byte pattern is a valid encoding
 F16_FIELDS = {
     Q.Q8_0: (0,), Q.Q4_0: (0,), Q.Q4_1: (0, 2), Q.Q5_0: (0,), Q.Q5_1: (0, 2),
-    Q.Q4_K: (0, 2), Q.Q5_K: (0, 2), Q.Q6_K: (208,),
+    Q.Q4_K: (0, 2), Q.Q5_K: (0, 2), Q.Q6_K: (208,), Q.Q2_K: (80, 82), Q.Q3_K: (108,),
+    Q.IQ4_NL: (0,), Q.IQ4_XS: (0,), Q.MXFP4: (),
 }
+# byte offsets of E8M0 scales (2^(e - 128) in MXFP4's doubled-value convention)
+E8M0_FIELDS = {Q.MXFP4: (0,)}
 
 HOST_VARIANTS = [v for v in VARIANTS if host().supports(v)]
 variant_params = [
@@ -24,12 +27,15 @@ variant_params = [
 
 
 def random_weight(rng: np.random.Generator, wtype: Q, n: int, k: int) -> np.ndarray:
-    """u8 [n, row_bytes]: random quant bytes, f16 scales drawn from N(0, 0.02) (signed, like real mins)."""
+    """u8 [n, row_bytes]: random quant bytes, f16 scales drawn from N(0, 0.02) (signed, like real mins),
+    E8M0 exponents for scales 2^-14 .. 2^-3."""
     layout = LAYOUTS[wtype]
     blocks = rng.integers(0, 256, (n, k // layout.block, layout.block_bytes), dtype=np.uint8)
     for off in F16_FIELDS[wtype]:
         scales = (rng.standard_normal(blocks.shape[:2]) * 0.02).astype(np.float16)
         blocks[:, :, off : off + 2] = scales.view(np.uint8).reshape(*blocks.shape[:2], 2)
+    for off in E8M0_FIELDS.get(wtype, ()):
+        blocks[:, :, off] = rng.integers(114, 126, blocks.shape[:2])
     return blocks.reshape(n, -1)
 
 

@@ -8,6 +8,7 @@ from cpu_kernel_helpers import HOST_VARIANTS, assert_matches_reference, random_w
 from gguf import GGMLQuantizationType as Q
 
 from kinetic.codegen.cpu.matmul import SUPPORTED, quantized_matmul, split_columns
+from kinetic.codegen.cpu.quant_blocks import LAYOUTS
 
 LEGACY = [Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1]
 K_QUANTS = [Q.Q4_K, Q.Q5_K, Q.Q6_K]
@@ -76,7 +77,7 @@ def test_leftover_rows_over_several_column_chunks(jit, wtype):
 @pytest.mark.parametrize("wtype", sorted(SUPPORTED), ids=lambda t: t.name)
 def test_variants_are_bit_identical(jit, wtype, variant):
     """Every variant the host runs gives the generic (plain LLVM vector) kernel's bits."""
-    k = 768 if wtype in K_QUANTS else 608
+    k = 768 if LAYOUTS[wtype].block == 256 else 608
     x, w = _case(wtype, 23, k, 6, seed=3)
     generic = quantized_matmul(x, w, wtype, jit=jit, variant="generic")
     got = quantized_matmul(x, w, wtype, jit=jit, variant=variant)
