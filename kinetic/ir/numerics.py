@@ -183,7 +183,7 @@ def block_minimums(raw: np.ndarray, wtype: Q) -> np.ndarray:
 # fma(d_w*d_x, lane, acc) over the blocks in order, then the 8 lanes summed as
 # ((l0+l4)+(l2+l6))+((l1+l5)+(l3+l7)); Q4_1/Q5_1 add the sum over blocks of m_w*s_x. (IQ4_NL is
 # repacked on x86 and follows its gemv instead: quant_dots.SCALAR_ORDER.)
-LANE_TYPES = {Q.Q4_0, Q.Q5_0, Q.Q8_0, Q.Q4_1, Q.Q5_1}
+LANE_TYPES = {Q.Q5_0, Q.Q8_0, Q.Q4_1, Q.Q5_1}
 _LANE_ROWS = 16  # activation rows per step of the lane-ordered dot
 
 

@@ -33,13 +33,14 @@ F32 = np.float32
 # ggml-common.h kvalues_iq4nl and kvalues_mxfp4 (e2m1 values doubled)
 IQ4NL_VALUES = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], np.int8)
 MXFP4_VALUES = np.array([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12], np.int8)
+Q4_0_VALUES = np.arange(-8, 8, dtype=np.int8)  # a Q4_0 nibble q stands for q - 8
 
 # lane l of a super-block: positions 32c + 4l + i for chunks c = 0..7, i = 0..3 (the 8 int32 lanes of
 # maddubs + madd, or vpdpbusd, accumulated over a super-block's 8 chunks of 32)
 LANE_PERM = np.array([32 * c + 4 * lane + i for lane in range(8) for c in range(8) for i in range(4)])
 
 LANE_ORDER = {Q.Q3_K, Q.Q5_K, Q.IQ4_XS}
-SCALAR_ORDER = {Q.Q2_K, Q.IQ4_NL, Q.MXFP4}
+SCALAR_ORDER = {Q.Q2_K, Q.Q4_0, Q.IQ4_NL, Q.MXFP4}
 TYPES = LANE_ORDER | SCALAR_ORDER
 
 
@@ -139,6 +140,12 @@ def _iq4_nl(blocks: np.ndarray) -> IntegerParts:
     return IntegerParts(Q.IQ4_NL, "scalar", 32, w, np.arange(32), _f16(blocks, 0))
 
 
+def _q4_0(blocks: np.ndarray) -> IntegerParts:
+    # x86 llama.cpp repacks Q4_0 (N a multiple of 8) and runs ggml_gemv_q4_0_8x8_q8_0: IQ4_NL's order
+    w = Q4_0_VALUES[_nibbles32(blocks[:, :, 2:18])].astype(F32)[:, :, None, :]
+    return IntegerParts(Q.Q4_0, "scalar", 32, w, np.arange(32), _f16(blocks, 0))
+
+
 def e8m0_half(e: np.ndarray) -> np.ndarray:
     """ggml_e8m0_to_fp32_half (ggml-impl.h; x86 reads it from a table of the same values): 2^(e - 128),
     the two smallest as float32 subnormals."""
@@ -152,8 +159,8 @@ def _mxfp4(blocks: np.ndarray) -> IntegerParts:
     return IntegerParts(Q.MXFP4, "scalar", 32, w, np.arange(32), e8m0_half(blocks[:, :, 0]))
 
 
-_DECODERS = {Q.Q2_K: _q2_k, Q.Q3_K: _q3_k, Q.Q5_K: _q5_k, Q.IQ4_XS: _iq4_xs, Q.IQ4_NL: _iq4_nl, Q.MXFP4: _mxfp4}
-_BLOCK_BYTES = {Q.Q2_K: 84, Q.Q3_K: 110, Q.Q5_K: 176, Q.IQ4_XS: 136, Q.IQ4_NL: 18, Q.MXFP4: 17}
+_DECODERS = {Q.Q4_0: _q4_0, Q.Q2_K: _q2_k, Q.Q3_K: _q3_k, Q.Q5_K: _q5_k, Q.IQ4_XS: _iq4_xs, Q.IQ4_NL: _iq4_nl, Q.MXFP4: _mxfp4}
+_BLOCK_BYTES = {Q.Q4_0: 18, Q.Q2_K: 84, Q.Q3_K: 110, Q.Q5_K: 176, Q.IQ4_XS: 136, Q.IQ4_NL: 18, Q.MXFP4: 17}
 
 
 def integer_parts(raw: np.ndarray, wtype: Q) -> IntegerParts:

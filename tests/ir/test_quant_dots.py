@@ -16,8 +16,8 @@ from kinetic.ir import numerics, quant_dots
 from kinetic.ir.quants import dequantize
 
 F32 = np.float32
-TYPES = [Q.Q2_K, Q.Q3_K, Q.Q5_K, Q.IQ4_XS, Q.IQ4_NL, Q.MXFP4]
-F16_AT = {Q.Q2_K: (80, 82), Q.Q3_K: (108,), Q.Q5_K: (0, 2), Q.IQ4_XS: (0,), Q.IQ4_NL: (0,), Q.MXFP4: (),
+TYPES = [Q.Q2_K, Q.Q3_K, Q.Q5_K, Q.IQ4_XS, Q.IQ4_NL, Q.MXFP4, Q.Q4_0]
+F16_AT = {Q.Q4_0: (0,), Q.Q2_K: (80, 82), Q.Q3_K: (108,), Q.Q5_K: (0, 2), Q.IQ4_XS: (0,), Q.IQ4_NL: (0,), Q.MXFP4: (),
           Q.Q4_K: (0, 2), Q.Q6_K: (208,), Q.Q8_0: (0,), Q.Q4_1: (0, 2), Q.Q5_0: (0,)}
 LLAMA_CPP_LIB = Path.home() / ".cache/kinetic-ref/llama.cpp/build/bin"
 ids = [t.name for t in TYPES]
@@ -182,7 +182,7 @@ def ggml():
 
 # the types llama.cpp repacks on AVX2 / AVX-512 machines (ggml-cpu/repack.cpp,
 # ggml_repack_get_optimal_repack_type; Q2_K needs AVX-512), when the row count is a multiple of 8
-REPACKED = {Q.Q2_K, Q.IQ4_NL, Q.MXFP4, Q.Q4_K}
+REPACKED = {Q.Q2_K, Q.Q4_0, Q.IQ4_NL, Q.MXFP4, Q.Q4_K}
 
 
 @pytest.mark.parametrize("wtype", TYPES + [Q.Q4_K, Q.Q6_K, Q.Q8_0, Q.Q4_1, Q.Q5_0], ids=lambda t: t.name)

@@ -143,10 +143,6 @@ def _decode_q8_0(fn: Function, blk: str) -> Block:
     return Block([Chunk(w, True)], _f16s(fn, blk, 1)[0])
 
 
-def _decode_q4_0(fn: Function, blk: str) -> Block:  # unsigned 0..15, Layout.offset 8
-    return Block([Chunk(_legacy_quants(fn, fn.gep(blk, 2)), False)], _f16s(fn, blk, 1)[0])
-
-
 def _decode_q4_1(fn: Function, blk: str) -> Block:
     w = _legacy_quants(fn, fn.gep(blk, 4))
     d, m = _f16s(fn, blk, 2)
@@ -344,6 +340,7 @@ def _pair_q5(qh: int) -> Callable[[Function, str, str], PairBlock]:
 # ggml-common.h kvalues_iq4nl and kvalues_mxfp4 (e2m1 values doubled)
 IQ4NL_VALUES = (-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113)
 MXFP4_VALUES = (0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12)
+Q4_0_VALUES = tuple(range(-8, 8))  # Q4_0 runs as IQ4_NL does, its nibble q standing for q - 8
 
 
 def _op(fn: Function, op: str, ty: str, a: str, b: str) -> str:
@@ -458,10 +455,6 @@ def _decode_iq4_xs(fn: Function, blk: str) -> Block:
     return Block(chunks, _f16s(fn, blk, 1)[0])
 
 
-def _decode_iq4_nl(fn: Function, blk: str) -> Block:  # {f16 d, qs[16]}: Q4_0's nibble order into kvalues_iq4nl
-    return Block([Chunk(_legacy_quants(fn, fn.gep(blk, 2)), True, table=IQ4NL_VALUES)], _f16s(fn, blk, 1)[0])
-
-
 def _e8m0_half(fn: Function, e8: str, n: int = 0) -> str:
     """ggml_e8m0_to_fp32_half of an i8 (n = 0) or <n x i8>: 2^(e - 128) as float bits, (e - 1) << 23,
     or the subnormal 0x200000 << e for e < 2."""
@@ -480,11 +473,23 @@ def _decode_mxfp4(fn: Function, blk: str) -> Block:  # {e8m0 e, qs[16]}: Q4_0's 
     return Block([chunk], _e8m0_half(fn, fn.load("i8", blk)))
 
 
-def _pair_iq4_nl(fn: Function, a: str, c: str) -> PairBlock:
-    low, high = _pair_nibbles(fn, fn.gep(a, 2), fn.gep(c, 2))
-    h = fn.v(f"shufflevector <1 x half> {fn.load('<1 x half>', a)}, <1 x half> {fn.load('<1 x half>', c)}, "
-             f"{const_vec('i32', [0, 1])}")
-    return PairBlock(low, high, True, IQ4NL_VALUES, fn.v(f"fpext <2 x half> {h} to <2 x float>"))
+def _table_nibbles(table: tuple) -> tuple[Callable, Callable]:
+    """Decoders of {f16 d, qs[16]} blocks whose nibbles (Q4_0's order) index `table` (IQ4_NL, Q4_0)."""
+
+    def decode(fn: Function, blk: str) -> Block:
+        return Block([Chunk(_legacy_quants(fn, fn.gep(blk, 2)), True, table=table)], _f16s(fn, blk, 1)[0])
+
+    def decode_pair(fn: Function, a: str, c: str) -> PairBlock:
+        low, high = _pair_nibbles(fn, fn.gep(a, 2), fn.gep(c, 2))
+        h = fn.v(f"shufflevector <1 x half> {fn.load('<1 x half>', a)}, <1 x half> {fn.load('<1 x half>', c)}, "
+                 f"{const_vec('i32', [0, 1])}")
+        return PairBlock(low, high, True, table, fn.v(f"fpext <2 x half> {h} to <2 x float>"))
+
+    return decode, decode_pair
+
+
+_decode_iq4_nl, _pair_iq4_nl = _table_nibbles(IQ4NL_VALUES)
+_decode_q4_0_table, _pair_q4_0_table = _table_nibbles(Q4_0_VALUES)
 
 
 def _pair_mxfp4(fn: Function, a: str, c: str) -> PairBlock:
@@ -498,7 +503,8 @@ LAYOUTS: dict[Q, Layout] = {
     lay.wtype: lay
     for lay in (
         Layout(Q.Q8_0, 32, 34, "q8_0", _decode_q8_0, offset=128, decode_pair=_pair_q8_0),
-        Layout(Q.Q4_0, 32, 18, "q8_0", _decode_q4_0, offset=8, decode_pair=_pair_q4(2)),
+        Layout(Q.Q4_0, 32, 18, "q8_0", _decode_q4_0_table, float_order="scalar", offset=128,
+               decode_pair=_pair_q4_0_table),
         Layout(Q.Q4_1, 32, 20, "q8_1", _decode_q4_1, True, decode_pair=_pair_q4(4)),
         Layout(Q.Q5_0, 32, 22, "q8_0", _decode_q5_0, offset=16, decode_pair=_pair_q5(2)),
         Layout(Q.Q5_1, 32, 24, "q8_1", _decode_q5_1, True, decode_pair=_pair_q5(4)),
