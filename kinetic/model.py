@@ -77,12 +77,18 @@ class Model:
 
     def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True,
                             tools: list | None = None, **template_kwargs) -> str:
+        return self.chat_template.render(messages, add_generation_prompt=add_generation_prompt, tools=tools,
+                                         **template_kwargs)
+
+    @property
+    def chat_template(self):
+        """The ChatTemplate apply_chat_template renders with (--chat-template-file, else the file's, else
+        ChatML), loaded on first use; the server reads its source for reasoning and tool-call markers."""
         if self._template is None:
             from kinetic.frontend.chat import ChatTemplate
 
             self._template = ChatTemplate.from_gguf(self.gguf, override_path=self._chat_template_file)
-        return self._template.render(messages, add_generation_prompt=add_generation_prompt, tools=tools,
-                                     **template_kwargs)
+        return self._template
 
     # -- generation ----------------------------------------------------------------------------------
 

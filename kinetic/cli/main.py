@@ -17,7 +17,7 @@ from kinetic import __version__
 from kinetic.errors import KineticError
 
 # Subcommand modules, in the order `kinetic --help` lists them.
-COMMANDS = ("run", "compile", "info", "pull", "bench", "perplexity", "verify", "keygen")
+COMMANDS = ("run", "serve", "compile", "info", "pull", "bench", "perplexity", "verify", "keygen")
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -35,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"kinetic {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name in COMMANDS:
-        module = importlib.import_module(f"kinetic.cli.{name}_cmd")
+        module = importlib.import_module(f"kinetic.cli.{name.replace('-', '_')}_cmd")
         module.add_parser(sub)
     return parser
 

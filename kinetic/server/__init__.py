@@ -1,0 +1,18 @@
+"""The HTTP server: OpenAI's API under /v1, llama-server's and Ollama's, from one Litestar app.
+
+Owns: requests and responses (validation, the three APIs' shapes and errors, streaming), the engine
+thread that runs one request at a time in arrival order, and the limits and checks a server open to
+clients needs. Does not own sampling (kinetic/runtime/sampling), text reading (output_parsing) or
+generation itself (the runtime's engine). `kinetic serve` (kinetic/cli/serve_cmd.py) runs it;
+docs/server.md describes the endpoints and fields.
+
+    app.py         create_app(model, options)          worker.py     the engine thread and its jobs
+    openai_api.py  /v1/...                              llama_api.py  /completion, /tokenize, /props, ...
+    ollama_api.py  /api/...                             http.py       uvicorn, deadlines, connection limit
+    body.py, params.py, prompts.py, reply.py, textstream.py: reading requests and streamed answers
+"""
+
+from kinetic.server.app import create_app
+from kinetic.server.options import ServerOptions
+
+__all__ = ["ServerOptions", "create_app"]

@@ -1,0 +1,123 @@
+"""What the three APIs' generation routes share: reading the body, the engine round trip, SSE.
+
+Owns: waiting for a whole answer while watching for the client to leave (a disconnect cancels the
+job at its next token), the server-sent-events and NDJSON framing, and per-token log-probability
+entries in OpenAI's shape.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import secrets
+import traceback
+
+from litestar import Request
+
+from kinetic.server.body import Fields, read_json
+from kinetic.server.errors import ApiError, error_body
+from kinetic.server.options import ServerState
+from kinetic.server.worker import Finished, Job, TokenInfo
+
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+log = logging.getLogger("kinetic.server")
+
+
+def state_of(request: Request) -> ServerState:
+    return request.app.state.kinetic
+
+
+async def fields_of(request: Request, json_only: bool = False) -> Fields:
+    opts = state_of(request).options
+    return Fields(await read_json(request, opts.max_body_bytes, opts.request_seconds, json_only=json_only))
+
+
+async def whole_answer(job: Job, request: Request) -> tuple[str, list[TokenInfo], Finished]:
+    """The job's whole answer; if the client disconnects first, the job is cancelled."""
+    answer = asyncio.ensure_future(job.result())
+    gone = asyncio.ensure_future(_disconnect(request))
+    try:
+        await asyncio.wait({answer, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+        if not answer.done():
+            answer.cancel()
+            job.cancelled.set()
+    if not answer.done() or answer.cancelled():
+        raise ApiError(400, "the client went away")  # nobody reads this
+    return answer.result()
+
+
+async def _disconnect(request: Request) -> None:
+    """Returns when the client closes the connection (the body has been read by now)."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+async def guarded(events, path: str, frame):
+    """A response stream that ends with an error event instead of a cut connection if a bug strikes
+    after the headers went out (the traceback goes to the server's log, never to the client)."""
+    try:
+        async for chunk in events:
+            yield chunk
+    except Exception as e:
+        log.error("internal error while streaming %s:\n%s", path, "".join(traceback.format_exception(e)))
+        yield frame(error_body(path, 500, f"internal error: {type(e).__name__}"))
+
+
+def sse(obj) -> bytes:
+    return b"data: " + json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
+
+
+SSE_DONE = b"data: [DONE]\n\n"
+
+
+def ndjson(obj) -> bytes:
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{secrets.token_hex(12)}"
+
+
+def token_text(piece: bytes) -> str:
+    return piece.decode("utf-8", errors="replace")
+
+
+def openai_logprob(t: TokenInfo) -> dict:
+    """One entry of choices[].logprobs.content (chat completions)."""
+    return {"token": token_text(t.piece), "logprob": t.logprob, "bytes": list(t.piece),
+            "top_logprobs": [{"token": token_text(p), "logprob": lp, "bytes": list(p)} for _, p, lp in t.top]}
+
+
+def legacy_logprobs(tokens: list[TokenInfo], offset: int) -> dict:
+    """choices[].logprobs of /v1/completions: tokens, token_logprobs, top_logprobs, text_offset."""
+    out = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
+    for t in tokens:
+        text = token_text(t.piece)
+        out["tokens"].append(text)
+        out["token_logprobs"].append(t.logprob)
+        out["top_logprobs"].append({token_text(p): lp for _, p, lp in t.top})
+        out["text_offset"].append(offset)
+        offset += len(text)
+    return out
+
+
+def usage(fin: Finished) -> dict:
+    return {"prompt_tokens": fin.prompt_tokens, "completion_tokens": fin.generated_tokens,
+            "total_tokens": fin.prompt_tokens + fin.generated_tokens,
+            "prompt_tokens_details": {"cached_tokens": 0}}
+
+
+def timings(fin: Finished) -> dict:
+    """llama-server's timings object."""
+    pm, gm = fin.prompt_seconds * 1000, fin.generate_seconds * 1000
+    return {"cache_n": 0, "prompt_n": fin.prompt_tokens, "prompt_ms": pm,
+            "prompt_per_token_ms": pm / fin.prompt_tokens if fin.prompt_tokens else 0.0,
+            "prompt_per_second": fin.prompt_tokens / fin.prompt_seconds if fin.prompt_seconds else 0.0,
+            "predicted_n": fin.generated_tokens, "predicted_ms": gm,
+            "predicted_per_token_ms": gm / fin.generated_tokens if fin.generated_tokens else 0.0,
+            "predicted_per_second": fin.generated_tokens / fin.generate_seconds if fin.generate_seconds else 0.0}

@@ -1,0 +1,266 @@
+"""OpenAI's API under /v1 (and without the prefix where the seed says): health, models, chat
+completions and completions, streamed as server-sent events or whole.
+
+Owns: the OpenAI fields and response shapes. n other than 1, grammars, response_format with a JSON
+type, forced tool calls and receipts are parsed and refused with a 400 naming the field until the
+features behind them land. Embeddings and rerank answer 400 naming the endpoints this text model serves.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from litestar import Request, Response, get, post
+from litestar.response import Stream
+
+from kinetic import __version__
+from kinetic.server.body import Fields
+from kinetic.server.common import (
+    SSE_DONE,
+    SSE_HEADERS,
+    fields_of,
+    guarded,
+    legacy_logprobs,
+    new_id,
+    openai_logprob,
+    sse,
+    state_of,
+    timings,
+    usage,
+    whole_answer,
+)
+from kinetic.server.errors import ApiError, error_body, not_supported
+from kinetic.server.options import ServerState
+from kinetic.server.params import sampling_settings
+from kinetic.server.prompts import (
+    ChatPrompt,
+    chat_prompt,
+    ids_prompt,
+    messages_from,
+    template_kwargs,
+    text_prompt,
+    tools_from,
+)
+from kinetic.server.reply import ReplyStream, parse_whole
+from kinetic.server.worker import Failed, Finished, GenerationRequest, Piece
+
+FINGERPRINT = f"kinetic-{__version__}"
+
+
+@dataclass(frozen=True)
+class _Common:
+    stream: bool
+    include_usage: bool
+    logprobs: bool
+    top_logprobs: int
+    stop: tuple[str, ...]
+    max_tokens: int | None
+    settings: object
+
+
+def _common(f: Fields, state: ServerState, chat: bool) -> _Common:
+    for name in ("n", "best_of"):
+        n = f.integer(name)
+        if n is not None and n != 1:
+            raise ApiError(400, f"{name} other than 1 is not supported yet", param=name)
+    max_tokens = f.integer("max_completion_tokens", lo=1) if chat else None
+    if max_tokens is None:
+        max_tokens = f.integer("max_tokens", lo=1)
+    stream = f.boolean("stream", False)
+    include_usage = bool(Fields(f.obj("stream_options") or {}, "stream_options.").boolean("include_usage", False))
+    if chat:
+        logprobs = bool(f.boolean("logprobs", False))
+        top = f.integer("top_logprobs", 0, 20) or 0
+    else:
+        count = f.integer("logprobs", 0, 20)
+        logprobs, top = count is not None, count or 0
+    _hooks(f)
+    settings = sampling_settings(f, state.defaults, state.model.engine.n_vocab, strict=True)
+    return _Common(stream, include_usage, logprobs, top, f.strings("stop"), max_tokens, settings)
+
+
+def _hooks(f: Fields) -> None:
+    """Fields that need grammars (or receipts): checked for shape, then refused until they land."""
+    fmt = f.obj("response_format")
+    if fmt is not None:
+        kind = fmt.get("type")
+        if kind in ("json_object", "json_schema"):
+            raise not_supported(f"response_format {kind}", " (constrained output needs grammars)")
+        if kind != "text":
+            raise ApiError(400, "response_format.type must be text, json_object or json_schema", "response_format")
+    for name in ("grammar", "json_schema"):
+        if f.has(name):
+            raise not_supported(name, " (constrained output needs grammars)")
+    if f.boolean("receipt", False):
+        raise not_supported("receipt")
+    if f.boolean("echo", False):
+        raise not_supported("echo")
+
+
+def _tool_choice(f: Fields, tools: list | None) -> list | None:
+    """The tools the template sees: all of them for auto, none for "none"."""
+    f.boolean("parallel_tool_calls")
+    choice = f.raw("tool_choice", "auto")
+    if choice == "none":
+        return None
+    if choice == "auto":
+        return tools
+    if choice == "required" or isinstance(choice, dict):
+        raise not_supported("tool_choice " + ("required" if choice == "required" else "with a named function"),
+                            " (forcing a call needs grammars); use \"auto\"")
+    raise f.bad("tool_choice", '"auto", "none", "required" or {"type": "function", "function": {"name": ...}}')
+
+
+# -- routes --------------------------------------------------------------------------------------------
+
+
+@get(["/v1/health"], sync_to_thread=False)
+def health() -> dict:
+    return {"status": "ok"}
+
+
+@get(["/v1/models", "/models"], sync_to_thread=False)
+def models(request: Request) -> dict:
+    state = state_of(request)
+    return {"object": "list", "data": [{"id": state.name, "object": "model", "created": int(state.started),
+                                        "owned_by": "kinetic", "context_length": state.n_ctx}]}
+
+
+@post(["/v1/chat/completions", "/chat/completions"], status_code=200)
+async def chat_completions(request: Request) -> Response:
+    state = state_of(request)
+    f = await fields_of(request, json_only=True)
+    common = _common(f, state, chat=True)
+    messages = messages_from(f)
+    tools = _tool_choice(f, tools_from(f))
+    prompt = await chat_prompt(state.model, messages, tools, template_kwargs(f))
+    job = state.worker.submit(GenerationRequest(
+        prompt.ids, common.settings, common.max_tokens, common.stop, common.logprobs, common.top_logprobs,
+        keep_special=prompt.tool_format is not None))
+    head = {"id": new_id("chatcmpl"), "created": int(time.time()), "model": state.name,
+            "system_fingerprint": FINGERPRINT}
+    if common.stream:
+        events = _chat_stream(job, head, prompt, tools, common, request.url.path)
+        return Stream(guarded(events, request.url.path, sse), media_type="text/event-stream", headers=SSE_HEADERS)
+    text, tokens, fin = await whole_answer(job, request)
+    reply = parse_whole(text, prompt, tools)
+    message: dict = {"role": "assistant", "content": reply.content if reply.content or not reply.tool_calls else None}
+    if reply.reasoning_content is not None:
+        message["reasoning_content"] = reply.reasoning_content
+    if reply.tool_calls:
+        message["tool_calls"] = [_call(c) for c in reply.tool_calls]
+    choice = {"index": 0, "message": message, "finish_reason": _finish(fin, bool(reply.tool_calls)),
+              "logprobs": {"content": [openai_logprob(t) for t in tokens]} if common.logprobs else None}
+    return Response({**head, "object": "chat.completion", "choices": [choice], "usage": usage(fin),
+                     "timings": timings(fin)})
+
+
+def _call(call, index: int | None = None) -> dict:
+    out = {"id": new_id("call"), "type": "function",
+           "function": {"name": call.name, "arguments": call.arguments_json()}}
+    return out if index is None else {"index": index, **out}
+
+
+def _finish(fin: Finished, calls: bool) -> str:
+    return "tool_calls" if calls and fin.finish_reason == "stop" else fin.finish_reason
+
+
+async def _chat_stream(job, head: dict, prompt: ChatPrompt, tools, common: _Common, path: str):
+    head = {**head, "object": "chat.completion.chunk"}
+
+    def chunk(delta: dict, finish=None, logprobs=None) -> bytes:
+        return sse({**head, "choices": [{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}]})
+
+    yield chunk({"role": "assistant", "content": ""})
+    reply = ReplyStream(prompt, tools)
+    async for event in job.events():
+        if isinstance(event, Piece):
+            delta = _delta(*reply.feed(event.text))
+            logprobs = {"content": [openai_logprob(t) for t in event.tokens]} if common.logprobs else None
+            if delta or (logprobs and logprobs["content"]):
+                yield chunk(delta, logprobs=logprobs)
+        elif isinstance(event, Failed):
+            yield sse(error_body(path, event.status, event.message))
+            return
+        else:
+            reasoning, content, calls = reply.finish()
+            if reasoning or content:
+                yield chunk(_delta(reasoning, content))
+            if calls:
+                yield chunk({"tool_calls": [_call(c, i) for i, c in enumerate(calls)]})
+            yield chunk({}, finish=_finish(event, bool(calls)))
+            if common.include_usage:
+                yield sse({**head, "choices": [], "usage": usage(event), "timings": timings(event)})
+            yield SSE_DONE
+
+
+def _delta(reasoning: str, content: str) -> dict:
+    delta = {}
+    if reasoning:
+        delta["reasoning_content"] = reasoning
+    if content:
+        delta["content"] = content
+    return delta
+
+
+@post(["/v1/completions"], status_code=200)
+async def completions(request: Request) -> Response:
+    state = state_of(request)
+    f = await fields_of(request, json_only=True)
+    common = _common(f, state, chat=False)
+    ids = await _completion_prompt(f, state)
+    job = state.worker.submit(GenerationRequest(ids, common.settings, common.max_tokens, common.stop,
+                                                common.logprobs, common.top_logprobs))
+    head = {"id": new_id("cmpl"), "object": "text_completion", "created": int(time.time()), "model": state.name,
+            "system_fingerprint": FINGERPRINT}
+    if common.stream:
+        events = _completion_stream(job, head, common, request.url.path)
+        return Stream(guarded(events, request.url.path, sse), media_type="text/event-stream", headers=SSE_HEADERS)
+    text, tokens, fin = await whole_answer(job, request)
+    choice = {"text": text, "index": 0, "finish_reason": fin.finish_reason,
+              "logprobs": legacy_logprobs(tokens, 0) if common.logprobs else None}
+    return Response({**head, "choices": [choice], "usage": usage(fin), "timings": timings(fin)})
+
+
+async def _completion_prompt(f: Fields, state: ServerState) -> tuple[int, ...]:
+    """A string, a list of one string, or a list of token ids."""
+    prompt = f.raw("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+        prompt = prompt[0]
+    if isinstance(prompt, str):
+        return await text_prompt(state.model, prompt)
+    if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+        return ids_prompt(state.model, prompt)
+    if isinstance(prompt, list) and len(prompt) > 1:
+        raise ApiError(400, "prompt: one prompt per request is supported (a list of several is not yet)", "prompt")
+    raise f.bad("prompt", "a string, a list of one string, or a list of token ids")
+
+
+async def _completion_stream(job, head: dict, common: _Common, path: str):
+    offset = 0
+    async for event in job.events():
+        if isinstance(event, Piece):
+            if event.text or (common.logprobs and event.tokens):
+                lp = legacy_logprobs(event.tokens, offset) if common.logprobs else None
+                offset += len(event.text)
+                yield sse({**head, "choices": [{"text": event.text, "index": 0, "logprobs": lp,
+                                                "finish_reason": None}]})
+        elif isinstance(event, Failed):
+            yield sse(error_body(path, event.status, event.message))
+            return
+        else:
+            yield sse({**head, "choices": [{"text": "", "index": 0, "logprobs": None,
+                                            "finish_reason": event.finish_reason}]})
+            if common.include_usage:
+                yield sse({**head, "choices": [], "usage": usage(event)})
+            yield SSE_DONE
+
+
+@post(["/v1/embeddings", "/v1/rerank", "/v1/reranking", "/rerank", "/reranking"], status_code=200)
+async def not_this_model(request: Request) -> Response:
+    raise ApiError(400, f"{state_of(request).name} is a text model, not an embedding or reranking model: "
+                        "use /v1/chat/completions or /v1/completions")
+
+
+ROUTES = [health, models, chat_completions, completions, not_this_model]

@@ -1,0 +1,45 @@
+"""The server's settings (ServerOptions) and what every route shares (ServerState).
+
+Defaults follow the seed: 127.0.0.1:8080 (11434 with --ollama), at most 64 connections, 30 s for a
+client to send its request. The body limit (16 MiB) is larger than any prompt a context holds.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from kinetic.runtime.sampling import SamplingSettings
+
+DEFAULT_PORT, OLLAMA_PORT = 8080, 11434
+
+
+@dataclass(frozen=True)
+class ServerOptions:
+    alias: str | None = None  # the model's name in the API [default: the file's name without extension]
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    api_key: str | None = None  # required as Bearer or X-Api-Key on every route but /health
+    max_body_bytes: int = 16 * 1024 * 1024
+    max_connections: int = 64  # beyond: 503
+    max_queued: int = 32  # requests waiting for the engine; beyond: 503
+    request_seconds: float = 30.0  # a client has this long to send its request
+    parallel: int = 1  # --parallel N is accepted; requests take turns until batching lands (Convoy)
+    sampling: SamplingSettings | None = None  # the server's default sampling [default: the model file's]
+    device_name: str = "the CPU"
+
+
+@dataclass
+class ServerState:
+    """Shared by every handler: the model, its engine thread and the server's settings."""
+
+    model: object
+    worker: object
+    options: ServerOptions
+    name: str
+    defaults: SamplingSettings
+    started: float = field(default_factory=time.time)
+
+    @property
+    def n_ctx(self) -> int:
+        return self.model.engine.n_ctx

@@ -1,0 +1,100 @@
+"""API fields to sampler settings: one reader for the three APIs, with llama-server's names.
+
+Owns: which request fields set which SamplingSettings field (OpenAI's, llama-server's and Ollama's
+spellings), the OpenAI ranges the seed documents (temperature 0..100, top_p 0..1, penalties -2..2,
+logit_bias -100..100), logit_bias in its two shapes, and turning a settings ValueError into a 400
+that names the setting. Fields Kinetic has no sampler for (dynatemp, min_keep, ...) are ignored, as
+llama-server ignores what it does not know. Does not own the samplers (kinetic/runtime/sampling).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from kinetic.runtime.sampling import SamplingSettings
+from kinetic.server.body import Fields
+from kinetic.server.errors import ApiError
+
+_FLOATS = ("temperature", "top_p", "min_p", "typical_p", "top_n_sigma", "repeat_penalty", "presence_penalty",
+           "frequency_penalty", "dry_multiplier", "dry_base", "xtc_probability", "xtc_threshold", "mirostat_tau",
+           "mirostat_eta")
+_INTS = ("top_k", "repeat_last_n", "dry_allowed_length", "dry_penalty_last_n", "mirostat")
+
+# Other spellings clients send for the same setting (request field -> settings field).
+_ALIASES = {"repetition_penalty": "repeat_penalty", "typical": "typical_p", "top_nsigma": "top_n_sigma",
+            "penalty_last_n": "repeat_last_n"}
+
+# The ranges the OpenAI routes enforce (the seed's table); llama-server and Ollama routes check only
+# what SamplingSettings itself refuses, as those servers do.
+OPENAI_RANGES = {"temperature": (0.0, 100.0), "top_p": (0.0, 1.0), "min_p": (0.0, 1.0),
+                 "presence_penalty": (-2.0, 2.0), "frequency_penalty": (-2.0, 2.0)}
+
+SEED_MAX = 2**64 - 1
+
+
+def sampling_settings(f: Fields, base: SamplingSettings, n_vocab: int, strict: bool = False,
+                      seed_field: str = "seed") -> SamplingSettings:
+    """`base` with every sampler field `f` sets. strict: the OpenAI ranges."""
+    changes: dict = {}
+    ranges = OPENAI_RANGES if strict else {}
+    for name in (*_FLOATS, *_ALIASES):
+        target = _ALIASES.get(name, name)
+        if target not in _FLOATS:
+            continue
+        lo, hi = ranges.get(target, (None, None))
+        value = f.number(name, lo, hi)
+        if value is not None:
+            changes[target] = value
+    for name in (*_INTS, *_ALIASES):
+        target = _ALIASES.get(name, name)
+        if target not in _INTS:
+            continue
+        value = f.integer(name, lo=-1 if target in ("repeat_last_n", "dry_penalty_last_n") else None)
+        if value is not None:
+            changes[target] = value
+    seed = f.integer(seed_field, lo=-1, hi=SEED_MAX)
+    if seed is not None:
+        changes["seed"] = seed
+    if f.has("dry_sequence_breakers"):  # llama.cpp reads at most 40 characters of each
+        changes["dry_sequence_breakers"] = f.strings("dry_sequence_breakers", most=64, longest=40, single=False)
+    if f.has("samplers"):  # names only (llama-server also takes a string of one-letter codes)
+        changes["samplers"] = f.strings("samplers", most=32, longest=40, single=False)
+    if f.has("logit_bias"):
+        changes["logit_bias"] = logit_bias(f, n_vocab, strict)
+    try:
+        return replace(base, **changes)
+    except (TypeError, ValueError) as e:
+        raise ApiError(400, f"{f.prefix}{e}") from None
+
+
+def logit_bias(f: Fields, n_vocab: int, strict: bool) -> tuple[tuple[int, float], ...]:
+    """{"token id": bias} (OpenAI, llama-server) or [[id, bias], ...] with false for a ban (llama-server)."""
+    value = f.raw("logit_bias")
+    if isinstance(value, dict):
+        pairs = list(value.items())
+    elif isinstance(value, list) and all(isinstance(p, list) and len(p) == 2 for p in value):
+        pairs = [tuple(p) for p in value]
+    else:
+        raise f.bad("logit_bias", 'an object {"token id": bias}')
+    out = []
+    for token, bias in pairs:
+        try:
+            token_id = int(token)
+            if isinstance(token, float) or isinstance(token, bool) or str(token_id) != str(token).strip():
+                raise ValueError
+        except (TypeError, ValueError):
+            raise ApiError(400, f"{f.prefix}logit_bias: {token!r} is not a token id", param="logit_bias") from None
+        if not 0 <= token_id < n_vocab:
+            raise ApiError(400, f"{f.prefix}logit_bias: token id {token_id} is outside the vocabulary "
+                                f"(0..{n_vocab - 1})", param="logit_bias")
+        if bias is False:
+            bias = -math.inf
+        if isinstance(bias, bool) or not isinstance(bias, (int, float)) or math.isnan(bias) or bias == math.inf:
+            raise ApiError(400, f"{f.prefix}logit_bias: the bias of token {token_id} must be a number",
+                           param="logit_bias")
+        if strict and not -100 <= bias <= 100:
+            raise ApiError(400, f"logit_bias: the bias of token {token_id} must be from -100 to 100, not {bias}",
+                           param="logit_bias")
+        out.append((token_id, float(bias)))
+    return tuple(out)

@@ -1,0 +1,165 @@
+"""Prompts from requests: chat messages through the model's template, text and token ids.
+
+Owns: validating OpenAI-style messages (string content or text parts; tool calls and results passed
+to the template), rendering them, tokenizing as `kinetic run` does (special tokens parsed, so a
+greedy answer through the server equals Model.generate on the same prompt), and refusing prompts
+the context cannot hold. Also what the template teaches the model: whether it reasons in a <think>
+block and which tool-call format it writes. Does not own sampling or response shapes.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from anyio import to_thread
+
+from kinetic.errors import KineticError
+from kinetic.frontend.output_parsing import detect_tool_format
+from kinetic.server.body import Fields
+from kinetic.server.errors import ApiError, not_supported
+from kinetic.server.textstream import THINK_CLOSE, THINK_OPEN
+
+ROLES = ("system", "developer", "user", "assistant", "tool")
+MAX_TOOLS = 128
+
+
+@dataclass(frozen=True)
+class ChatPrompt:
+    ids: tuple[int, ...]
+    text: str
+    reasoning_started: bool  # the prompt ends inside an open <think> block
+    thinks: bool  # the template knows <think> blocks
+    tool_format: str | None  # set when tools were offered and the template has a call format
+
+
+def messages_from(f: Fields, name: str = "messages") -> list[dict]:
+    """OpenAI messages -> the dicts chat templates read (content as a string)."""
+    value = f.raw(name)
+    if value is None:
+        raise ApiError(400, f"{name} is required", param=name)
+    if not isinstance(value, list) or not value:
+        raise ApiError(400, f"{name} must be a non-empty list of messages", param=name)
+    return [_message(m, f"{name}[{i}]") for i, m in enumerate(value)]
+
+
+def _message(m, where: str) -> dict:
+    if not isinstance(m, dict):
+        raise ApiError(400, f"{where} must be an object with role and content", param=where)
+    role = m.get("role")
+    if role not in ROLES:
+        raise ApiError(400, f"{where}.role must be one of {', '.join(ROLES)}, not {json.dumps(role)[:40]}",
+                       param=f"{where}.role")
+    out = {"role": "system" if role == "developer" else role, "content": _content(m.get("content"), where)}
+    calls = m.get("tool_calls")
+    if calls is not None:
+        out["tool_calls"] = _tool_calls(calls, f"{where}.tool_calls")
+    for key in ("tool_call_id", "name"):
+        if isinstance(m.get(key), str):
+            out[key] = m[key]
+    if isinstance(m.get("reasoning_content"), str):
+        out["reasoning_content"] = m["reasoning_content"]
+    if m.get("images"):
+        raise not_supported(f"{where}.images", ": this server has no vision model")
+    return out
+
+
+def _content(content, where: str) -> str:
+    if content is None or isinstance(content, str):
+        return content or ""
+    if not isinstance(content, list):
+        raise ApiError(400, f"{where}.content must be a string or a list of parts", param=f"{where}.content")
+    texts = []
+    for i, part in enumerate(content):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind == "text" and isinstance(part.get("text"), str):
+            texts.append(part["text"])
+        elif kind in ("image_url", "input_image", "input_audio"):
+            raise not_supported(f"{where}.content[{i}] ({kind})", ": this server has no vision model (--mmproj)")
+        else:
+            raise ApiError(400, f"{where}.content[{i}] must be a part of type text with a text string",
+                           param=f"{where}.content[{i}]")
+    return "\n".join(texts)
+
+
+def _tool_calls(calls, where: str) -> list[dict]:
+    """Tool calls sent back in an assistant message; arguments become objects, as templates expect."""
+    if not isinstance(calls, list):
+        raise ApiError(400, f"{where} must be a list", param=where)
+    out = []
+    for i, call in enumerate(calls):
+        fn = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+            raise ApiError(400, f"{where}[{i}] must have function.name", param=f"{where}[{i}]")
+        args = fn.get("arguments", {})
+        if isinstance(args, str):
+            try:
+                args = json.loads(args) if args.strip() else {}
+            except (json.JSONDecodeError, RecursionError):
+                pass  # templates get the string as it came
+        out.append({"id": call.get("id"), "type": "function", "function": {"name": fn["name"], "arguments": args}})
+    return out
+
+
+def tools_from(f: Fields) -> list[dict] | None:
+    value = f.array("tools")
+    if not value:
+        return None
+    if len(value) > MAX_TOOLS:
+        raise f.bad("tools", f"a list of at most {MAX_TOOLS} tools")
+    for i, tool in enumerate(value):
+        fn = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
+            raise ApiError(400, f"tools[{i}] must be {{\"type\": \"function\", \"function\": {{\"name\": ...}}}}",
+                           param=f"tools[{i}]")
+    return value
+
+
+def template_kwargs(f: Fields, name: str = "chat_template_kwargs") -> dict:
+    value = f.obj(name) or {}
+    reserved = {"messages", "tools", "add_generation_prompt"} & set(value)
+    if reserved:
+        raise ApiError(400, f"{name} cannot set {', '.join(sorted(reserved))}", param=name)
+    return value
+
+
+async def chat_prompt(model, messages: list[dict], tools: list[dict] | None, kwargs: dict) -> ChatPrompt:
+    """Render and tokenize on a worker thread (templates and long prompts take CPU time)."""
+    return await to_thread.run_sync(_chat_prompt, model, messages, tools, kwargs)
+
+
+def _chat_prompt(model, messages, tools, kwargs) -> ChatPrompt:
+    try:
+        text = model.apply_chat_template(messages, add_generation_prompt=True, tools=tools, **kwargs)
+    except KineticError as e:
+        raise ApiError(400, e.message, param="messages") from None
+    source = model.chat_template.source
+    thinks = THINK_OPEN in source and THINK_CLOSE in source
+    started = thinks and text.rstrip().endswith(THINK_OPEN)
+    fmt = detect_tool_format(source) if tools else None
+    return ChatPrompt(_check(model, _tokenize(model, text)), text, started, thinks, fmt)
+
+
+async def text_prompt(model, text: str) -> tuple[int, ...]:
+    return await to_thread.run_sync(lambda: _check(model, _tokenize(model, text)))
+
+
+def ids_prompt(model, ids: list) -> tuple[int, ...]:
+    return _check(model, [int(t) for t in ids])
+
+
+def _tokenize(model, text: str) -> list[int]:
+    return model.tokenize(text, add_special=True, parse_special=True)
+
+
+def _check(model, ids: list[int]) -> tuple[int, ...]:
+    n_vocab, n_ctx = model.engine.n_vocab, model.engine.n_ctx
+    if not ids:
+        raise ApiError(400, "the prompt is empty", param="prompt")
+    bad = [t for t in ids if not 0 <= t < n_vocab]
+    if bad:
+        raise ApiError(400, f"token id {bad[0]} is outside the vocabulary (0..{n_vocab - 1})", param="prompt")
+    if len(ids) >= n_ctx:
+        raise ApiError(400, f"the prompt has {len(ids)} tokens and the context holds {n_ctx}; send a shorter "
+                            "prompt or start the server with a larger -c", param="prompt")
+    return tuple(ids)

@@ -1,0 +1,100 @@
+"""Who may use the server: the API key, web pages from other sites, DNS rebinding.
+
+Owns: one ASGI middleware run before every route. With --api-key, every route but /health needs
+`Authorization: Bearer KEY` or `X-Api-Key: KEY` (401 otherwise). A request a browser sends from a
+page whose Origin is not this computer is refused (403), and while the server listens on a loopback
+address the Host header must name this computer too, so a web page that rebinds its own domain
+name to 127.0.0.1 cannot reach it. Pages served from this computer get CORS headers.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import json
+from urllib.parse import urlsplit
+
+from kinetic.server.errors import error_body
+from kinetic.server.options import ServerOptions
+
+OPEN_PATHS = frozenset({"/health", "/v1/health"})
+MAX_HEADER_BYTES = 16 * 1024  # all request headers together; beyond: 431
+
+
+def is_loopback(host: str) -> bool:
+    host = host.strip("[]").lower()
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _hostname(authority: str) -> str:
+    """The host part of a Host header (port dropped, IPv6 brackets kept off)."""
+    try:
+        return urlsplit("//" + authority).hostname or ""
+    except ValueError:
+        return ""
+
+
+class Guard:
+    """The ASGI middleware: refuses before a handler runs; otherwise adds CORS headers for local pages."""
+
+    def __init__(self, app, options: ServerOptions):
+        self.app = app
+        self.options = options
+        self.local_only = is_loopback(options.host)
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        origin = headers.get("origin")
+        refusal = self._refusal(scope, headers, origin)
+        if refusal is not None:
+            return await _send_error(send, scope["path"], *refusal)
+        if origin is None:
+            return await self.app(scope, receive, send)
+        cors = [(b"access-control-allow-origin", origin.encode("latin-1")), (b"vary", b"Origin")]
+        if scope["method"] == "OPTIONS":  # a browser's preflight from a page on this computer
+            allow = [(b"access-control-allow-methods", b"GET, POST, OPTIONS"),
+                     (b"access-control-allow-headers", b"Authorization, Content-Type, X-Api-Key"),
+                     (b"access-control-max-age", b"600")]
+            await send({"type": "http.response.start", "status": 204, "headers": cors + allow})
+            return await send({"type": "http.response.body", "body": b""})
+
+        async def send_with_cors(message):
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": list(message.get("headers", [])) + cors}
+            await send(message)
+
+        return await self.app(scope, receive, send_with_cors)
+
+    def _refusal(self, scope, headers: dict, origin: str | None) -> tuple[int, str] | None:
+        if sum(len(k) + len(v) for k, v in scope.get("headers", [])) > MAX_HEADER_BYTES:
+            return 431, f"the request headers are larger than {MAX_HEADER_BYTES} bytes"
+        host = _hostname(headers.get("host", ""))
+        if self.local_only and headers.get("host") is not None and not is_loopback(host):
+            return 403, f"this server answers requests to this computer only, not to {host or 'that host'}"
+        if origin is not None:
+            origin_host = urlsplit(origin).hostname if origin != "null" else None
+            if origin_host is None or not (is_loopback(origin_host) or origin_host == host):
+                return 403, "requests from web pages on other sites are refused"
+        key = self.options.api_key
+        if key and scope["path"] not in OPEN_PATHS and scope["method"] != "OPTIONS":
+            given = headers.get("x-api-key") or ""
+            auth = headers.get("authorization", "")
+            if auth[:7].lower() == "bearer ":
+                given = auth[7:].strip()
+            if not hmac.compare_digest(given.encode(), key.encode()):
+                return 401, "a valid API key is required: send Authorization: Bearer KEY or X-Api-Key: KEY"
+        return None
+
+
+async def _send_error(send, path: str, status: int, message: str) -> None:
+    body = json.dumps(error_body(path, status, message)).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})

@@ -1,0 +1,213 @@
+"""A real `kinetic serve` on SmolLM2, driven by the official openai package, plain HTTP (httpx) for
+llama-server's routes, and Ollama's NDJSON; one server process for the whole module."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import httpx
+import openai
+import pytest
+
+from tests.conftest import model_path
+from tests.server.conftest import wait_until
+
+QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
+RAW = "The capital of France is"
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def http(server):
+    with httpx.Client(base_url=server.url, timeout=120) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def greedy_chat(client):
+    reply = client.chat.completions.create(model="any", messages=QUESTION, max_tokens=8, temperature=0)
+    return reply
+
+
+def test_models_lists_the_served_model(client):
+    """/v1/models lists one model, named after the file, with the server's context."""
+    models = client.models.list().data
+    assert [m.id for m in models] == [model_path("smollm2-135m").stem]
+    assert models[0].model_extra["context_length"] == 512
+
+
+def test_greedy_chat_equals_model_generate_and_kinetic_run(greedy_chat, model):
+    """A greedy chat answer is token for token Model.generate's and `kinetic run`'s for the same prompt."""
+    prompt = model.apply_chat_template(QUESTION, add_generation_prompt=True)
+    expected = model.generate(prompt, max_tokens=8)
+    assert greedy_chat.choices[0].message.content == expected
+    run = subprocess.run([sys.executable, "-m", "kinetic.cli.main", "run", str(model_path("smollm2-135m")),
+                          QUESTION[0]["content"], "--temp", "0", "-n", "8", "-c", "512", "-t", "2"],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout == expected + "\n"
+    assert greedy_chat.choices[0].finish_reason == "length"
+    usage = greedy_chat.usage
+    assert usage.completion_tokens == 8 and usage.prompt_tokens == len(model.tokenize(prompt, parse_special=True))
+    assert usage.prompt_tokens_details.cached_tokens == 0
+
+
+def test_streamed_chat_equals_whole_chat_with_usage_last(client, greedy_chat):
+    """Streamed deltas add up to the whole answer; include_usage adds a last chunk with the counts."""
+    chunks = list(client.chat.completions.create(model="any", messages=QUESTION, max_tokens=8, temperature=0,
+                                                 stream=True, stream_options={"include_usage": True}))
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == greedy_chat.choices[0].message.content
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
+    assert chunks[-1].choices == [] and chunks[-1].usage.total_tokens == greedy_chat.usage.total_tokens
+
+
+def test_logprobs_are_those_of_the_raw_logits_streamed_or_not(client, greedy_chat):
+    """logprobs with top_logprobs 2: each greedy token is its own top alternative, the same streamed or not."""
+    whole = client.chat.completions.create(model="any", messages=QUESTION, max_tokens=4, temperature=0,
+                                           logprobs=True, top_logprobs=2)
+    entries = whole.choices[0].logprobs.content
+    assert len(entries) == 4
+    for e in entries:
+        assert len(e.top_logprobs) == 2 and e.top_logprobs[0].token == e.token
+        assert e.logprob == e.top_logprobs[0].logprob <= 0 and e.top_logprobs[1].logprob <= e.logprob
+    assert "".join(e.token for e in entries) == whole.choices[0].message.content
+    stream = client.chat.completions.create(model="any", messages=QUESTION, max_tokens=4, temperature=0,
+                                            logprobs=True, top_logprobs=2, stream=True)
+    streamed = [e for c in stream if c.choices and c.choices[0].logprobs for e in c.choices[0].logprobs.content]
+    assert [(e.token, e.logprob) for e in streamed] == [(e.token, e.logprob) for e in entries]
+
+
+def test_stop_string_ends_the_answer_and_is_not_returned(client, greedy_chat):
+    """A stop string found in the greedy answer cuts it there, with finish_reason stop."""
+    full = greedy_chat.choices[0].message.content
+    stop = full[len(full) // 2:len(full) // 2 + 2]
+    reply = client.chat.completions.create(model="any", messages=QUESTION, max_tokens=8, temperature=0, stop=[stop])
+    assert reply.choices[0].message.content == full[:full.index(stop)]
+    assert reply.choices[0].finish_reason == "stop"
+
+
+def test_same_seed_same_answer(client):
+    """Sampling at temperature 1 with a seed gives the same answer every time."""
+    answers = {client.chat.completions.create(model="any", messages=QUESTION, max_tokens=10, temperature=1.0,
+                                              seed=1234).choices[0].message.content for _ in range(2)}
+    assert len(answers) == 1
+
+
+def test_refusals_are_400s_naming_the_field(client):
+    """n other than 1, out-of-range fields and grammar-needing formats are refused with a 400 naming them."""
+    for kwargs, field in (({"n": 2}, "n"), ({"temperature": 101}, "temperature"), ({"top_logprobs": 21,
+                          "logprobs": True}, "top_logprobs"), ({"response_format": {"type": "json_object"}},
+                                                               "response_format")):
+        with pytest.raises(openai.BadRequestError) as err:
+            client.chat.completions.create(model="any", messages=QUESTION, max_tokens=2, **kwargs)
+        assert err.value.status_code == 400 and field in err.value.message
+    with pytest.raises(openai.BadRequestError, match="not an embedding"):
+        client.embeddings.create(model="any", input="hello")
+
+
+def test_completions_greedy_equals_model_generate(client, model):
+    """/v1/completions continues the raw prompt as Model.generate does, with legacy log-probabilities."""
+    reply = client.completions.create(model="any", prompt=RAW, max_tokens=4, temperature=0, logprobs=2)
+    assert reply.choices[0].text == model.generate(RAW, max_tokens=4)
+    lp = reply.choices[0].logprobs
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == 4
+    assert lp.text_offset[0] == 0 and all(len(t) == 2 for t in lp.top_logprobs)
+
+
+def test_llama_server_completion(http, model):
+    """/completion: greedy content equals Model.generate; streamed pieces add up to it; return_tokens,
+    n_probs and stop_type as llama-server writes them."""
+    body = {"prompt": RAW, "n_predict": 4, "temperature": 0, "return_tokens": True, "n_probs": 2}
+    whole = http.post("/completion", json=body).json()
+    assert whole["content"] == model.generate(RAW, max_tokens=4)
+    assert whole["tokens"] == model.generate(RAW, max_tokens=4, return_tokens=True)
+    assert whole["stop"] is True and whole["stop_type"] == "limit" and whole["tokens_predicted"] == 4
+    assert [p["id"] for p in whole["completion_probabilities"]] == whole["tokens"]
+    with http.stream("POST", "/completion", content=json.dumps({**body, "stream": True})) as r:
+        events = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: ")]
+    assert "".join(e["content"] for e in events) == whole["content"]
+    assert events[-1]["stop"] is True and all(not e["stop"] for e in events[:-1])
+    ids = http.post("/completion", json={"prompt": whole["tokens"][:2], "n_predict": 1, "temperature": 0}).json()
+    assert ids["tokens_evaluated"] == 2
+
+
+def test_llama_server_tokenize_detokenize_props_slots_metrics(http, model):
+    """/tokenize (llama-server's defaults), /detokenize, /props, /slots, /health and /metrics."""
+    tokens = http.post("/tokenize", json={"content": "Hello world"}).json()["tokens"]
+    assert tokens == model.tokenize("Hello world", add_special=False, parse_special=True)
+    pieces = http.post("/tokenize", json={"content": "Hello world", "with_pieces": True}).json()["tokens"]
+    assert [p["id"] for p in pieces] == tokens and "".join(p["piece"] for p in pieces) == "Hello world"
+    assert http.post("/detokenize", json={"tokens": tokens}).json() == {"content": "Hello world"}
+    props = http.get("/props").json()
+    assert props["default_generation_settings"]["n_ctx"] == 512 and props["total_slots"] == 1
+    slot = http.get("/slots").json()[0]
+    assert slot["id"] == 0 and slot["n_ctx"] == 512 and "is_processing" in slot
+    assert http.get("/health").json() == {"status": "ok"}
+    metrics = http.get("/metrics").text
+    for name in ("requests_total", "prompt_tokens_total", "prompt_tokens_cached_total", "prompt_seconds_total",
+                 "tokens_predicted_total", "tokens_predicted_seconds_total", "n_tokens_max", "prompt_tokens_seconds",
+                 "predicted_tokens_seconds", "requests_processing", "requests_deferred"):
+        assert f"\nllamacpp:{name} " in "\n" + metrics
+
+
+def test_ollama_chat_streamed_and_whole(http, greedy_chat):
+    """/api/chat answers as the OpenAI route does, whole or as NDJSON lines ending with done."""
+    body = {"model": "any", "messages": QUESTION, "options": {"temperature": 0, "num_predict": 8}}
+    whole = http.post("/api/chat", json={**body, "stream": False}).json()
+    assert whole["message"]["content"] == greedy_chat.choices[0].message.content
+    assert whole["done"] is True and whole["done_reason"] == "length" and whole["eval_count"] == 8
+    with http.stream("POST", "/api/chat", json=body) as r:
+        lines = [json.loads(line) for line in r.iter_lines() if line]
+    assert "".join(line["message"]["content"] for line in lines) == whole["message"]["content"]
+    assert lines[-1]["done"] is True and not any(line["done"] for line in lines[:-1])
+    assert http.get("/api/version").json()["version"]
+    assert http.get("/api/tags").json()["models"][0]["name"] == model_path("smollm2-135m").stem
+    refused = http.post("/api/generate", json={"model": "any", "prompt": "hi", "context": [1, 2]})
+    assert refused.status_code == 400 and "context" in refused.json()["error"]
+
+
+def test_client_disconnect_cancels_generation(http, server):
+    """A client that leaves mid-stream frees the engine at its next token, long before its 400 tokens."""
+    body = {"prompt": "Once upon a time", "n_predict": 400, "ignore_eos": True, "stream": True}
+    with httpx.Client(base_url=server.url, timeout=60) as other, other.stream("POST", "/completion", json=body) as r:
+        next(r.iter_lines())
+    assert wait_until(lambda: not http.get("/slots").json()[0]["is_processing"], 10)
+    assert http.get("/slots").json()[0]["next_token"][0]["n_decoded"] < 400
+
+
+def test_abuse_script_short(server):
+    """scripts/server_abuse.py --short passes against this server, which keeps answering after it."""
+    proc = subprocess.run([sys.executable, "scripts/server_abuse.py", "--short", "--url", server.url],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_api_key_origin_and_host_checks(model):
+    """With --api-key every route but /health needs the key (Bearer or X-Api-Key); pages from other sites
+    and Host names other than this computer are refused; the engine thread stops with the app."""
+    from litestar.testing import TestClient
+
+    from kinetic.server import ServerOptions, create_app
+
+    app = create_app(model, ServerOptions(api_key="sekrit"))
+    with TestClient(app, base_url="http://127.0.0.1:8080") as c:
+        assert c.get("/health").status_code == 200
+        refused = c.get("/v1/models")
+        assert refused.status_code == 401 and refused.json()["error"]["type"] == "authentication_error"
+        assert c.get("/v1/models", headers={"Authorization": "Bearer wrong"}).status_code == 401
+        assert c.get("/v1/models", headers={"Authorization": "Bearer sekrit"}).status_code == 200
+        assert c.get("/slots", headers={"X-Api-Key": "sekrit"}).status_code == 200
+        key = {"X-Api-Key": "sekrit"}
+        assert c.get("/v1/models", headers={**key, "Origin": "https://example.com"}).status_code == 403
+        assert c.get("/v1/models", headers={**key, "Origin": "http://localhost:3000"}).status_code == 200
+        assert c.get("/v1/models", headers={**key, "Host": "rebound.example.com"}).status_code == 403
+        worker = app.state.kinetic.worker
+        assert worker.running
+    assert not worker.running
