@@ -105,7 +105,7 @@ def parse_off(text: str | None) -> list[str]:
 def run_bench(
     model_spec: str | os.PathLike,
     *,
-    threads: int,
+    threads: int | None,
     repetitions: int,
     device: str = "cpu",
     off: list[str] | None = None,
@@ -120,6 +120,8 @@ def run_bench(
     model = Model(model_spec, n_ctx=max(n_prompt, n_gen) + 1, device=device, threads=threads)
     load_seconds = time.perf_counter() - start
     engine = model.engine
+    # None: a .ktc profile's threads, else every CPU; the table shows the count that ran
+    threads = getattr(engine.interpreter, "threads", None) or threads or os.cpu_count() or 1
     prompt = [int(t) for t in np.random.default_rng(TOKEN_SEED).integers(0, engine.n_vocab, max(n_prompt, 1))]
     _warm_up(engine, prompt[: min(len(prompt), getattr(engine, "batch", 64))], n_gen)
     result = BenchResult(

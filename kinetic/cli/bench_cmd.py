@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 
 from kinetic.errors import KineticError
 
@@ -27,9 +26,9 @@ def add_parser(sub) -> None:
         "-t",
         "--threads",
         type=int,
-        default=os.cpu_count() or 1,
+        default=None,
         metavar="N",
-        help="CPU threads [default: all logical CPUs]",
+        help="CPU threads [default: a .ktc file's tuned profile's, else all logical CPUs]",
     )
     p.add_argument(
         "-r",
@@ -99,14 +98,14 @@ def run(args: argparse.Namespace) -> int:
     if not args.json:
         print(bench.table(result) + "\n", flush=True)
     theirs = bench.run_llama_bench(
-        exe, result.path, threads=args.threads, repetitions=args.repetitions, n_prompt=args.n_prompt, n_gen=args.n_gen
+        exe, result.path, threads=result.threads, repetitions=args.repetitions, n_prompt=args.n_prompt, n_gen=args.n_gen
     )
     print(json.dumps(bench.card_json(result, theirs), indent=2) if args.json else bench.card(result, theirs))
     return 0
 
 
 def _check(args: argparse.Namespace) -> None:
-    if args.threads < 1:
+    if args.threads is not None and args.threads < 1:
         raise KineticError(f"-t must be at least 1, not {args.threads}", "Give a thread count such as -t 4.")
     if args.repetitions < 1:
         raise KineticError(f"-r must be at least 1, not {args.repetitions}", "Give a number of runs such as -r 3.")

@@ -1,9 +1,11 @@
-"""`kinetic compile MODEL [-o OUT.ktc] [--device cpu] [--sign-key FILE] [--dump-ir DIR]`.
+"""`kinetic compile MODEL [-o OUT.ktc] [--device cpu] [--tune [--tune-seconds N]] [--sign-key FILE]
+[--dump-ir DIR]`.
 
 Owns: the command line of compile and its summary (nodes and time per phase). The work itself is
 the frontend's `lower`, the passes' `run_pipeline` and, with `-o`, kinetic.ktc's `build_ktc`, which
 writes the .ktc file (weights, tokenizer, chat template, graph, default profile, metadata; signed
-with --sign-key). `--tune` (a measured profile search) is not built yet: it exits 2 saying so.
+with --sign-key). `--tune` measures the profile's threads and batch on this machine first
+(kinetic.ktc.tune, at most --tune-seconds, default 120) and writes them with `"tuned": true`.
 `--dump-ir DIR` writes the graph after each phase in the IR's text form: `00-lowered.ir`,
 `01-canonicalize.ir`, ...
 """
@@ -20,6 +22,7 @@ from pathlib import Path
 from kinetic.errors import KineticError
 
 _DUMP_NAME = re.compile(r"\d\d-[a-z_]+\.ir")
+DEFAULT_TUNE_SECONDS = 120.0
 
 
 @dataclass(frozen=True)
@@ -40,15 +43,18 @@ def add_parser(sub) -> None:
     p.add_argument("-o", "--output", metavar="OUT", help="the .ktc file to write")
     p.add_argument("--device", choices=("cpu",), default="cpu", help="the device the profile is for [default: cpu]")
     p.add_argument("--sign-key", metavar="FILE", help="sign the .ktc file with this Ed25519 secret key file")
-    p.add_argument("--tune", action="store_true", help="measure the fastest settings (not built yet)")
+    p.add_argument("--tune", action="store_true",
+                   help="measure the fastest threads and batch on this machine for the profile (needs -o)")
+    p.add_argument("--tune-seconds", type=float, metavar="N",
+                   help=f"the most seconds --tune measures for [default: {DEFAULT_TUNE_SECONDS:.0f}]")
     p.add_argument("--dump-ir", metavar="DIR", help="write the graph after each phase to DIR as NN-PHASE.ir")
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.tune:
-        sys.stderr.write("kinetic: --tune is not implemented yet; profiles hold the CPU device's defaults\n"
-                         "Run `kinetic compile MODEL -o MODEL.ktc` without --tune.\n")
+    usage = _tune_usage(args)
+    if usage:
+        sys.stderr.write(f"kinetic: {usage}\nRun `kinetic compile --help` for the options.\n")
         return 2
     from kinetic.hub import resolve_model
 
@@ -64,8 +70,31 @@ def run(args: argparse.Namespace) -> int:
     reports = compile_model(path, dump_dir=dump_dir, keep=graphs)
     print(format_summary(path, reports, dump_dir=dump_dir))
     if out is not None:
-        print(_write_ktc(path, graphs[-1], out, device=args.device, key=key))
+        profile = _tune(path, graphs[-1], args) if args.tune else None
+        print(_write_ktc(path, graphs[-1], out, device=args.device, key=key, profile=profile))
     return 0
+
+
+def _tune_usage(args: argparse.Namespace) -> str | None:
+    """What is wrong with the --tune flags, or None."""
+    if args.tune and not args.output:
+        return "--tune measures the profile a .ktc file holds; give -o MODEL.ktc"
+    if args.tune_seconds is not None and not args.tune:
+        return "--tune-seconds limits --tune; add --tune"
+    if args.tune_seconds is not None and not args.tune_seconds > 0:
+        return f"--tune-seconds must be more than 0, not {args.tune_seconds}"
+    return None
+
+
+def _tune(path: Path, graph, args: argparse.Namespace):
+    from kinetic.frontend.gguf_file import open_gguf
+    from kinetic.ktc.tune import summary, tune
+    from kinetic.runtime.weights import GGUFWeights
+
+    seconds = args.tune_seconds or DEFAULT_TUNE_SECONDS
+    profile = tune(graph, GGUFWeights(open_gguf(path)), seconds=seconds, device=args.device)
+    print(summary(profile))
+    return profile
 
 
 def _check_output(out: Path, source: Path) -> Path:
@@ -82,12 +111,12 @@ def _check_output(out: Path, source: Path) -> Path:
     return out
 
 
-def _write_ktc(path: Path, graph, out: Path, *, device: str, key) -> str:
+def _write_ktc(path: Path, graph, out: Path, *, device: str, key, profile=None) -> str:
     from kinetic.frontend.gguf_file import open_gguf
     from kinetic.ktc.build import build_ktc
 
     start = time.perf_counter()
-    entries = build_ktc(open_gguf(path), graph, out, device=device, signing_key=key)
+    entries = build_ktc(open_gguf(path), graph, out, device=device, signing_key=key, profile=profile)
     size = out.stat().st_size
     signed = f", signed by {bytes(key.verify_key).hex()}" if key is not None else ", unsigned"
     return (f"  wrote {out} ({size / 2**20:.1f} MiB, {len(entries)} sections{signed}) "

@@ -17,7 +17,7 @@ from kinetic import __version__
 from kinetic.errors import KineticError
 
 # Subcommand modules, in the order `kinetic --help` lists them.
-COMMANDS = ("run", "serve", "compile", "info", "pull", "bench", "perplexity", "verify", "keygen")
+COMMANDS = ("run", "serve", "compile", "info", "pull", "bench", "perplexity", "verify", "verify-receipt", "keygen")
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 

@@ -34,6 +34,8 @@ def add_parser(sub) -> None:
     p.add_argument("-t", "--threads", type=int, metavar="N", help="CPU threads [default: every logical CPU]")
     p.add_argument("--device", choices=("cpu", "reference"), default="cpu",
                    help="cpu: generated kernels; reference: the numpy reference interpreter [default: cpu]")
+    p.add_argument("--receipt", metavar="FILE", help="also write a receipt of the answer to FILE (docs/receipts.md)")
+    p.add_argument("--sign-key", metavar="FILE", help="sign the receipt with this Ed25519 secret key file")
     p.set_defaults(run=run, collect_words=_collect_words)
 
 
@@ -63,21 +65,26 @@ def run(args: argparse.Namespace) -> int:
     if args.threads is not None and args.threads <= 0:
         raise KineticError(f"-t must be positive, not {args.threads}", "Give a thread count such as -t 4.")
     changes = sampling_changes(args)
+    key = _receipt_key(args)
     model = Model(spec, n_ctx=args.ctx_size, chat_template_file=args.chat_template_file, device=args.device,
                   threads=args.threads)
     if args.prompt_ids is not None:
-        prompt_in = _parse_ids(args.prompt_ids)
+        prompt_in, given = _parse_ids(args.prompt_ids), None  # the receipt's input: None for ids
     else:
         text = prompt if prompt is not None else sys.stdin.read()
         if args.raw:
-            prompt_in = text
+            prompt_in = given = text
         else:
             messages = ([{"role": "system", "content": args.system}] if args.system else [])
             messages.append({"role": "user", "content": text})
-            prompt_in = model.apply_chat_template(messages, add_generation_prompt=True)
+            prompt_in, given = model.apply_chat_template(messages, add_generation_prompt=True), messages
+    if args.receipt:  # the receipt records the very ids the model is given
+        prompt_in = prompt_in if isinstance(prompt_in, list) else model.tokenize(prompt_in, parse_special=True)
     max_tokens = None if args.n_predict <= 0 else args.n_predict
     sampling = _settings(model.sampling_defaults(), changes)
+    answer = []
     for piece in model.generate(prompt_in, max_tokens=max_tokens, sampling=sampling, stream=True):
+        answer.append(piece)
         sys.stdout.write(piece)
         sys.stdout.flush()
     sys.stdout.write("\n")
@@ -86,7 +93,33 @@ def run(args: argparse.Namespace) -> int:
     prompt_speed = s.prompt_tokens / s.prompt_seconds if s.prompt_seconds else 0.0
     sys.stderr.write(f"[{s.generated_tokens} tokens at {answer_speed:.1f} tok/s; prompt {s.prompt_tokens} "
                      f"tokens at {prompt_speed:.1f} tok/s on {_DEVICE_NAMES[args.device]}]\n")
+    if args.receipt:
+        _write_receipt(args, model, given, prompt_in, max_tokens, "".join(answer), key)
     return 0
+
+
+def _receipt_key(args: argparse.Namespace):
+    """The signing key (read before the model loads, so a bad key file fails at once), or None."""
+    if args.sign_key is None:
+        return None
+    if not args.receipt:
+        raise KineticError("--sign-key signs a receipt, and no --receipt FILE was given",
+                           "Add --receipt FILE, or leave out --sign-key.")
+    from kinetic.ktc.keys import read_signing_key
+
+    return read_signing_key(args.sign_key)
+
+
+def _write_receipt(args: argparse.Namespace, model, given, ids: list[int], max_tokens: int | None, text: str,
+                   key) -> None:
+    from kinetic.receipts import Answer, make_receipt, write_receipt
+
+    s = model.last_stats
+    answer = Answer(model_path=model.path, device=args.device, n_ctx=args.ctx_size, input=given, prompt_ids=ids,
+                    sampling=s.sampling, max_tokens=max_tokens, finish=s.stop_reason, text=text,
+                    output_ids=list(s.tokens))
+    write_receipt(make_receipt(answer, key), args.receipt)
+    sys.stderr.write(f"receipt written to {args.receipt} (seed {s.sampling.seed}{', signed' if key else ''})\n")
 
 
 _DEVICE_NAMES = {"cpu": "the CPU", "reference": "the CPU (reference interpreter)"}

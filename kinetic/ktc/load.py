@@ -9,9 +9,10 @@ its change time, which no user can set back, so a file with a flipped byte is ha
 refused. `kinetic verify` always hashes everything.
 
 The profile is used when this machine's device class is the one it was made for; otherwise the CPU
-device's own defaults run and one note says so. The stored graph is used when this build's pipeline
-hash and the lowering options are the ones it was made with; otherwise the graph is made again from
-the weights (with a note when the build differs).
+device's own defaults run and one note says so. A tuned profile's thread count is used only on a
+machine with as many CPUs as the one it was tuned on (its batch on any machine of the class). The
+stored graph is used when this build's pipeline hash and the lowering options are the ones it was
+made with; otherwise the graph is made again from the weights (with a note when the build differs).
 """
 
 from __future__ import annotations
@@ -90,7 +91,19 @@ class LoadedKtc:
             self.note(f"{self.path.name} was prepared for {self.profile.device_class}, this machine is {here}; "
                       "running with the defaults for this machine")
             return {"threads": threads}
-        return {"threads": threads if threads is not None else self.profile.threads, "batch": self.profile.batch}
+        return {"threads": threads if threads is not None else self._profile_threads(), "batch": self.profile.batch}
+
+    def _profile_threads(self) -> int | None:
+        """The profile's thread count; None (every CPU) when it was tuned on a machine with another
+        number of CPUs, where the measured best count says little."""
+        from kinetic.codegen.cpu.step import available_cpus
+
+        tuned_on = (self.profile.measured or {}).get("cpus")
+        if self.profile.tuned and isinstance(tuned_on, int) and tuned_on != available_cpus():
+            self.note(f"{self.path.name} was tuned on a machine with {tuned_on} CPUs, this one has "
+                      f"{available_cpus()}; running with threads for this machine")
+            return None
+        return self.profile.threads
 
 
 def _profile(file: KtcFile) -> Profile:

@@ -2,9 +2,9 @@
 
 Owns: the device class of this machine (`cpu-x86_64-avx512vnni`, `cpu-x86_64-avx2`,
 `cpu-x86_64-scalar`, `cpu-aarch64-scalar`), the Profile record and its JSON form, and the default
-profile `kinetic compile` writes. A tuned profile (a measured search over these settings,
-`kinetic compile --tune`) is not built yet: every profile today holds the CPU device's defaults and
-says so with `"tuned": false`.
+profile `kinetic compile` writes (`"tuned": false`). `kinetic compile --tune` writes a tuned one
+(kinetic/ktc/tune.py): threads and batch measured best on this machine, `"tuned": true`, and the
+numbers in `measured`.
 """
 
 from __future__ import annotations
@@ -39,20 +39,27 @@ class Profile:
     threads: int | None  # CPU threads; None: every logical CPU of the machine that runs it
     batch: int  # prompt rows per forward pass
     matmul_tile: int  # output rows one matmul kernel call produces
-    tuned: bool  # measured by a search (not built yet), or the defaults
+    tuned: bool  # measured by a search (kinetic compile --tune), or the defaults
     kinetic_version: str
     pipeline_hash: str  # kinetic.passes.pipeline_hash() of the build that optimized the graph
+    measured: dict | None = None  # a tuned profile's search: limit, CPUs, run sizes, medians (docs/FORMAT.md)
 
     def to_json(self) -> dict:
-        return asdict(self)
+        data = asdict(self)
+        if data["measured"] is None:  # an untuned profile's JSON stays as it was
+            del data["measured"]
+        return data
 
     @classmethod
     def from_json(cls, data: dict) -> Profile:
         """Raises ValueError naming the first field that is missing or has the wrong type."""
         types = {"device": str, "device_class": str, "kernel_variant": str, "threads": (int, type(None)),
-                 "batch": int, "matmul_tile": int, "tuned": bool, "kinetic_version": str, "pipeline_hash": str}
+                 "batch": int, "matmul_tile": int, "tuned": bool, "kinetic_version": str, "pipeline_hash": str,
+                 "measured": (dict, type(None))}
         values = {}
         for f in fields(cls):
+            if f.name == "measured" and f.name not in data:  # optional: untuned profiles leave it out
+                continue
             if f.name not in data:
                 raise ValueError(f"it has no {f.name!r}")
             value = data[f.name]

@@ -377,13 +377,6 @@ def test_too_little_free_space_is_refused_first(synth_gguf, tmp_path, monkeypatc
     assert "not enough disk space" in capsys.readouterr().err and not out.exists()
 
 
-def test_tune_is_refused_for_now(synth_gguf, tmp_path, capsys):
-    """--tune exits 2 saying it is not implemented, and writes nothing."""
-    out = tmp_path / "model.ktc"
-    assert main(["compile", str(synth_gguf), "-o", str(out), "--tune"]) == 2
-    assert "--tune is not implemented yet" in capsys.readouterr().err and not out.exists()
-
-
 def test_info_reads_a_ktc_file(synth_ktc, capsys):
     """`kinetic info` on a .ktc reports the model as for a .gguf plus the file's profile and signature."""
     assert main(["info", str(synth_ktc), "--json"]) == 0

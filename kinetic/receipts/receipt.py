@@ -1,0 +1,222 @@
+"""The receipt record: what one answer was made from, as JSON, and its Ed25519 signature.
+
+Owns: the receipt's fields (docs/receipts.md), the canonical bytes a signature covers, signing and
+checking a signature, reading a receipt back (every field checked) and writing it. Does not own the
+hashes (hashing.py), running a model or rerunning a receipt (verify.py).
+
+The canonical form: the receipt without its "signature" member, as JSON with keys sorted, no spaces
+(separators "," and ":"), non-ASCII characters written as themselves, encoded as UTF-8; floats as
+Python writes them (the shortest text that reads back as the same double; -inf as -Infinity).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from kinetic.errors import KineticError
+from kinetic.frontend.blocks import Options
+from kinetic.receipts.hashing import build_hash, file_blake3, token_hash
+from kinetic.runtime.sampling import SamplingSettings
+
+RECEIPT_VERSION = 1
+DEVICE_NAMES = {"cpu": "the CPU", "reference": "the CPU (reference interpreter)"}
+_HINT = "The receipt is damaged or was not written by `kinetic run --receipt`."
+
+
+def device_class_of(device: str) -> str:
+    """The class that decides the bits: the CPU's (cpu-x86_64-avx2, ...) or the numpy reference's."""
+    if device == "reference":
+        return "reference-numpy"
+    from kinetic.ktc.profile import device_class
+
+    return device_class(device)
+
+
+def device_settings(n_ctx: int, options: Options | None = None) -> dict[str, Any]:
+    """The load settings that can change the bits or the length of an answer. Threads and the prompt
+    batch are not among them: threads split rows, never a sum, and every row's sums are the same in
+    any batch (docs/numerics.md), so neither changes a bit."""
+    options = options or Options()
+    return {"ctx-size": n_ctx, "activations": options.activations, "kv-type": options.kv_dtype}
+
+
+def options_from_settings(settings: dict[str, Any]) -> Options:
+    return Options(activations=settings["activations"], kv_dtype=settings["kv-type"])
+
+
+def tokens_record(ids: list[int]) -> dict[str, Any]:
+    return {"count": len(ids), "blake3": token_hash(ids), "ids": [int(t) for t in ids]}
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What one answer was made from and what it was: everything a receipt records."""
+
+    model_path: Path
+    device: str
+    n_ctx: int
+    input: Any  # the chat messages (list of {role, content}), the prompt text, or None for token ids
+    prompt_ids: list[int]
+    sampling: SamplingSettings  # with the seed actually used
+    max_tokens: int | None
+    finish: str  # "stop" or "length"
+    text: str
+    output_ids: list[int]
+
+
+def make_receipt(answer: Answer, signing_key=None) -> dict[str, Any]:
+    """The receipt of an answer, signed when a nacl SigningKey is given."""
+    from kinetic import __version__
+
+    if answer.sampling.random_seed:
+        raise ValueError("a receipt needs the seed actually used, not a request for a fresh one")
+    path = answer.model_path
+    receipt = {
+        "receipt": RECEIPT_VERSION,
+        "kinetic": {"version": __version__, "build": build_hash()},
+        "model": {"file": path.name, "path": str(path), "size": path.stat().st_size, "blake3": file_blake3(path)},
+        "device": {"class": device_class_of(answer.device), "name": DEVICE_NAMES.get(answer.device, answer.device),
+                   "settings": device_settings(answer.n_ctx)},
+        "input": answer.input,
+        "prompt": tokens_record(answer.prompt_ids),
+        "sampling": {**answer.sampling.as_dict(), "max_tokens": answer.max_tokens, "stop": []},
+        "output": {"finish": answer.finish, "text": answer.text, "tokens": tokens_record(answer.output_ids)},
+    }
+    return sign(receipt, signing_key) if signing_key is not None else receipt
+
+
+# -- signing ------------------------------------------------------------------------------------------
+
+
+def canonical_bytes(receipt: dict[str, Any]) -> bytes:
+    """What the signature covers: every member but "signature", as compact sorted JSON in UTF-8."""
+    body = {k: v for k, v in receipt.items() if k != "signature"}
+    return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def sign(receipt: dict[str, Any], signing_key) -> dict[str, Any]:
+    signature = signing_key.sign(canonical_bytes(receipt)).signature
+    return {**{k: v for k, v in receipt.items() if k != "signature"},
+            "signature": {"public_key": bytes(signing_key.verify_key).hex(), "ed25519": signature.hex()}}
+
+
+def signature_valid(receipt: dict[str, Any]) -> bool | None:
+    """None when unsigned; else whether the signature is the public key's over the canonical bytes."""
+    from nacl.exceptions import BadSignatureError
+    from nacl.signing import VerifyKey
+
+    sig = receipt.get("signature")
+    if sig is None:
+        return None
+    try:
+        VerifyKey(bytes.fromhex(sig["public_key"])).verify(canonical_bytes(receipt), bytes.fromhex(sig["ed25519"]))
+    except (BadSignatureError, ValueError, TypeError, KeyError):
+        return False
+    return True
+
+
+# -- reading and writing ------------------------------------------------------------------------------
+
+# Every member and its type; a receipt missing one, or with another type, does not read.
+_SHAPE: dict[str, Any] = {
+    "receipt": int,
+    "kinetic": {"version": str, "build": str},
+    "model": {"file": str, "path": str, "size": int, "blake3": str},
+    "device": {"class": str, "name": str, "settings": {"ctx-size": int, "activations": str, "kv-type": str}},
+    "input": object,  # messages, text or null: any JSON value
+    "prompt": {"count": int, "blake3": str, "ids": list},
+    "sampling": dict,
+    "output": {"finish": str, "text": str, "tokens": {"count": int, "blake3": str, "ids": list}},
+}
+
+
+def read_receipt(path: str | os.PathLike) -> dict[str, Any]:
+    """The receipt in a file, its shape checked (a KineticError names the first bad member)."""
+    path = Path(path)
+    try:
+        receipt = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise KineticError(f"cannot read {path}: {exc.strerror or exc}", "Check the receipt's path.") from None
+    except ValueError as exc:
+        raise KineticError(f"{path} is not JSON: {exc}", _HINT) from None
+    if not isinstance(receipt, dict):
+        raise KineticError(f"{path} does not hold a receipt object", _HINT)
+    _check_shape(receipt, _SHAPE, path, "")
+    if receipt["receipt"] != RECEIPT_VERSION:
+        raise KineticError(f"{path} is a version {receipt['receipt']} receipt; this Kinetic reads version "
+                           f"{RECEIPT_VERSION}", "Verify it with the Kinetic version that made it.")
+    for where in (receipt["prompt"]["ids"], receipt["output"]["tokens"]["ids"]):
+        if not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < 2**32 for t in where):
+            raise KineticError(f"{path}: a token id is not an integer from 0 to 2**32 - 1", _HINT)
+    sig = receipt.get("signature")
+    if sig is not None and not (isinstance(sig, dict) and isinstance(sig.get("public_key"), str)
+                                and isinstance(sig.get("ed25519"), str)):
+        raise KineticError(f"{path}: signature must hold public_key and ed25519 as hex text", _HINT)
+    return receipt
+
+
+def _check_shape(value: Any, shape: Any, path: Path, where: str) -> None:
+    if isinstance(shape, dict):
+        if not isinstance(value, dict):
+            raise KineticError(f"{path}: {where or 'the receipt'} is not an object", _HINT)
+        for key, inner in shape.items():
+            if key not in value:
+                raise KineticError(f"{path} has no {where + key!r}", _HINT)
+            _check_shape(value[key], inner, path, f"{where}{key}.")
+    elif not isinstance(value, shape) or (shape is int and isinstance(value, bool)):
+        raise KineticError(f"{path}: {where[:-1]!r} is {value!r}, not {shape.__name__}", _HINT)
+
+
+def settings_from_receipt(receipt: dict[str, Any]) -> tuple[SamplingSettings, int | None]:
+    """The recorded sampling settings (with their seed) and token limit."""
+    recorded = dict(receipt["sampling"])
+    max_tokens = recorded.pop("max_tokens", None)
+    stop = recorded.pop("stop", [])
+    names = {f.name for f in fields(SamplingSettings)}
+    unknown = sorted(set(recorded) - names)
+    missing = sorted(names - set(recorded))
+    if unknown or missing or stop:
+        what = (f"unknown sampling settings {unknown}" if unknown else f"no {missing} in its sampling settings"
+                if missing else "stop strings, which `kinetic run` does not take yet")
+        raise KineticError(f"the receipt has {what}", "Verify it with the Kinetic version that made it.")
+    if recorded["seed"] is None:
+        raise KineticError("the receipt records no seed", _HINT)
+    if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 0):
+        raise KineticError(f"the receipt's max_tokens is {max_tokens!r}", _HINT)
+    recorded = {k: tuple(v) if isinstance(v, list) else v for k, v in recorded.items()}
+    try:
+        return SamplingSettings(**recorded), max_tokens
+    except (TypeError, ValueError) as exc:
+        raise KineticError(f"the receipt's sampling settings are not valid: {exc}", _HINT) from None
+
+
+def write_receipt(receipt: dict[str, Any], path: str | os.PathLike) -> None:
+    """Two-space indented JSON, each list of numbers on one line (as docs/receipts.md shows)."""
+    text = _pretty(receipt, 0) + "\n"
+    try:
+        Path(path).write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise KineticError(f"cannot write the receipt {path}: {exc.strerror or exc}", "Check the path.") from None
+
+
+def _pretty(value: Any, depth: int) -> str:
+    pad, inner = "  " * depth, "  " * (depth + 1)
+    if isinstance(value, dict) and value:
+        items = [f"{inner}{json.dumps(k, ensure_ascii=False)}: {_pretty(v, depth + 1)}" for k, v in value.items()]
+        return "{\n" + ",\n".join(items) + "\n" + pad + "}"
+    if isinstance(value, list) and value and any(isinstance(v, (dict, list)) for v in value):
+        return "[\n" + ",\n".join(inner + _pretty(v, depth + 1) for v in value) + "\n" + pad + "]"
+    return json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
+
+
+def summary(receipt: dict[str, Any]) -> str:
+    """`LFM3.gguf, 15 prompt and 18 output tokens, seed 42, made on cpu-x86_64-avx2 by Kinetic 0.1.0
+    (build 378534cb64f30a15)`."""
+    return (f"{receipt['model']['file']}, {receipt['prompt']['count']} prompt and "
+            f"{receipt['output']['tokens']['count']} output tokens, seed {receipt['sampling'].get('seed')}, made on "
+            f"{receipt['device']['class']} by Kinetic {receipt['kinetic']['version']} "
+            f"(build {receipt['kinetic']['build']})")

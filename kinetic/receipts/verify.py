@@ -1,0 +1,135 @@
+"""Checking a receipt: its token hashes, its signature, its model file, then a plain rerun.
+
+Owns: each check as a function returning what it found, and the rerun: the recorded prompt ids with
+the recorded settings, one sequence, nothing drafted, nothing cached (today Model has neither a
+prompt cache nor drafting; when it gains a drafting switch, rerun() turns it off). Does not own the
+command line or printing (kinetic/cli/verify_receipt_cmd.py).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kinetic.errors import KineticError
+from kinetic.receipts.hashing import build_hash, file_blake3, token_hash
+from kinetic.receipts.receipt import device_class_of, options_from_settings, settings_from_receipt
+
+
+def token_problems(receipt: dict[str, Any]) -> list[str]:
+    """Each token list whose count or BLAKE3 does not match its ids, named."""
+    problems = []
+    for name, record in (("prompt", receipt["prompt"]), ("output", receipt["output"]["tokens"])):
+        if record["count"] != len(record["ids"]):
+            problems.append(f"{name} count is {record['count']} but it lists {len(record['ids'])} ids")
+        elif record["blake3"] != token_hash(record["ids"]):
+            problems.append(f"{name} token ids do not match their BLAKE3")
+    return problems
+
+
+def receipt_device(receipt: dict[str, Any]) -> str:
+    """The device a rerun goes to by default: the one the receipt's class names."""
+    return "reference" if receipt["device"]["class"].startswith("reference") else "cpu"
+
+
+def find_model(receipt: dict[str, Any], receipt_path: Path, given: str | None) -> Path:
+    """--model when given; else the recorded path, else the recorded file name beside the receipt,
+    else a downloaded model of that file name."""
+    if given is not None:
+        from kinetic.hub import resolve_model
+
+        return resolve_model(given)
+    recorded = receipt["model"]
+    for candidate in (Path(recorded["path"]).expanduser(), receipt_path.parent / recorded["file"]):
+        if candidate.is_file():
+            return candidate
+    from kinetic.hub import models_dir
+
+    downloaded = models_dir() / recorded["file"]
+    if downloaded.is_file():
+        return downloaded
+    raise KineticError(f"the receipt's model {recorded['path']} is not here",
+                       "Give its path with --model PATH.")
+
+
+def model_matches(receipt: dict[str, Any], path: Path) -> tuple[bool, str]:
+    """Whether the file is the receipt's (size, then BLAKE3 from the hash cache), and its hash."""
+    recorded = receipt["model"]
+    if os.path.getsize(path) != recorded["size"]:
+        return False, ""
+    digest = file_blake3(path)
+    return digest == recorded["blake3"], digest
+
+
+@dataclass
+class Rerun:
+    tokens: list[int]
+    finish: str
+    text: str
+    device_class: str
+    build: str
+    pieces: dict[int, str] = field(default_factory=dict)  # the text of the tokens a report names
+
+
+def rerun(receipt: dict[str, Any], path: Path, *, device: str, threads: int | None) -> Rerun:
+    """The recorded prompt ids decoded plainly with the recorded settings, for at most one token more
+    than the receipt lists (enough to see an answer the receipt cut short)."""
+    from kinetic.model import Model
+
+    sampling, max_tokens = settings_from_receipt(receipt)
+    settings = receipt["device"]["settings"]
+    recorded = receipt["output"]["tokens"]["ids"]
+    limit = len(recorded) + 1 if max_tokens is None else min(max_tokens, len(recorded) + 1)
+    model = Model(path, n_ctx=settings["ctx-size"], device=device, threads=threads,
+                  options=options_from_settings(settings))
+    text = model.generate(receipt["prompt"]["ids"], max_tokens=limit, sampling=sampling)
+    stats = model.last_stats
+    result = Rerun(list(stats.tokens), stats.stop_reason, text, device_class_of(device), build_hash())
+    at = first_difference(recorded, result.tokens)
+    for token in ([recorded[at]] if at < len(recorded) else []) + ([result.tokens[at]] if at < len(result.tokens)
+                                                                       else []):
+        result.pieces[token] = model.detokenize([token])
+    return result
+
+
+def first_difference(a: list[int], b: list[int]) -> int:
+    """The index of the first token where a and b differ (len of the shorter when one extends the other)."""
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return i
+    return min(len(a), len(b))
+
+
+def what_differs(receipt: dict[str, Any], result: Rerun) -> list[str]:
+    """The recorded facts that differ between the receipt's run and the rerun."""
+    found = []
+    if receipt["kinetic"]["build"] != result.build:
+        found.append(f"build (receipt {receipt['kinetic']['build']}, this Kinetic {result.build})")
+    if receipt["device"]["class"] != result.device_class:
+        found.append(f"device class (receipt {receipt['device']['class']}, rerun {result.device_class})")
+    return found
+
+
+def difference(receipt: dict[str, Any], result: Rerun) -> str | None:
+    """None when the rerun reproduces the receipt's output; else where and how it differs."""
+    recorded = receipt["output"]["tokens"]["ids"]
+    at = first_difference(recorded, result.tokens)
+    if at < len(recorded) and at < len(result.tokens):
+        theirs, ours = recorded[at], result.tokens[at]
+        return (f"differs at output token {at + 1} of {len(recorded)}: the receipt has {theirs} "
+                f"{result.pieces.get(theirs, '')!r}, the rerun {ours} {result.pieces.get(ours, '')!r}")
+    if at < len(recorded):
+        return (f"the rerun ends ({result.finish}) after {at} of the receipt's {len(recorded)} output tokens; "
+                f"the receipt goes on with {recorded[at]} {result.pieces.get(recorded[at], '')!r}")
+    if at < len(result.tokens):
+        extra = result.tokens[at]
+        return (f"the rerun goes on after the receipt's {len(recorded)} output tokens with {extra} "
+                f"{result.pieces.get(extra, '')!r}; the receipt ends there ({receipt['output']['finish']})")
+    if result.finish != receipt["output"]["finish"]:
+        return (f"the {len(recorded)} output tokens are identical, but the answer ends with finish "
+                f"{result.finish!r}, the receipt says {receipt['output']['finish']!r}")
+    if result.text != receipt["output"]["text"]:
+        return f"the {len(recorded)} output tokens are identical, but their text is not the receipt's text"
+    return None

@@ -1,0 +1,126 @@
+"""`kinetic compile --tune`: a bounded search whose profile reaches the engine.
+
+One real search on SmolLM2 with a 10 s limit (the slow test); the choice rules, the profile's JSON
+and the loader's use of a tuned profile on small inputs and the synthetic llama file.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+import kinetic
+from kinetic.cli.main import main
+from kinetic.codegen.cpu.step import available_cpus
+from kinetic.ktc import Kind, KtcFile
+from kinetic.ktc import load as ktc_load
+from kinetic.ktc.load import LoadedKtc
+from kinetic.ktc.profile import Profile, default_profile
+from kinetic.ktc.tune import BATCHES, Candidate, _choose_batch, _choose_threads, thread_candidates
+from tests.conftest import model_path
+from tests.synthetic import synthetic_path
+
+LIMIT = 10.0
+MARGIN = 15.0  # lowering, loading and writing the file around the search, on a busy machine
+
+
+@pytest.fixture(autouse=True)
+def private_stamps(tmp_path, monkeypatch):
+    monkeypatch.setattr(ktc_load, "stamp_dir", lambda: tmp_path / "stamps")
+
+
+def profile_of(path: Path) -> dict:
+    return KtcFile.open(path).json(Kind.PROFILE)
+
+
+def test_tune_finishes_within_its_bound_and_its_profile_runs(tmp_path, capsys):
+    """--tune --tune-seconds 10 on SmolLM2 ends within the limit (the search) and limit + margin (the
+    command), writes tuned: true with measured medians, and Model on the file runs with the chosen
+    threads and batch."""
+    out = tmp_path / "tuned.ktc"
+    start = time.monotonic()
+    assert main(["compile", str(model_path("smollm2-135m")), "-o", str(out), "--tune", "--tune-seconds",
+                 str(LIMIT)]) == 0
+    assert time.monotonic() - start < LIMIT + MARGIN
+    captured = capsys.readouterr()
+    assert "tuning [" in captured.err and "tuned in" in captured.out
+    profile = profile_of(out)
+    measured = profile["measured"]
+    assert profile["tuned"] is True and measured["seconds"] <= LIMIT + 0.5
+    assert profile["threads"] in thread_candidates(available_cpus()) and profile["batch"] in BATCHES
+    assert measured["chosen"]["tg"] > 0 and measured["chosen"]["pp"] > 0 and measured["cpus"] == available_cpus()
+    model = kinetic.Model(out, n_ctx=64)
+    assert model.engine.batch == profile["batch"] and model.engine.interpreter.threads == profile["threads"]
+
+
+def test_default_profile_is_untouched(tmp_path):
+    """Without --tune the profile is the defaults, tuned: false, with no measured member."""
+    out = tmp_path / "plain.ktc"
+    assert main(["compile", str(synthetic_path("llama")), "-o", str(out)]) == 0
+    profile = profile_of(out)
+    assert profile["tuned"] is False and "measured" not in profile and profile["threads"] is None
+    assert profile == default_profile().to_json()
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--tune"], "give -o MODEL.ktc"),
+    (["-o", "x.ktc", "--tune-seconds", "5"], "add --tune"),
+    (["-o", "x.ktc", "--tune", "--tune-seconds", "0"], "must be more than 0"),
+])
+def test_bad_tune_flags_are_usage_errors(flags, message, tmp_path, monkeypatch, capsys):
+    """--tune without -o, --tune-seconds without --tune or not positive: exit 2, nothing written."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["compile", str(synthetic_path("llama")), *flags]) == 2
+    assert message in capsys.readouterr().err and not (tmp_path / "x.ktc").exists()
+
+
+def test_thread_choice_maximizes_decode_and_breaks_ties_by_prompt():
+    """The best decode median wins; counts within 2% of it are tied and the faster prompt wins."""
+    a, b, c = Candidate(1, 64, tg=[100.0], pp=[300.0]), Candidate(2, 64, tg=[99.0], pp=[500.0]), \
+        Candidate(3, 64, tg=[90.0], pp=[900.0])
+    assert _choose_threads([a, b, c], cpus=3) == 2
+    assert _choose_threads([a, replace(b, tg=[95.0]), c], cpus=3) == 1
+    assert _choose_threads([Candidate(1, 64), Candidate(2, 64)], cpus=2) == 2  # nothing measured: all CPUs
+
+
+def test_batch_choice_maximizes_prompt_and_prefers_the_default_when_tied():
+    """The best prompt median wins; within 2% the default batch, else the smallest tied batch."""
+    runs = {32: 400.0, 64: 396.0, 128: 401.0}
+    assert _choose_batch([Candidate(1, b, pp=[r]) for b, r in runs.items()], default=64) == 64
+    runs = {32: 400.0, 64: 300.0, 128: 401.0}
+    assert _choose_batch([Candidate(1, b, pp=[r]) for b, r in runs.items()], default=64) == 32
+    assert _choose_batch([Candidate(1, b) for b in BATCHES], default=64) == 64
+
+
+def test_profile_json_round_trips_and_old_profiles_read():
+    """A tuned profile's JSON reads back equal; a profile without `measured` reads with None."""
+    tuned = replace(default_profile(), threads=1, batch=32, tuned=True, measured={"cpus": 2, "seconds": 9.5})
+    assert Profile.from_json(json.loads(json.dumps(tuned.to_json()))) == tuned
+    old = default_profile().to_json()
+    assert "measured" not in old and Profile.from_json(old).measured is None
+    with pytest.raises(ValueError, match="measured"):
+        Profile.from_json({**old, "measured": 3})
+
+
+@pytest.mark.parametrize("cpus_then, uses_threads", [(None, True), (10_000, False)])
+def test_tuned_threads_are_used_only_with_as_many_cpus(cpus_then, uses_threads, tmp_path):
+    """A tuned profile's threads reach the engine on a machine with the CPU count it was tuned on;
+    on another count every CPU runs (one note), and its batch is used either way."""
+    from kinetic.cli.compile_cmd import compile_model
+    from kinetic.frontend.gguf_file import open_gguf
+    from kinetic.ktc.build import build_ktc
+
+    cpus = available_cpus() if cpus_then is None else cpus_then
+    profile = replace(default_profile(), threads=1, batch=32, tuned=True, measured={"cpus": cpus})
+    graphs: list = []
+    compile_model(synthetic_path("llama"), keep=graphs)
+    out = tmp_path / "tuned.ktc"
+    build_ktc(open_gguf(synthetic_path("llama")), graphs[-1], out, profile=profile)
+    notes: list[str] = []
+    settings = LoadedKtc(out, note=notes.append).engine_settings("cpu", None)
+    assert settings == {"threads": 1 if uses_threads else None, "batch": 32}
+    assert len(notes) == (0 if uses_threads else 1)
