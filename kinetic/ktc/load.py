@@ -30,6 +30,7 @@ from kinetic.ktc.gguf_sections import join_gguf
 from kinetic.ktc.layout import Kind
 from kinetic.ktc.profile import Profile, device_class
 from kinetic.ktc.reader import KtcError, KtcFile
+from kinetic.user_cache import cache_dir, file_stamp, write_json
 
 
 def stderr_note(line: str) -> None:
@@ -118,8 +119,7 @@ def _profile(file: KtcFile) -> Profile:
 
 
 def stamp_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "kinetic" / "ktc-verified"
+    return cache_dir("ktc-verified")
 
 
 def _stamp_path(file: KtcFile) -> Path:
@@ -127,9 +127,7 @@ def _stamp_path(file: KtcFile) -> Path:
 
 
 def _stamp(file: KtcFile) -> dict:
-    st = os.stat(file.path)
-    return {"path": str(file.path.resolve()), "device": st.st_dev, "inode": st.st_ino, "size": st.st_size,
-            "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns, "manifest": file.manifest_digest.hex()}
+    return {"path": str(file.path.resolve()), **file_stamp(file.path), "manifest": file.manifest_digest.hex()}
 
 
 def _stamp_matches(file: KtcFile) -> bool:
@@ -140,15 +138,7 @@ def _stamp_matches(file: KtcFile) -> bool:
 
 
 def _write_stamp(file: KtcFile, stamp: dict) -> None:
-    """Best effort: a cache folder that cannot be written only means hashing again next time."""
-    path = _stamp_path(file)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(stamp))
-        os.replace(tmp, path)
-    except OSError:
-        pass
+    write_json(_stamp_path(file), stamp)
 
 
 def load_if_ktc(path: str | os.PathLike, *, note: Callable[[str], None] = stderr_note) -> LoadedKtc | None:

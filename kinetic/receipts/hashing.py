@@ -18,6 +18,8 @@ from pathlib import Path
 import blake3
 import numpy as np
 
+from kinetic.user_cache import cache_dir, file_stamp, write_json
+
 HASH_CACHE_ENTRIES = 256  # files remembered; the least recently hashed are forgotten first
 _PARALLEL_FROM = 16 * 1024 * 1024  # bytes from which hashing uses several threads (same hash)
 
@@ -32,17 +34,12 @@ def token_hash(ids: Iterable[int]) -> str:
 
 
 def hash_cache_path() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "kinetic" / "hashes.json"
+    return cache_dir("hashes.json")
 
 
 def _file_key(path: Path) -> tuple[str, dict]:
-    """The cache key (the resolved path) and what must be unchanged for a cached hash to count:
-    device, inode, size, modification and change times. A write changes the change time, which no
-    user can set back, so a file changed in place is hashed again."""
-    st = os.stat(path)
-    return str(path.resolve()), {"device": st.st_dev, "inode": st.st_ino, "size": st.st_size,
-                                 "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns}
+    """The cache key (the resolved path) and the file's stamp (user_cache.file_stamp)."""
+    return str(path.resolve()), file_stamp(path)
 
 
 def file_blake3(path: str | os.PathLike, *, use_cache: bool = True) -> str:
@@ -72,15 +69,7 @@ def _read_cache() -> dict:
 
 
 def _write_cache(cache: dict) -> None:
-    """Best effort: a cache that cannot be written only means hashing again next time."""
-    path = hash_cache_path()
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(cache))
-        os.replace(tmp, path)
-    except OSError:
-        pass
+    write_json(hash_cache_path(), cache)
 
 
 # -- the build ----------------------------------------------------------------------------------------

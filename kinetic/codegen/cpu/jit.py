@@ -21,13 +21,13 @@ import llvmlite
 import llvmlite.binding as llvm
 
 from kinetic.codegen.cpu.target import _init_llvm, host
+from kinetic.user_cache import cache_dir
 
 OPT_LEVEL = 3
 
 
 def default_cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "kinetic" / "kernels"
+    return cache_dir("kernels")
 
 
 @dataclass

@@ -20,6 +20,7 @@ import blake3
 from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers
 
 from kinetic.frontend.tokenizer.vocab import Attr, Vocab
+from kinetic.user_cache import cache_dir
 
 CACHE_FORMAT = "spm-merges-v1"
 
@@ -147,8 +148,7 @@ def _store(folder: Path, vocab: Vocab, merges: list[tuple[str, str]]) -> None:
 
 
 def default_cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "kinetic" / "tokenizers"
+    return cache_dir("tokenizers")
 
 
 # -- WordPiece -------------------------------------------------------------------------------------
