@@ -36,9 +36,10 @@ class PassRows:
 
     @staticmethod
     def chain(tokens, start_pos: int, seq: int = 0, outputs: str = "last") -> PassRows:
-        """One sequence's consecutive tokens from position start_pos (a prompt chunk or one decode step)."""
+        """One sequence's consecutive tokens from position start_pos (a prompt chunk or one decode step);
+        logits for all rows, the last one or none (a prompt chunk before the last)."""
         n = len(tokens)
-        out = np.arange(n) if outputs == "all" else np.array([n - 1])
+        out = {"all": np.arange(n), "last": np.array([n - 1]), "none": np.zeros(0)}[outputs]
         return PassRows(
             tokens=np.asarray(tokens, np.int32),
             positions=np.arange(start_pos, start_pos + n, dtype=np.int32),
@@ -123,7 +124,7 @@ class Interpreter:
             y = numerics.rms_norm(x[0], a.eps, a.group)
             if len(x) == 2:
                 w = self.weight(x[1]).values.reshape(-1)
-                y = (y.reshape(y.shape[0], -1, w.size) * w).reshape(y.shape)
+                y = (y.reshape(y.shape[0], y.shape[1] // w.size, w.size) * w).reshape(y.shape)
             return y.astype(np.float32)
         if op is Op.ROPE:
             return _rope(x[0], x[1], a)

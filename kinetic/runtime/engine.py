@@ -44,6 +44,7 @@ class Sequence:
 
     cache: KVCache
     tokens: list[int]
+    pending: tuple | None = None  # the last verify() pass, (rows, new_kv, cache length), until keep()
 
 
 class Engine:
@@ -70,12 +71,18 @@ class Engine:
 
     def forward(self, rows: PassRows, seqs: dict[int, Sequence], commit: bool = True) -> np.ndarray:
         """One pass: logits f32 [R, n_vocab] for rows.output_rows; commits every row unless told not to."""
-        if commit:
+        if commit and rows.chain_seq >= 0:
+            seqs[rows.chain_seq].cache.check_room(len(rows.tokens))
+        elif commit:
             for sid, s in seqs.items():
                 s.cache.check_room(int(np.count_nonzero(rows.seqs == sid)))
         caches = SequenceCaches({sid: s.cache for sid, s in seqs.items()})
         result = self.interpreter.run(self.graph, rows, caches)
-        if commit:
+        if commit and rows.chain_seq >= 0 and self.in_place:  # one sequence's chain: every row is its own
+            s = seqs[rows.chain_seq]
+            s.cache.commit_written(rows.positions)
+            s.tokens.extend(rows.tokens.tolist())
+        elif commit:
             for sid, s in seqs.items():
                 mine = np.flatnonzero(rows.seqs == sid)
                 if self.in_place:
@@ -92,12 +99,37 @@ class Engine:
         logits = None
         for start in range(0, len(tokens), self.batch):
             chunk = tokens[start : start + self.batch]
-            rows = PassRows.chain(chunk, seq.cache.length)
+            last = start + self.batch >= len(tokens)  # earlier chunks need no logits: skip the output layer
+            rows = PassRows.chain(chunk, seq.cache.length, outputs="last" if last else "none")
             logits = self.forward(rows, {0: seq})
         return logits[-1]
 
     def decode(self, seq: Sequence, token: int) -> np.ndarray:
         return self.prefill(seq, [token])
+
+    def verify(self, seq: Sequence, rows: PassRows) -> np.ndarray:
+        """One pass of a draft tree of one sequence (rows.seqs all 0, parents before children) that
+        commits nothing: logits f32 [T, n_vocab] for rows.output_rows (all rows, for verification).
+        keep() then commits the accepted path; the compiled step has already written every row in
+        place at slot length + i."""
+        seq.cache.check_room(len(rows.tokens))
+        result = self.interpreter.run(self.graph, rows, SequenceCaches({0: seq.cache}))
+        seq.pending = (rows, result.new_kv, seq.cache.length)
+        return result.outputs["logits"]
+
+    def keep(self, seq: Sequence, path: list[int]) -> None:
+        """Commit rows `path` of the last verify() pass (root first, each row the parent of the next)
+        without recomputing them."""
+        if seq.pending is None or seq.pending[2] != seq.cache.length:
+            raise ValueError("keep() needs the sequence's last pass to be a verify() with nothing after it")
+        rows, new_kv, _ = seq.pending
+        seq.pending = None
+        path = np.asarray(path, np.int64)
+        if self.in_place:
+            seq.cache.keep_written(path, rows.positions[path])
+        else:
+            seq.cache.commit(new_kv, path, rows.positions)
+        seq.tokens.extend(int(t) for t in rows.tokens[path])
 
     def rollback(self, seq: Sequence, length: int) -> None:
         seq.cache.truncate(length)

@@ -91,6 +91,24 @@ class KVCache:
         self.positions[self.length : self.length + n] = positions
         self.length += n
 
+    def keep_written(self, rows: np.ndarray, positions: np.ndarray) -> None:
+        """Append some rows of an uncommitted in-place pass (pass row i was written at slot length + i):
+        `rows` in path order (increasing, as a tree lists parents before children) move down to
+        consecutive slots from length. A chain whose kept rows are a prefix moves nothing."""
+        rows = np.asarray(rows, np.int64)
+        n = len(rows)
+        self.check_room(n)
+        src = self.length + rows
+        dst = self.length + np.arange(n)
+        moved = src != dst
+        if moved.any():  # fancy indexing copies the sources out before any is overwritten
+            src, dst = src[moved], dst[moved]
+            for layer in self.k:
+                self.k[layer][dst] = self.k[layer][src]
+                self.v[layer][dst] = self.v[layer][src]
+        self.positions[self.length : self.length + n] = positions
+        self.length += n
+
     def truncate(self, length: int) -> None:
         """Roll back to the first `length` entries."""
         if not 0 <= length <= self.length:

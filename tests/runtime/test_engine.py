@@ -47,6 +47,15 @@ def test_chunking_does_not_change_logits(engine):
     assert seq_b.cache.length == len(PROMPT)
 
 
+def test_a_pass_without_output_rows_fills_the_cache_and_returns_no_logits(engine):
+    """Prompt chunks before the last skip the output layer: no logits, the same cache as with them."""
+    seq_a, seq_b = engine.new_sequence(), engine.new_sequence()
+    none = engine.forward(PassRows.chain(PROMPT[:4], 0, outputs="none"), {0: seq_a})
+    engine.forward(PassRows.chain(PROMPT[:4], 0), {0: seq_b})
+    assert none.shape == (0, engine.n_vocab)
+    assert np.array_equal(engine.decode(seq_a, PROMPT[4]), engine.decode(seq_b, PROMPT[4]))
+
+
 def test_tree_rows_equal_their_paths(engine):
     """In a draft tree, each row gives what its own path gives decoded plainly."""
     prefix, a, b, c = PROMPT[:5], 7042, 3575, 30
