@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kinetic import hub
 from kinetic.errors import KineticError
@@ -24,6 +25,9 @@ from kinetic.passes import PassOptions, run_pipeline
 from kinetic.runtime.engine import DEFAULT_CONTEXT, Engine
 from kinetic.runtime.sampling import Sampler, SamplingSettings, settings_from_metadata
 from kinetic.runtime.weights import GGUFWeights
+
+if TYPE_CHECKING:
+    from kinetic.grammar import ConstrainedSampler, Grammar
 
 
 @dataclass
@@ -94,18 +98,24 @@ class Model:
 
     def generate(self, prompt: str | list[int], max_tokens: int | None = None, temperature: float | None = None,
                  seed: int | None = None, stream: bool = False, return_tokens: bool = False, *,
-                 sampling: SamplingSettings | None = None, **overrides):
+                 sampling: SamplingSettings | None = None, grammar: Grammar | str | None = None,
+                 **overrides):
         """Continue `prompt` (text, tokenized with special tokens parsed, or token ids).
 
         Returns the text (or the token ids with return_tokens=True); with stream=True, an iterator of
         text pieces (or of ids). Sampling: `sampling` (a SamplingSettings) if given, else the file's
         recommended settings (sampling_defaults()) with temperature 0, so without a temperature or
         settings the answer is greedy. `temperature`, `seed` and keyword overrides with llama.cpp's
-        names (top_k=20, repeat_penalty=1.1, ...) replace single settings.
+        names (top_k=20, repeat_penalty=1.1, ...) replace single settings. `grammar` (a
+        kinetic.grammar Grammar or GBNF text) holds the answer to it: disallowed tokens are masked
+        before the sampler chain, and the answer ends ("stop") once the grammar allows nothing more.
         """
         settings = self._sampling(sampling, temperature, seed, overrides)
         ids = self._prompt_ids(prompt)
-        pieces = self._generate_ids(ids, max_tokens, self._sampler(settings, ids))
+        sampler = self._sampler(settings, ids)
+        if grammar is not None:
+            sampler = self._constrained(sampler, grammar)
+        pieces = self._generate_ids(ids, max_tokens, sampler)
         if return_tokens:
             return pieces if stream else list(pieces)
         text = self._as_text(pieces)
@@ -161,7 +171,16 @@ class Model:
         except ValueError as e:
             raise KineticError(f"bad sampling settings: {e}", "See docs/sampling.md.") from None
 
-    def _generate_ids(self, ids: list[int], max_tokens: int | None, sampler: Sampler) -> Iterator[int]:
+    def _constrained(self, sampler: Sampler, grammar: Grammar | str) -> ConstrainedSampler:
+        """The sampler held to `grammar` (a Grammar or GBNF text) over this model's vocabulary."""
+        from kinetic.grammar import ConstrainedSampler, GrammarMatcher, TokenVocab, parse_gbnf  # numba: on use
+
+        vocab = TokenVocab.from_tokenizer(self.tokenizer)  # built once per tokenizer
+        matcher = GrammarMatcher(parse_gbnf(grammar) if isinstance(grammar, str) else grammar, vocab)
+        return ConstrainedSampler(sampler, matcher.start())
+
+    def _generate_ids(self, ids: list[int], max_tokens: int | None,
+                      sampler: Sampler | ConstrainedSampler) -> Iterator[int]:
         stats = self.last_stats = GenerationStats(prompt_tokens=len(ids), sampling=sampler.settings)
         room = self.engine.n_ctx - len(ids)
         limit = room if max_tokens is None or max_tokens < 0 else min(max_tokens, room)
@@ -182,6 +201,9 @@ class Model:
                 stats.stop_reason = "stop"
                 break
             yield token
+            if getattr(sampler, "must_stop", False):  # a ConstrainedSampler's grammar allows nothing more
+                stats.stop_reason = "stop"
+                break
             if stats.generated_tokens < limit:
                 logits = self.engine.decode(seq, token)
         stats.generate_seconds = time.perf_counter() - start

@@ -142,7 +142,7 @@ def bad_llama_and_ollama_input(s: Server) -> None:
         ("/completion", {"prompt": [[1, 2], [3]]}),
         ("/completion", {"prompt": [1, 2, 99_999_999]}),
         ("/completion", {"prompt": "hi", "n_predict": "many"}),
-        ("/completion", {"prompt": "hi", "grammar": "root ::= \"a\""}),
+        ("/completion", {"prompt": "hi", "grammar": "root ::= nope"}),
         ("/completion", {"prompt": "hi", "samplers": ["nonsense"]}),
         ("/completion", {"prompt": "hi", "logit_bias": [[1]]}),
         ("/tokenize", {"content": 5}),

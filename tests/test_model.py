@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 import kinetic
@@ -77,3 +79,22 @@ def test_bad_prompts_raise_kinetic_error(model):
 def test_unknown_model_raises_kinetic_error(tmp_path):
     with pytest.raises(kinetic.KineticError, match="no model file"):
         kinetic.Model(tmp_path / "nope.gguf")
+
+
+def test_generate_with_a_grammar(model):
+    """grammar= holds the answer: GBNF text gives one of its strings and stops there ("stop"); a JSON
+    Schema grammar gives JSON that parses and validates; the same seed gives the same constrained answer."""
+    from kinetic.grammar import json_schema_grammar
+
+    answer = model.generate("Is Paris in France? Answer:", max_tokens=8, grammar='root ::= " yes" | " no"')
+    assert answer in (" yes", " no") and model.last_stats.stop_reason == "stop"
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+    prompt = model.apply_chat_template([{"role": "user", "content": "Give me a JSON object with an integer a."}])
+    text = model.generate(prompt, max_tokens=24, grammar=json_schema_grammar(schema))
+    assert model.last_stats.stop_reason == "stop"
+    assert isinstance(json.loads(text)["a"], int) and set(json.loads(text)) == {"a"}
+    sampled = [model.generate(prompt, max_tokens=24, temperature=1.0, seed=3, grammar=json_schema_grammar(schema),
+                              return_tokens=True) for _ in range(2)]
+    assert sampled[0] == sampled[1]
+    with pytest.raises(kinetic.KineticError, match="undefined rule"):
+        model.generate("x", max_tokens=1, grammar="root ::= nope")

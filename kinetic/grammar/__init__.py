@@ -2,7 +2,8 @@
 
 Owns: parsing llama.cpp's GBNF (gbnf.py), lowering it to byte-level rules (compile.py), JSON Schema to
 GBNF (json_schema.py, regex.py), tool-call grammars (tool_calls.py), the vocabulary's byte trie
-(vocab.py), the matcher (matcher.py) and the mask hook for sampling (sampling.py).
+(vocab.py), the matcher (matcher.py) and the mask hook for sampling (sampling.py: apply_mask and
+ConstrainedSampler, a Sampler held to a grammar).
 Does not own: sampling itself, HTTP, chat templates. Every user mistake raises GrammarError (a
 KineticError), which the server answers with a 400.
 
@@ -17,12 +18,12 @@ Use:
 from kinetic.grammar.gbnf import Grammar, GrammarError, parse_gbnf
 from kinetic.grammar.json_schema import json_object_grammar, json_schema_grammar, json_schema_to_gbnf
 from kinetic.grammar.matcher import DEAD, GrammarMatcher, GrammarState
-from kinetic.grammar.sampling import apply_mask
+from kinetic.grammar.sampling import ConstrainedSampler, apply_mask
 from kinetic.grammar.tool_calls import TOOL_STYLES, tool_call_grammar
 from kinetic.grammar.vocab import TokenVocab
 
 __all__ = [
-    "DEAD", "TOOL_STYLES", "Grammar", "GrammarError", "GrammarMatcher", "GrammarState", "TokenVocab",
-    "apply_mask", "json_object_grammar", "json_schema_grammar", "json_schema_to_gbnf", "parse_gbnf",
+    "DEAD", "TOOL_STYLES", "ConstrainedSampler", "Grammar", "GrammarError", "GrammarMatcher", "GrammarState",
+    "TokenVocab", "apply_mask", "json_object_grammar", "json_schema_grammar", "json_schema_to_gbnf", "parse_gbnf",
     "tool_call_grammar",
 ]

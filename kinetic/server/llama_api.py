@@ -2,9 +2,9 @@
 
 Owns: llama-server's field names, defaults (/tokenize: add_special false, parse_special true) and
 response shapes, read from llama.cpp's tools/server so its clients parse ours unchanged. These
-routes take bodies of any content type, as llama-server does. grammar and json_schema are parsed
-and refused with a 400 until grammars land; cache_prompt, id_slot and the sampler fields Kinetic has
-no sampler for are accepted and ignored.
+routes take bodies of any content type, as llama-server does. grammar (GBNF) or json_schema holds
+/completion's answer (constraints.py); cache_prompt, id_slot and the sampler fields Kinetic has no
+sampler for are accepted and ignored.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from litestar.response import Stream
 from kinetic import __version__
 from kinetic.server.body import Fields
 from kinetic.server.common import SSE_HEADERS, fields_of, guarded, sse, state_of, timings, token_text, whole_answer
+from kinetic.server.constraints import compile_grammar, llama_grammar
 from kinetic.server.errors import ApiError, error_body, not_supported
 from kinetic.server.metrics import prometheus_text
 from kinetic.server.options import ServerState
@@ -28,9 +29,7 @@ from kinetic.server.worker import Failed, Finished, GenerationRequest, Piece, To
 async def completion(request: Request) -> Response:
     state = state_of(request)
     f = await fields_of(request)
-    for name in ("grammar", "json_schema"):
-        if f.has(name):
-            raise not_supported(name, " (constrained output needs grammars)")
+    spec = llama_grammar(f)
     if f.boolean("post_sampling_probs", False):
         raise not_supported("post_sampling_probs")
     n_predict = f.integer("n_predict")
@@ -41,8 +40,10 @@ async def completion(request: Request) -> Response:
     return_tokens = bool(f.boolean("return_tokens", False))
     settings = sampling_settings(f, state.defaults, state.model.engine.n_vocab)
     ids = await to_thread.run_sync(_prompt_ids, state, f)
+    grammar = await compile_grammar(state.worker.grammars, spec)
     req = GenerationRequest(ids, settings, None if n_predict is None or n_predict < 0 else n_predict,
-                            f.strings("stop"), n_probs > 0, n_probs, bool(f.boolean("ignore_eos", False)))
+                            f.strings("stop"), n_probs > 0, n_probs, bool(f.boolean("ignore_eos", False)),
+                            grammar=grammar)
     job = state.worker.submit(req)
     params = _params(req, stream)
     prompt_text = state.model.detokenize(list(ids))

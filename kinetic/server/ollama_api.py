@@ -3,7 +3,8 @@
 Owns: Ollama's field names (options.num_predict and the sampler options), its response shapes and
 its {"error": "..."} bodies. Embeddings answer 400 naming the endpoints this text model serves;
 suffix, template and context are refused (the prompt always goes through the model's own
-template, and a conversation is resent as messages); format (JSON output) waits for grammars.
+template, and a conversation is resent as messages); format ("json" or a JSON Schema) holds the
+answer with a grammar (constraints.py).
 Like Ollama, these routes take bodies of any content type.
 """
 
@@ -19,6 +20,7 @@ from kinetic.frontend.model_info import describe
 from kinetic.frontend.output_parsing import detect_tool_format
 from kinetic.server.body import Fields
 from kinetic.server.common import fields_of, guarded, ndjson, state_of, whole_answer
+from kinetic.server.constraints import compile_grammar, ollama_grammar
 from kinetic.server.errors import ApiError, not_supported
 from kinetic.server.options import ServerState
 from kinetic.server.params import sampling_settings
@@ -104,14 +106,14 @@ async def embed(request: Request) -> Response:
 # -- generation -------------------------------------------------------------------------------------------
 
 
-def _generation(f: Fields, state: ServerState, ids, keep_special: bool = False) -> GenerationRequest:
-    if f.has("format"):
-        raise not_supported("format", " (JSON output needs grammars)")
+async def _generation(f: Fields, state: ServerState, ids, keep_special: bool = False) -> GenerationRequest:
     options = Fields(f.obj("options") or {}, "options.")
     num_predict = options.integer("num_predict")
     settings = sampling_settings(options, state.defaults, state.model.engine.n_vocab)
     max_tokens = None if num_predict is None or num_predict < 0 else num_predict
-    return GenerationRequest(ids, settings, max_tokens, options.strings("stop"), keep_special=keep_special)
+    grammar = await compile_grammar(state.worker.grammars, ollama_grammar(f))
+    return GenerationRequest(ids, settings, max_tokens, options.strings("stop"), keep_special=keep_special,
+                             grammar=grammar)
 
 
 def _think(f: Fields) -> dict:
@@ -142,7 +144,7 @@ async def chat(request: Request) -> Response:
     messages = messages_from(f)
     tools = tools_from(f)
     prompt = await chat_prompt(state.model, messages, tools, _think(f))
-    job = state.worker.submit(_generation(f, state, prompt.ids, keep_special=prompt.tool_format is not None))
+    job = state.worker.submit(await _generation(f, state, prompt.ids, keep_special=prompt.tool_format is not None))
     if f.boolean("stream", True):
         return Stream(guarded(_chat_stream(job, state, prompt, tools), request.url.path, ndjson), media_type=NDJSON)
     text, _, fin = await whole_answer(job, request)
@@ -204,7 +206,7 @@ async def generate(request: Request) -> Response:
         messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": text}]
         prompt = await chat_prompt(state.model, messages, None, _think(f))
         ids = prompt.ids
-    job = state.worker.submit(_generation(f, state, ids))
+    job = state.worker.submit(await _generation(f, state, ids))
     if f.boolean("stream", True):
         return Stream(guarded(_generate_stream(job, state, prompt), request.url.path, ndjson), media_type=NDJSON)
     text, _, fin = await whole_answer(job, request)

@@ -1,15 +1,18 @@
 """OpenAI's API under /v1 (and without the prefix where the seed says): health, models, chat
 completions and completions, streamed as server-sent events or whole.
 
-Owns: the OpenAI fields and response shapes. n other than 1, grammars, response_format with a JSON
-type, forced tool calls and receipts are parsed and refused with a 400 naming the field until the
-features behind them land. Embeddings and rerank answer 400 naming the endpoints this text model serves.
+Owns: the OpenAI fields and response shapes, and what tool_choice means: "auto" offers the tools
+and reads calls from the reply (unconstrained: lazy grammars are not built), "none" hides them,
+"required" and a named function hold the reply to calls in the template's format with a grammar
+(one call unless parallel_tool_calls). response_format, grammar and json_schema go through
+constraints.py. n other than 1, receipts and echo are refused with a 400 naming the field.
+Embeddings and rerank answer 400 naming the endpoints this text model serves.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from litestar import Request, Response, get, post
 from litestar.response import Stream
@@ -30,6 +33,7 @@ from kinetic.server.common import (
     usage,
     whole_answer,
 )
+from kinetic.server.constraints import GrammarSpec, compile_grammar, openai_grammar, tool_grammar
 from kinetic.server.errors import ApiError, error_body, not_supported
 from kinetic.server.options import ServerState
 from kinetic.server.params import sampling_settings
@@ -57,6 +61,7 @@ class _Common:
     stop: tuple[str, ...]
     max_tokens: int | None
     settings: object
+    grammar: GrammarSpec | None  # response_format, grammar or json_schema
 
 
 def _common(f: Fields, state: ServerState, chat: bool) -> _Common:
@@ -75,41 +80,52 @@ def _common(f: Fields, state: ServerState, chat: bool) -> _Common:
     else:
         count = f.integer("logprobs", 0, 20)
         logprobs, top = count is not None, count or 0
-    _hooks(f)
+    grammar = openai_grammar(f)
+    for name in ("receipt", "echo"):
+        if f.boolean(name, False):
+            raise not_supported(name)
     settings = sampling_settings(f, state.defaults, state.model.engine.n_vocab, strict=True)
-    return _Common(stream, include_usage, logprobs, top, f.strings("stop"), max_tokens, settings)
+    return _Common(stream, include_usage, logprobs, top, f.strings("stop"), max_tokens, settings, grammar)
 
 
-def _hooks(f: Fields) -> None:
-    """Fields that need grammars (or receipts): checked for shape, then refused until they land."""
-    fmt = f.obj("response_format")
-    if fmt is not None:
-        kind = fmt.get("type")
-        if kind in ("json_object", "json_schema"):
-            raise not_supported(f"response_format {kind}", " (constrained output needs grammars)")
-        if kind != "text":
-            raise ApiError(400, "response_format.type must be text, json_object or json_schema", "response_format")
-    for name in ("grammar", "json_schema"):
-        if f.has(name):
-            raise not_supported(name, " (constrained output needs grammars)")
-    if f.boolean("receipt", False):
-        raise not_supported("receipt")
-    if f.boolean("echo", False):
-        raise not_supported("echo")
+@dataclass(frozen=True)
+class _Forced:
+    """tool_choice "required" (name None) or a named function: the reply is held to calls."""
+
+    name: str | None
+    parallel: bool
 
 
-def _tool_choice(f: Fields, tools: list | None) -> list | None:
-    """The tools the template sees: all of them for auto, none for "none"."""
-    f.boolean("parallel_tool_calls")
+def _tool_choice(f: Fields, tools: list | None) -> tuple[list | None, _Forced | None]:
+    """The tools the template sees (all of them for auto and required, none for "none", the named
+    one for a named function) and the forced call, if any."""
+    parallel = bool(f.boolean("parallel_tool_calls", False))
     choice = f.raw("tool_choice", "auto")
     if choice == "none":
-        return None
+        return None, None
     if choice == "auto":
-        return tools
-    if choice == "required" or isinstance(choice, dict):
-        raise not_supported("tool_choice " + ("required" if choice == "required" else "with a named function"),
-                            " (forcing a call needs grammars); use \"auto\"")
+        return tools, None
+    if choice == "required":
+        if not tools:
+            raise ApiError(400, 'tool_choice "required" needs a non-empty tools list', param="tool_choice")
+        return tools, _Forced(None, parallel)
+    fn = choice.get("function") if isinstance(choice, dict) and choice.get("type", "function") == "function" else None
+    if isinstance(fn, dict) and isinstance(fn.get("name"), str):
+        named = [t for t in tools or [] if t["function"]["name"] == fn["name"]]
+        if not named:
+            offered = ", ".join(repr(t["function"]["name"]) for t in tools or []) or "none"
+            raise ApiError(400, f"tool_choice names the function {fn['name']!r}, which is not among the tools "
+                                f"(offered: {offered})", param="tool_choice")
+        return named, _Forced(fn["name"], parallel)
     raise f.bad("tool_choice", '"auto", "none", "required" or {"type": "function", "function": {"name": ...}}')
+
+
+def _forced_grammar(forced: _Forced, prompt: ChatPrompt, tools: list) -> GrammarSpec:
+    """The grammar of a forced call in the template's own format; a template with no known format
+    gets Llama 3's bare JSON object, as the seed says for other templates. An open <think> block is
+    closed first; a template that knows <think> may reason in one whole block before the call."""
+    think = "open" if prompt.reasoning_started else "optional" if prompt.thinks else None
+    return tool_grammar(tools, prompt.tool_format or "llama3", forced.parallel, forced.name, think)
 
 
 # -- routes --------------------------------------------------------------------------------------------
@@ -133,11 +149,19 @@ async def chat_completions(request: Request) -> Response:
     f = await fields_of(request, json_only=True)
     common = _common(f, state, chat=True)
     messages = messages_from(f)
-    tools = _tool_choice(f, tools_from(f))
+    tools, forced = _tool_choice(f, tools_from(f))
+    if forced is not None and common.grammar is not None:
+        raise ApiError(400, f"a forced tool call (tool_choice) cannot be combined with {common.grammar.field}",
+                       param=common.grammar.field)
     prompt = await chat_prompt(state.model, messages, tools, template_kwargs(f))
+    spec = common.grammar
+    if forced is not None:
+        spec = _forced_grammar(forced, prompt, tools)
+        prompt = replace(prompt, tool_format=prompt.tool_format or "llama3", forced_calls=True)
+    grammar = await compile_grammar(state.worker.grammars, spec)
     job = state.worker.submit(GenerationRequest(
         prompt.ids, common.settings, common.max_tokens, common.stop, common.logprobs, common.top_logprobs,
-        keep_special=prompt.tool_format is not None))
+        keep_special=prompt.tool_format is not None, grammar=grammar))
     head = {"id": new_id("chatcmpl"), "created": int(time.time()), "model": state.name,
             "system_fingerprint": FINGERPRINT}
     if common.stream:
@@ -210,8 +234,9 @@ async def completions(request: Request) -> Response:
     f = await fields_of(request, json_only=True)
     common = _common(f, state, chat=False)
     ids = await _completion_prompt(f, state)
+    grammar = await compile_grammar(state.worker.grammars, common.grammar)
     job = state.worker.submit(GenerationRequest(ids, common.settings, common.max_tokens, common.stop,
-                                                common.logprobs, common.top_logprobs))
+                                                common.logprobs, common.top_logprobs, grammar=grammar))
     head = {"id": new_id("cmpl"), "object": "text_completion", "created": int(time.time()), "model": state.name,
             "system_fingerprint": FINGERPRINT}
     if common.stream:

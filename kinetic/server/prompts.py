@@ -31,6 +31,7 @@ class ChatPrompt:
     reasoning_started: bool  # the prompt ends inside an open <think> block
     thinks: bool  # the template knows <think> blocks
     tool_format: str | None  # set when tools were offered and the template has a call format
+    forced_calls: bool = False  # tool_choice forced calls: the whole reply (after reasoning) is calls
 
 
 def messages_from(f: Fields, name: str = "messages") -> list[dict]:

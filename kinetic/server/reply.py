@@ -2,7 +2,8 @@
 
 Owns: applying kinetic/frontend/output_parsing.py to a whole answer, and doing the same piece by
 piece for streams (reasoning as it is written, text as it is written, tool calls whole at the end,
-as the seed's Streaming section describes). Shared by the OpenAI and Ollama chat routes.
+as the seed's Streaming section describes). Shared by the OpenAI and Ollama chat routes. When
+tool_choice forced the calls, everything after the reasoning is read as calls.
 """
 
 from __future__ import annotations
@@ -60,8 +61,8 @@ class ReplyStream:
     def _content(self, text: str) -> str:
         if self._markers is None or not text:
             return text
-        if self._calls is not None:
-            self._calls += text
+        if self._calls is not None or self.prompt.forced_calls:
+            self._calls = (self._calls or "") + text
             return ""
         if self.prompt.tool_format == "llama3" and not self._seen_text and text.lstrip().startswith("{"):
             self._calls = text  # Llama 3 writes a call as a bare JSON object

@@ -7,7 +7,9 @@ fed with call_soon_threadsafe, so the loop never waits on the engine. Does not o
 shapes or what a field means (the API modules build a GenerationRequest).
 
 A job is cancelled when its client goes away: the flag is checked between prompt chunks and before
-every token, so a disconnect frees the engine within one pass.
+every token, so a disconnect frees the engine within one pass. A job with a grammar (compiled by the
+handler, constraints.py) picks through a ConstrainedSampler and ends once the grammar allows
+nothing more; the worker keeps the model's GrammarCache.
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kinetic.errors import KineticError
+from kinetic.grammar import ConstrainedSampler, GrammarMatcher
 from kinetic.runtime.sampling import Sampler, SamplingSettings, log_softmax, top_logprobs
+from kinetic.server.constraints import GrammarCache
 from kinetic.server.errors import ApiError
 from kinetic.server.textstream import HoldBack
 
@@ -44,6 +48,7 @@ class GenerationRequest:
     top_logprobs: int = 0  # and this many alternatives (0..20)
     ignore_eos: bool = False
     keep_special: bool = False  # keep control tokens' text (tool-call markers such as [TOOL_CALLS])
+    grammar: GrammarMatcher | None = None  # hold the answer to this grammar
 
 
 @dataclass(frozen=True)
@@ -64,7 +69,7 @@ class Piece:
 
 @dataclass
 class Finished:
-    finish_reason: str  # "stop" (end of turn or a stop string) or "length"
+    finish_reason: str  # "stop" (end of turn, a stop string, or the grammar's end) or "length"
     stop_type: str  # llama-server's: "eos", "word" or "limit"
     stopping_word: str
     prompt_tokens: int
@@ -173,6 +178,7 @@ class EngineWorker:
         self._jobs: queue.Queue[Job | None] = queue.Queue()
         self._thread: threading.Thread | None = None
         self._pieces: list[bytes] | None = None
+        self.grammars = GrammarCache(model)  # the vocabulary is built on the first constrained request
 
     # -- event loop side ---------------------------------------------------------------------------
 
@@ -231,7 +237,7 @@ class EngineWorker:
                 with self.lock:
                     self.current, self.last = None, job
 
-    def _sampler(self, request: GenerationRequest) -> Sampler:
+    def _sampler(self, request: GenerationRequest) -> Sampler | ConstrainedSampler:
         s = request.settings
         pieces = None
         if s.dry_multiplier != 0 and s.dry_penalty_last_n != 0:
@@ -239,9 +245,10 @@ class EngineWorker:
                 self._pieces = [self._piece(t) for t in range(self.model.engine.n_vocab)]
             pieces = self._pieces
         try:
-            return Sampler(s, pieces, n_vocab=self.model.engine.n_vocab, history=list(request.prompt))
+            sampler = Sampler(s, pieces, n_vocab=self.model.engine.n_vocab, history=list(request.prompt))
         except ValueError as e:
             raise ApiError(400, str(e)) from None
+        return sampler if request.grammar is None else ConstrainedSampler(sampler, request.grammar.start())
 
     def _generate(self, job: Job) -> Finished:
         request, engine, tokenizer = job.request, self.model.engine, self.model.tokenizer
@@ -278,6 +285,9 @@ class EngineWorker:
                 break
             released += len(out)
             job.post(Piece(out, pending.take(released)))
+            if request.grammar is not None and sampler.must_stop:  # the grammar allows nothing more
+                stop_type = "eos"
+                break
         steps.close()
         if stop_type != "word":
             tail = scanner.feed(decoder.flush())[0] + scanner.flush()
@@ -287,7 +297,8 @@ class EngineWorker:
         return Finished("length" if stop_type == "limit" else "stop", stop_type, word, len(ids), len(tokens), tokens,
                         prompt_seconds, generate_seconds, sampler.settings)
 
-    def _tokens(self, job: Job, ids: list[int], limit: int, sampler: Sampler) -> Iterator[tuple[int, TokenInfo]]:
+    def _tokens(self, job: Job, ids: list[int], limit: int,
+                sampler: Sampler | ConstrainedSampler) -> Iterator[tuple[int, TokenInfo]]:
         """Plain decoding, as Model.generate does it: prefill in the engine's chunks, then per token
         next_uniform / choose / accept. Yields (token, its TokenInfo); stops early when cancelled."""
         engine, request = self.model.engine, job.request

@@ -101,9 +101,9 @@ def test_same_seed_same_answer(client):
 
 
 def test_refusals_are_400s_naming_the_field(client):
-    """n other than 1, out-of-range fields and grammar-needing formats are refused with a 400 naming them."""
+    """n other than 1, out-of-range fields and unknown response_format types are refused with a 400 naming them."""
     for kwargs, field in (({"n": 2}, "n"), ({"temperature": 101}, "temperature"), ({"top_logprobs": 21,
-                          "logprobs": True}, "top_logprobs"), ({"response_format": {"type": "json_object"}},
+                          "logprobs": True}, "top_logprobs"), ({"response_format": {"type": "xml"}},
                                                                "response_format")):
         with pytest.raises(openai.BadRequestError) as err:
             client.chat.completions.create(model="any", messages=QUESTION, max_tokens=2, **kwargs)
@@ -171,6 +171,110 @@ def test_ollama_chat_streamed_and_whole(http, greedy_chat):
     assert http.get("/api/tags").json()["models"][0]["name"] == model_path("smollm2-135m").stem
     refused = http.post("/api/generate", json={"model": "any", "prompt": "hi", "context": [1, 2]})
     assert refused.status_code == 400 and "context" in refused.json()["error"]
+
+
+SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+ASK_A = [{"role": "user", "content": "Give me a JSON object with an integer a."}]
+ASK_JSON = "Reply in JSON: what is the capital of France?"
+WEATHER = [{"role": "user", "content": "What is the weather in Paris?"}]
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "The weather in a city",
+                                           "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                                                          "required": ["city"]}}}]
+
+
+def _schema_format(schema: dict) -> dict:
+    return {"type": "json_schema", "json_schema": {"name": "answer", "schema": schema, "strict": True}}
+
+
+def test_json_schema_response_format_parses_and_validates(client):
+    """response_format json_schema holds the answer to the schema: it parses, validates, and the grammar ends it."""
+    reply = client.chat.completions.create(model="any", messages=ASK_A, max_tokens=24, temperature=0,
+                                           response_format=_schema_format(SCHEMA))
+    value = json.loads(reply.choices[0].message.content)
+    assert set(value) == {"a"} and isinstance(value["a"], int)
+    assert reply.choices[0].finish_reason == "stop"
+
+
+def test_same_seed_same_answer_with_a_grammar(client):
+    """Sampling at temperature 1 under a schema with a seed gives the same answer every time."""
+    answers = {client.chat.completions.create(model="any", messages=ASK_A, max_tokens=24, temperature=1.0, seed=7,
+                                              response_format=_schema_format(SCHEMA)).choices[0].message.content
+               for _ in range(2)}
+    assert len(answers) == 1
+
+
+def test_json_object_response_format_and_ollama_format_json(client, http):
+    """response_format json_object and Ollama's format "json" give JSON that parses (an object for Ollama)."""
+    reply = client.chat.completions.create(model="any", messages=[{"role": "user", "content": ASK_JSON}],
+                                           max_tokens=40, temperature=0, response_format={"type": "json_object"})
+    json.loads(reply.choices[0].message.content)
+    assert reply.choices[0].finish_reason == "stop"
+    body = {"model": "any", "prompt": ASK_JSON, "format": "json", "stream": False,
+            "options": {"temperature": 0, "num_predict": 40}}
+    answer = http.post("/api/generate", json=body).json()
+    assert isinstance(json.loads(answer["response"]), dict) and answer["done_reason"] == "stop"
+    with http.stream("POST", "/api/chat", json={"model": "any", "messages": ASK_A, "format": SCHEMA,
+                                                "options": {"temperature": 0, "num_predict": 24}}) as r:
+        lines = [json.loads(line) for line in r.iter_lines() if line]
+    assert isinstance(json.loads("".join(line["message"]["content"] for line in lines))["a"], int)
+
+
+def test_gbnf_grammar_on_llama_server_completion(http):
+    """/completion's grammar holds the answer to one of its strings, ended by the grammar (stop_type eos)."""
+    body = {"prompt": "Is Paris in France? Answer:", "grammar": 'root ::= " yes" | " no"', "n_predict": 8,
+            "temperature": 0}
+    reply = http.post("/completion", json=body).json()
+    assert reply["content"] in (" yes", " no") and reply["stop_type"] == "eos"
+    schema = http.post("/completion", json={"prompt": "x", "json_schema": SCHEMA, "n_predict": 24,
+                                            "temperature": 0}).json()
+    assert isinstance(json.loads(schema["content"])["a"], int)
+
+
+def test_invalid_grammars_and_schemas_are_400s_naming_the_problem(client, http):
+    """A schema, grammar or format kinetic.grammar cannot compile is a 400 naming the field and the problem."""
+    with pytest.raises(openai.BadRequestError) as err:
+        client.chat.completions.create(model="any", messages=ASK_A, max_tokens=2,
+                                       response_format=_schema_format({"type": "object", "properties": {
+                                           "a": {"type": "integer", "multipleOf": 3}}}))
+    assert "response_format" in err.value.message and "multipleOf" in err.value.message
+    bad = http.post("/completion", json={"prompt": "x", "grammar": "root ::= nope"})
+    assert bad.status_code == 400 and "grammar" in bad.json()["error"]["message"]
+    assert "nope" in bad.json()["error"]["message"]
+    bad = http.post("/api/chat", json={"model": "any", "messages": ASK_A, "format": {"type": "foo"}})
+    assert bad.status_code == 400 and "format" in bad.json()["error"] and "foo" in bad.json()["error"]
+
+
+def test_forced_tool_call_round_trip(client):
+    """tool_choice required holds the reply to one call (SmolLM2's template has no call format: Llama 3's
+    bare JSON), returned as tool_calls with arguments that parse, the same streamed; the result goes back."""
+    reply = client.chat.completions.create(model="any", messages=WEATHER, tools=TOOLS, tool_choice="required",
+                                           max_tokens=48, temperature=0)
+    choice = reply.choices[0]
+    assert choice.finish_reason == "tool_calls" and len(choice.message.tool_calls) == 1
+    call = choice.message.tool_calls[0]
+    assert call.function.name == "get_weather" and isinstance(json.loads(call.function.arguments)["city"], str)
+    chunks = list(client.chat.completions.create(
+        model="any", messages=WEATHER, tools=TOOLS, max_tokens=48, temperature=0, stream=True,
+        tool_choice={"type": "function", "function": {"name": "get_weather"}}))
+    streamed = [c for chunk in chunks for c in chunk.choices[0].delta.tool_calls or []]
+    assert [(c.function.name, c.function.arguments) for c in streamed] == [("get_weather", call.function.arguments)]
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
+    result = [{"role": "assistant", "tool_calls": [call.model_dump()]},
+              {"role": "tool", "tool_call_id": call.id, "content": "Sunny, 21 C"}]
+    after = client.chat.completions.create(model="any", messages=WEATHER + result, tools=TOOLS, max_tokens=4,
+                                           temperature=0)
+    assert after.choices[0].message.content
+
+
+def test_grammar_with_a_forced_tool_call_is_400(client):
+    """A forced tool call cannot be combined with response_format or grammar; a named function must be a tool."""
+    for extra in ({"response_format": {"type": "json_object"}}, {"extra_body": {"grammar": 'root ::= "x"'}}):
+        with pytest.raises(openai.BadRequestError, match="cannot be combined"):
+            client.chat.completions.create(model="any", messages=WEATHER, tools=TOOLS, tool_choice="required",
+                                           max_tokens=2, **extra)
+    with pytest.raises(openai.BadRequestError, match="not among the tools"):
+        client.chat.completions.create(model="any", messages=WEATHER, tools=TOOLS, max_tokens=2,
+                                       tool_choice={"type": "function", "function": {"name": "nope"}})
 
 
 def test_client_disconnect_cancels_generation(http, server):

@@ -1,0 +1,172 @@
+"""Constrained output in the server: which grammar a request asks for, compiled once and cached.
+
+Owns: reading the grammar fields of the three APIs into one GrammarSpec (OpenAI's response_format,
+llama-server's grammar and json_schema on both its route and the OpenAI ones, Ollama's format,
+forced tool calls), refusing requests that ask for two, and GrammarCache: the model's TokenVocab
+(built on the first constrained request: 0.5-2 s) and the compiled GrammarMatchers, a small LRU
+keyed by what the request sent. A grammar or schema kinetic.grammar cannot compile is a 400 naming
+the field with GrammarError's message.
+Does not own: GBNF, JSON Schema and tool-call grammars (kinetic/grammar), applying the mask
+(ConstrainedSampler on the engine thread), parsing tool calls back (reply.py).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from anyio import to_thread
+
+from kinetic.grammar import (
+    Grammar,
+    GrammarError,
+    GrammarMatcher,
+    TokenVocab,
+    json_object_grammar,
+    json_schema_grammar,
+    parse_gbnf,
+    tool_call_grammar,
+)
+from kinetic.server.body import Fields
+from kinetic.server.errors import ApiError
+
+MATCHERS_KEPT = 16  # compiled grammars kept; each keeps the automaton states and masks it has built
+
+
+@dataclass(frozen=True)
+class GrammarSpec:
+    """A grammar a request asked for, not compiled yet: the field that asked (named in errors), a
+    key for the cache (what the request sent, canonical), and how to build it."""
+
+    field: str
+    key: str
+    build: Callable[[], Grammar]
+
+
+def _gbnf(field: str, text: str) -> GrammarSpec:
+    return GrammarSpec(field, "gbnf:" + text, lambda: parse_gbnf(text))
+
+
+def _schema(field: str, schema) -> GrammarSpec:
+    key = schema if isinstance(schema, str) else json.dumps(schema, sort_keys=True, ensure_ascii=False)
+    return GrammarSpec(field, "schema:" + key, lambda: json_schema_grammar(schema))
+
+
+def _any_json(field: str, object_only: bool = False) -> GrammarSpec:
+    return GrammarSpec(field, f"json:{object_only}", lambda: json_object_grammar(object_only))
+
+
+def _only_one(specs: list[GrammarSpec], what: str) -> GrammarSpec | None:
+    if len(specs) > 1:
+        raise ApiError(400, f"{what} can be used one at a time, not together (this request sets "
+                            f"{' and '.join(s.field for s in specs)})", param=specs[1].field)
+    return specs[0] if specs else None
+
+
+def _extensions(f: Fields) -> list[GrammarSpec]:
+    """llama-server's grammar (GBNF text) and json_schema (a JSON Schema) fields."""
+    specs = []
+    text = f.string("grammar")
+    if text:
+        specs.append(_gbnf("grammar", text))
+    schema = f.raw("json_schema")
+    if schema is not None:
+        if not isinstance(schema, (dict, bool, str)):
+            raise f.bad("json_schema", "a JSON Schema object")
+        specs.append(_schema("json_schema", schema))
+    return specs
+
+
+def openai_grammar(f: Fields) -> GrammarSpec | None:
+    """response_format {"type": "json_object"} (any JSON value, as llama.cpp; with "schema", that
+    schema), {"type": "json_schema", "json_schema": {"schema": ...}}, or llama-server's grammar and
+    json_schema fields; at most one of them."""
+    specs = []
+    fmt = f.obj("response_format")
+    if fmt is not None:
+        kind = fmt.get("type")
+        if kind == "json_object":
+            schema = fmt.get("schema")
+            specs.append(_any_json("response_format") if schema is None else _schema("response_format", schema))
+        elif kind == "json_schema":
+            wrapper = Fields(fmt, "response_format.").obj("json_schema") or {}
+            schema = wrapper.get("schema")
+            # llama-server reads a missing schema as {}: any JSON value
+            specs.append(_any_json("response_format") if schema is None else _schema("response_format", schema))
+        elif kind != "text":
+            raise ApiError(400, "response_format.type must be text, json_object or json_schema", "response_format")
+    return _only_one(specs + _extensions(f), "grammar, json_schema and response_format")
+
+
+def llama_grammar(f: Fields) -> GrammarSpec | None:
+    """/completion's grammar or json_schema."""
+    return _only_one(_extensions(f), "grammar and json_schema")
+
+
+def ollama_grammar(f: Fields) -> GrammarSpec | None:
+    """format: "json" (a JSON object, as Ollama's own grammar) or a JSON Schema."""
+    fmt = f.raw("format")
+    if fmt is None or fmt == "":
+        return None
+    if fmt == "json":
+        return _any_json("format", object_only=True)
+    if not isinstance(fmt, dict):
+        raise f.bad("format", '"json" or a JSON Schema object')
+    return _schema("format", fmt)
+
+
+def tool_grammar(tools: list[dict], style: str, parallel: bool, only: str | None, think: str | None) -> GrammarSpec:
+    """A reply made of tool calls in the template's format (tool_choice required or a named function)."""
+    key = json.dumps([style, parallel, only, think, tools], sort_keys=True, ensure_ascii=False)
+    return GrammarSpec("tool_choice", "tools:" + key,
+                       lambda: tool_call_grammar(tools, style, parallel, only=only, think=think))
+
+
+class GrammarCache:
+    """The model's vocabulary as the matcher sees it, built on first use, and compiled grammars (LRU).
+    Called from request threads; matchers are thread-safe and shared by every request using them."""
+
+    def __init__(self, model, size: int = MATCHERS_KEPT):
+        self.model = model
+        self.size = size
+        self._vocab: TokenVocab | None = None
+        self._matchers: OrderedDict[str, GrammarMatcher] = OrderedDict()
+        self._lock = threading.Lock()
+
+    @property
+    def vocab(self) -> TokenVocab:
+        if self._vocab is None:
+            self._vocab = TokenVocab.from_tokenizer(self.model.tokenizer)
+        return self._vocab
+
+    def matcher(self, spec: GrammarSpec) -> GrammarMatcher:
+        """The compiled grammar of `spec`; ApiError 400 naming the field when it does not compile."""
+        with self._lock:
+            found = self._matchers.get(spec.key)
+            if found is not None:
+                self._matchers.move_to_end(spec.key)
+                return found
+            try:
+                matcher = GrammarMatcher(spec.build(), self.vocab)
+            except GrammarError as e:
+                hint = f". {e.hint}" if e.hint else ""
+                raise ApiError(400, f"{spec.field}: {e.message}{hint}", param=spec.field) from None
+            except RecursionError:
+                raise ApiError(400, f"{spec.field}: the grammar nests too deeply", param=spec.field) from None
+            self._matchers[spec.key] = matcher
+            if len(self._matchers) > self.size:
+                self._matchers.popitem(last=False)
+            return matcher
+
+    def __len__(self) -> int:
+        return len(self._matchers)
+
+
+async def compile_grammar(cache: GrammarCache, spec: GrammarSpec | None) -> GrammarMatcher | None:
+    """The matcher for `spec`, compiled on a worker thread so the event loop never waits on it."""
+    if spec is None:
+        return None
+    return await to_thread.run_sync(cache.matcher, spec)
