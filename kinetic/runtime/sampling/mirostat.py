@@ -26,8 +26,8 @@ def mirostat_v1(ids: np.ndarray, logits: np.ndarray, mu: float, n_vocab: int) ->
     ordered = top_logits[canonical_order(top_logits)].astype(np.float64)
     i = np.arange(len(ordered) - 1, dtype=np.float64)
     t = np.log((i + 2) / (i + 1))
-    b = ordered[:-1] - ordered[1:]  # log(p_i / p_{i+1}): the normalizer cancels
-    with np.errstate(all="ignore"):  # float64 scalars: overflow and 0/0 give inf/nan, not exceptions
+    with np.errstate(all="ignore"):  # overflow, 0/0 and -inf - -inf (masked logits) give inf/nan, not warnings
+        b = ordered[:-1] - ordered[1:]  # log(p_i / p_{i+1}): the normalizer cancels
         s_hat = np.sum(t * b) / np.sum(t * t)
         eps = s_hat - 1
         k = float((eps * np.float64(2.0) ** mu / (1 - np.float64(n_vocab) ** -eps)) ** (1 / s_hat))
