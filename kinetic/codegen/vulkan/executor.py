@@ -1,0 +1,150 @@
+"""Runs single graph ops on a Vulkan device from numpy arrays: the entry point the tests (and, later,
+the whole-model runner) use.
+
+Owns: choosing and caching each op's kernel for the device (`Target`), uploading inputs, the grid of
+each dispatch, and reading results back. One call records its dispatches into one command buffer
+(a matmul's activation quantizer and its matvec, with the barrier between them). Does not own the
+arithmetic (the renderers) or which ops a model sends here.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+from gguf import GGMLQuantizationType as Q
+
+from kinetic.codegen.vulkan import elementwise, matvec, matvec_k, norm, rope
+from kinetic.codegen.vulkan.device import Dispatch, Kernel, Unsupported, VulkanDevice, VulkanError
+from kinetic.ir import numerics
+
+F32 = np.float32
+SUPPORTED_WEIGHTS = matvec.SUPPORTED + matvec_k.SUPPORTED
+
+
+def check_weight_type(wtype: Q) -> None:
+    """Refuse a weight type without a Vulkan matmul kernel, saying what is supported."""
+    if wtype not in SUPPORTED_WEIGHTS:
+        names = ", ".join(t.name for t in SUPPORTED_WEIGHTS)
+        raise Unsupported(f"{wtype.name} weights have no Vulkan matmul kernel yet (supported: {names}); "
+                          "this matmul must run on another device")
+
+
+class VulkanOps:
+    """Op-level execution on one device; kernels are rendered once per (op, shape, attributes)."""
+
+    def __init__(self, device: VulkanDevice, f64_norm: bool | None = None, use_subgroups: bool = True):
+        self.device = device
+        self.target = device.target
+        self.f64_norm = device.caps.shader_float64 if f64_norm is None else f64_norm
+        self.use_subgroups = use_subgroups
+        self._kernels: dict[tuple, Kernel] = {}
+        self._gelu_table = None
+
+    def kernel(self, key: tuple, render) -> Kernel:
+        if key not in self._kernels:
+            self._kernels[key] = render()
+        return self._kernels[key]
+
+    def grid(self, groups: int) -> tuple[int, int, int]:
+        """A 2-D grid of at least `groups` workgroups, rows of at most the device's x limit."""
+        limit = self.device.caps.max_workgroup_count[0]
+        return (min(groups, limit), -(-groups // limit), 1) if groups else (1, 1, 1)
+
+    def _run(self, kernel: Kernel, arrays: list[np.ndarray], out_shape, groups: int, push: bytes = b""):
+        dev = self.device
+        bufs = [dev.upload(np.ascontiguousarray(a)) for a in arrays]
+        out = dev.buffer(int(np.prod(out_shape)) * 4)
+        try:
+            dev.run([Dispatch(kernel, [*bufs, out], self.grid(groups), push)])
+            return out.read(F32, int(np.prod(out_shape))).reshape(out_shape)
+        finally:
+            for b in [*bufs, out]:
+                dev.free(b)
+
+    # ---- elementwise --------------------------------------------------------------------------
+    def elementwise(self, op: str, *xs: np.ndarray, factor: float = 1.0) -> np.ndarray:
+        k = self.kernel(("elementwise", op, factor if op == "scale" else None),
+                        lambda: elementwise.render_elementwise(self.target, op, factor))
+        arrays = [np.asarray(x, F32) for x in xs]
+        if op in ("gelu", "geglu"):
+            if self._gelu_table is None:
+                self._gelu_table = numerics.gelu_table().astype(F32)
+            arrays.insert(len(xs), self._gelu_table)
+        n = arrays[0].size
+        return self._run(k, arrays, arrays[0].shape, -(-n // elementwise.WORKGROUP), struct.pack("<I", n))
+
+    # ---- rms norm -----------------------------------------------------------------------------
+    def rms_norm(self, x: np.ndarray, eps: float, group: int = 0, weight: np.ndarray | None = None) -> np.ndarray:
+        """f32 [rows, width] -> f32 [rows, width], as the interpreter's rms_norm (weight optional)."""
+        rows, width = x.shape
+        g = group or width
+        wlen = 0 if weight is None else weight.size
+        k = self.kernel(("rms_norm", width, g, float(eps), wlen, self.f64_norm),
+                        lambda: norm.render_rms_norm(self.target, width, g, eps, wlen, self.f64_norm))
+        arrays = [np.asarray(x, F32)] + ([] if weight is None else [np.asarray(weight, F32).reshape(-1)])
+        return self._run(k, arrays, (rows, width), rows * (width // g))
+
+    # ---- rotary -------------------------------------------------------------------------------
+    def rope(self, x: np.ndarray, positions: np.ndarray, n_head: int, head_dim: int, n_rot: int,
+             theta: float, neox: bool, freq_scale: float = 1.0) -> np.ndarray:
+        """Linear-scaled rotary embedding of f32 [rows, n_head*head_dim] at the given positions."""
+        rows = x.shape[0]
+        cos, sin = numerics.rope_cos_sin(np.asarray(positions), n_rot, theta, freq_scale)
+        k = self.kernel(("rope", n_head, head_dim, n_rot, neox),
+                        lambda: rope.render_rope(self.target, n_head, head_dim, n_rot, neox))
+        n = rows * n_head * (head_dim // 2)
+        return self._run(k, [np.asarray(x, F32), cos, sin], x.shape, -(-n // rope.WORKGROUP), struct.pack("<I", rows))
+
+    # ---- quantized matmul ---------------------------------------------------------------------
+    def upload_weight(self, raw: np.ndarray, wtype: Q):
+        """A weight's raw GGUF bytes [n_out, row_bytes] on the device, refused with the reason when
+        the type has no kernel or the tensor exceeds one binding (splitting is not written yet)."""
+        check_weight_type(wtype)
+        raw = np.ascontiguousarray(raw, np.uint8)
+        limit = self.device.caps.max_storage_buffer_range
+        if raw.nbytes + 16 > limit:
+            raise VulkanError(f"a {raw.nbytes}-byte weight exceeds one binding (maxStorageBufferRange {limit}); "
+                              "splitting weights across bindings is not implemented yet")
+        padded = np.zeros(-(-(raw.nbytes + 4) // 4) * 4, np.uint8)  # room for the last straddling read
+        padded[: raw.nbytes] = raw.reshape(-1)
+        return self.device.upload(padded)
+
+    def matmul(self, x: np.ndarray, raw: np.ndarray, wtype: Q, weight_buffer=None) -> np.ndarray:
+        """x f32 [rows, K] @ w.T for raw quantized w [n_out, row_bytes]: f32 [rows, n_out], with the
+        activations quantized to Q8_0 / Q8_1 / Q8_K on the device first (numerics.matmul's default
+        path), both dispatches in one command buffer."""
+        check_weight_type(wtype)
+        rows, k = x.shape
+        n_out = raw.shape[0]
+        block = 256 if wtype in matvec_k.SUPPORTED else 32
+        if k % block:
+            raise Unsupported(f"matmul: K = {k} is not a multiple of {block} for {wtype.name}")
+        dev = self.device
+        wbuf = weight_buffer or self.upload_weight(raw, wtype)
+        nblocks = rows * k // block
+        xbuf, qbuf, dbuf = dev.upload(np.asarray(x, F32)), dev.buffer(rows * k), dev.buffer(nblocks * 4)
+        ybuf = dev.buffer(rows * n_out * 4)
+        if block == 256:
+            quant = self.kernel(("quantize_k",), matvec_k.render_quantize_q8_k)
+            mv = self.kernel(("matvec_k", wtype, n_out, k, self.use_subgroups),
+                             lambda: matvec_k.render_matvec_k(self.target, wtype, n_out, k, self.use_subgroups))
+            extra = dev.buffer(rows * k // 16 * 4)  # Q8_K sums of 16
+            qargs, margs = [xbuf, qbuf, dbuf, extra], [wbuf, qbuf, dbuf, extra, ybuf]
+            quant_groups = self.grid(-(-nblocks // matvec_k.QUANT_WORKGROUP))
+        else:
+            with_sums = matvec.LAYOUTS[wtype][2] == "q8_1"
+            quant = self.kernel(("quantize", with_sums), lambda: matvec.render_quantize_q8(with_sums))
+            mv = self.kernel(("matvec", wtype, n_out, k, self.use_subgroups),
+                             lambda: matvec.render_matvec(self.target, wtype, n_out, k, self.use_subgroups))
+            extra = dev.buffer(nblocks * 4)  # Q8_1 sums
+            qargs = [xbuf, qbuf, dbuf] + ([extra] if with_sums else [])
+            margs = [wbuf, qbuf, dbuf] + ([extra] if with_sums else []) + [ybuf]
+            quant_groups = self.grid(-(-nblocks // matvec.QUANT_WORKGROUP))
+        try:
+            dev.run([Dispatch(quant, qargs, quant_groups, struct.pack("<I", nblocks)),
+                     Dispatch(mv, margs, (-(-n_out // matvec.ROWS_PER_GROUP), rows, 1))])
+            return ybuf.read(F32, rows * n_out).reshape(rows, n_out)
+        finally:
+            for b in (xbuf, qbuf, dbuf, extra, ybuf) + (() if weight_buffer else (wbuf,)):
+                dev.free(b)
