@@ -1,0 +1,97 @@
+"""Attention of query rows over an f16 KV cache, as CUDA C, in the reference's order.
+
+Owns: the attention kernel for an f16 cache (keys and values as f16 bits, a visibility mask per row
+and key, which the runtime derives from the pass's row table). Does not own: the cache's layout or
+which keys a row sees (the runtime), or the meaning (numerics.attention_online).
+
+The reference is ggml's CPU flash attention for one query row, and this kernel follows it exactly:
+one warp per (row, head); lane t holds head values 32i + t. Per visible key, in cache order:
+
+* the score is ggml_vec_dot_f16's order: its 64 float lanes are chains a_t, a_{t+32} held by lane t
+  (one fma per chunk of 64, exact products of f16 values), then (acc0+acc2)+(acc1+acc3) and
+  _mm512_reduce_add_ps, which are the butterfly a_t + a_{t+32}, then lane ^ 16, 8, 4, 2, 1;
+* the online softmax with the C library's expf (glibc's algorithm in double precision, prelude.py),
+  the f16 accumulator rounded after every step (scale: f32 product rounded to f16; add: an fma
+  rounded to f16), S = fma(S, ms, vs), and out = acc * (1/S).
+
+Because the reference's softmax is one chain over the keys, the kernel does not split the keys
+(flash-decoding's split-KV would need a split order defined in the reference first; see
+docs/devices.md). Soft-capping needs the C library's tanhf and is not rendered yet.
+"""
+
+from __future__ import annotations
+
+from kinetic.codegen.cuda.kernel import Kernel, Param, f32_literal, name_tag
+
+HEADS_PER_BLOCK = 4  # one warp per head
+
+
+def attention(n_head: int, n_kv_head: int, head_dim: int, scale: float, softcap: float = 0.0) -> Kernel:
+    """out [rows, n_head*head_dim] from q f32 [rows, n_head*head_dim], keys and values as f16 bits
+    u16 [n_keys, n_kv_head*head_dim], mask u8 [rows, n_keys] (1: the row sees the key) and n_keys."""
+    if softcap:
+        raise NotImplementedError("attention soft-capping (the reference calls the C library's tanhf)")
+    if head_dim % 64:
+        raise NotImplementedError(f"attention head size {head_dim}: only multiples of 64 (ggml's whole chunks)")
+    if n_head % n_kv_head:
+        raise ValueError(f"{n_head} heads do not share {n_kv_head} kv heads evenly")
+    per_lane = head_dim // 32
+    params = (Param("q", "const float*"), Param("keys", "const u16*"), Param("values", "const u16*"),
+              Param("mask", "const u8*"), Param("n_keys", "int"), Param("out", "float*"))
+    decl = "".join(f"  LANE(float, q{i});\n  LANE(float, acc{i});\n" for i in range(per_lane))
+    lanes = range(per_lane)
+    load_q = "\n".join(f"      L(q{i}) = k_h2f(k_f2h(LD(float, q, qrow + {32 * i} + LANE_ID)));" for i in lanes)
+    zero = " ".join(f"L(acc{i}) = 0.0f;" for i in range(per_lane))
+    dot = "\n".join(f"        a0 = k_fma(L(q{2 * c}), k_h2f(LD(u16, keys, krow + {64 * c} + LANE_ID)), a0);\n"
+                    f"        a1 = k_fma(L(q{2 * c + 1}), k_h2f(LD(u16, keys, krow + {64 * c + 32} + LANE_ID)), a1);"
+                    for c in range(per_lane // 2))
+    update = "\n".join(
+        f"        L(acc{i}) = k_h2f(k_f2h(k_fma(k_h2f(LD(u16, values, krow + {32 * i} + LANE_ID)), vs,\n"
+        f"                                      k_h2f(k_f2h(k_mul(L(acc{i}), ms))))));" for i in range(per_lane))
+    store = "\n".join(f"      ST(float, out, qrow + {32 * i} + LANE_ID, k_mul(L(acc{i}), inv));" for i in lanes)
+    body = f"""\
+{decl}  LANE(float, score);
+  LANE(float, other);
+  LANE(float, m);
+  LANE(float, s_sum);
+  enum {{ NH = {n_head}, GROUP = {n_head // n_kv_head}, HD = {head_dim}, KVW = {n_kv_head * head_dim} }};
+BODY
+  const int head = BX * {HEADS_PER_BLOCK} + WARP;
+  if (head < NH) {{
+    LANES {{
+      const long qrow = (long)BY * NH * HD + (long)head * HD;
+{load_q}
+      {zero}
+      L(m) = k_bits2f(0xff800000u);
+      L(s_sum) = 0.0f;
+    }}
+    for (int j = 0; j < n_keys; ++j) {{
+      if (!LD(u8, mask, (long)BY * n_keys + j)) continue;
+      LANES {{
+        const long krow = (long)j * KVW + (long)(head / GROUP) * HD;
+        float a0 = 0.0f, a1 = 0.0f;
+{dot}
+        L(score) = k_add(a0, a1);
+      }}
+""" + "".join(f"      SHFL_XOR(other, score, {m}); LANES {{ L(score) = k_add(L(score), L(other)); }}\n"
+              for m in (16, 8, 4, 2, 1)) + f"""\
+      LANES {{
+        const long krow = (long)j * KVW + (long)(head / GROUP) * HD;
+        const float s = k_mul(L(score), {f32_literal(scale)});
+        const bool new_max = s > L(m);
+        const float e = k_expf_libc(new_max ? k_sub(L(m), s) : k_sub(s, L(m)));
+        const float ms = new_max ? e : 1.0f, vs = new_max ? 1.0f : e;
+        if (new_max) L(m) = s;
+{update}
+        L(s_sum) = k_fma(L(s_sum), ms, vs);
+      }}
+    }}
+    LANES {{
+      const long qrow = (long)BY * NH * HD + (long)head * HD;
+      const float inv = L(s_sum) == 0.0f ? 0.0f : k_div(1.0f, L(s_sum));
+{store}
+    }}
+  }}
+"""
+    name = f"attention_h{n_head}_kv{n_kv_head}_d{head_dim}_s{name_tag(scale)}"
+    return Kernel(name, "attention", 32 * HEADS_PER_BLOCK, -(-n_head // HEADS_PER_BLOCK), params, body)

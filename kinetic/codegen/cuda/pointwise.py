@@ -1,0 +1,155 @@
+"""Norm, elementwise and rotary kernels as CUDA C.
+
+Owns: RMS norm (with or without its weight), the elementwise ops (add, mul, scale, SiLU, GELU,
+SwiGLU, GEGLU) and rotary embedding, each specialized to its width. Does not own: their meaning
+(kinetic/ir/numerics.py and interpreter.py) or compiling and launching.
+
+* Elementwise and rotary kernels compute each value from its inputs alone, with the reference's
+  roundings (SiLU through ggml's exp polynomial, GELU through ggml's f16 table, passed in as a
+  65536-entry buffer; the rotation as fma(x0, cos, -(x1*sin)) and fma(x0, sin, x1*cos)), so they
+  agree with the reference bit for bit. Rotary takes the cos/sin of each row's angles as inputs: the
+  reference computes them with the C library's cosf/sinf, which a GPU does not have, so the runtime
+  computes them once per position on the host (numerics.rope_cos_sin) and uploads them.
+* RMS norm sums the f32 squares in float64 in a fixed tree (per thread a strided chain, then a
+  butterfly per warp, then the warps in order), so it does not depend on the rows of the pass. The
+  reference sums in float64 in numpy's pairwise order; both round the mean to float32, and they
+  differ only if the two float64 sums straddle a float32 rounding boundary, which needs the sums to
+  differ in their last float64 bits at a float32 midpoint (a chance near 2^-29 per group). The
+  tests hold it to the reference within one float32 ulp and report exact equality where seen.
+"""
+
+from __future__ import annotations
+
+from kinetic.codegen.cuda.kernel import Kernel, Param, f32_literal, name_tag
+
+POINTWISE_THREADS = 256
+WARP_MASKS = (16, 8, 4, 2, 1)  # a butterfly over the 32 lanes of a warp
+NORM_WARPS = 4
+ROPE_THREADS = 128
+
+# op -> (number of inputs, C expression of a and b); `factor` is filled in for scale
+ELEMENTWISE = {
+    "add": (2, "k_add(a, b)"),
+    "mul": (2, "k_mul(a, b)"),
+    "scale": (1, "k_mul(a, {factor})"),
+    "silu": (1, "k_silu(a)"),
+    "gelu": (1, "k_gelu(a, table)"),
+    "swiglu": (2, "k_mul(k_silu(a), b)"),
+    "geglu": (2, "k_mul(k_gelu(a, table), b)"),
+}
+
+
+def elementwise(op: str, width: int, factor: float = 1.0) -> Kernel:
+    """out [rows, width] = op(x, y) per value (a, b in the expressions). GELU kinds also take `table`
+    (u16 [65536], the f16 bits of numerics.gelu_table())."""
+    if op not in ELEMENTWISE:
+        raise NotImplementedError(f"no CUDA elementwise kernel for {op!r}")
+    n_in, expr = ELEMENTWISE[op]
+    name = f"{op}_w{width}"
+    if op == "scale":
+        expr = expr.format(factor=f32_literal(factor))
+        name += "_" + name_tag(factor)
+    params = [Param("x", "const float*")]
+    if n_in == 2:
+        params.append(Param("y", "const float*"))
+    if "table" in expr:
+        params.append(Param("table", "const u16*"))
+    params.append(Param("out", "float*"))
+    b_load = "const float b = LD(float, y, at);" if n_in == 2 else ""
+    body = f"""\
+  enum {{ W = {width} }};
+BODY
+  LANES {{
+    const int i = BX * {POINTWISE_THREADS} + TID;
+    if (i < W) {{
+      const long at = (long)BY * W + i;
+      const float a = LD(float, x, at);
+      {b_load}
+      ST(float, out, at, {expr});
+    }}
+  }}
+"""
+    blocks = -(-width // POINTWISE_THREADS)
+    return Kernel(name, "pointwise", POINTWISE_THREADS, blocks, tuple(params), body)
+
+
+def rms_norm(width: int, eps: float, group: int = 0, weighted: bool = True) -> Kernel:
+    """out [rows, width] = x / sqrt(mean(x^2 per group) + eps) (then times weight [group]): one block
+    per group of a row (numerics.rms_norm; the weight multiplies afterwards, as ggml_mul does)."""
+    g = group or width
+    if width % g:
+        raise ValueError(f"rms_norm group {g} does not divide {width}")
+    threads = 32 * NORM_WARPS
+    params = [Param("x", "const float*")]
+    if weighted:
+        params.append(Param("weight", "const float*"))
+    params.append(Param("out", "float*"))
+    weigh = "v = k_mul(v, LD(float, weight, i));" if weighted else ""
+    partials = "k_dadd(k_dadd(part[0], part[1]), k_dadd(part[2], part[3]))"
+    assert NORM_WARPS == 4, "the sum of the warp partials below is written for 4 warps"
+    body = f"""\
+  LANE(double, s);
+  LANE(double, other);
+  SHARED(double, part, {NORM_WARPS});
+  enum {{ W = {width}, G = {g} }};
+BODY
+  LANES {{
+    const long base = (long)BY * W + (long)BX * G;
+    double acc = 0.0;
+    for (int i = TID; i < G; i += {threads}) {{
+      const float v = LD(float, x, base + i);
+      acc = k_dadd(acc, (double)k_mul(v, v));
+    }}
+    L(s) = acc;
+  }}
+""" + "".join(f"  SHFL_XOR(other, s, {m}); LANES {{ L(s) = k_dadd(L(s), L(other)); }}\n" for m in WARP_MASKS) + f"""\
+  LANES {{ if (LANE_ID == 0) part[WARP] = L(s); }}
+  BARRIER();
+  LANES {{
+    const long base = (long)BY * W + (long)BX * G;
+    const float mean = k_d2f(k_ddiv({partials}, (double)G));
+    const float scale = k_div(1.0f, k_sqrt(k_add(mean, {f32_literal(eps)})));
+    for (int i = TID; i < G; i += {threads}) {{
+      float v = k_mul(LD(float, x, base + i), scale);
+      {weigh}
+      ST(float, out, base + i, v);
+    }}
+  }}
+"""
+    name = f"rms_norm_w{width}_g{g}_{'weighted' if weighted else 'plain'}_eps{name_tag(eps)}"
+    return Kernel(name, "norm", threads, width // g, tuple(params), body, shared_bytes=8 * NORM_WARPS)
+
+
+def rope(n_head: int, head_dim: int, n_rot: int, neox: bool) -> Kernel:
+    """out [rows, n_head*head_dim]: each head's first n_rot values rotated in pairs ((i, i + n_rot/2)
+    for NeoX, (2i, 2i+1) otherwise) by the row's cos/sin [rows, n_rot/2], the rest copied."""
+    if n_rot % 2 or not 0 < n_rot <= head_dim or head_dim % 2:
+        raise ValueError(f"rope: n_rot {n_rot} does not fit head_dim {head_dim}")
+    half = n_rot // 2
+    pairs = n_head * (head_dim // 2)
+    first, second = ("i", f"i + {half}") if neox else ("2 * i", "2 * i + 1")
+    params = (Param("x", "const float*"), Param("cos_t", "const float*"), Param("sin_t", "const float*"),
+              Param("out", "float*"))
+    body = f"""\
+  enum {{ HEAD = {head_dim}, W = {n_head * head_dim}, HALF = {half}, PAIRS = {pairs} }};
+BODY
+  LANES {{
+    const int pair = BX * {ROPE_THREADS} + TID;
+    if (pair < PAIRS) {{
+      const int head = pair / (HEAD / 2), i = pair % (HEAD / 2);
+      const long row = (long)BY * W + (long)head * HEAD;
+      if (i < HALF) {{
+        const int j0 = {first}, j1 = {second};
+        const float x0 = LD(float, x, row + j0), x1 = LD(float, x, row + j1);
+        const float c = LD(float, cos_t, (long)BY * HALF + i), s = LD(float, sin_t, (long)BY * HALF + i);
+        ST(float, out, row + j0, k_fma(x0, c, -k_mul(x1, s)));
+        ST(float, out, row + j1, k_fma(x0, s, k_mul(x1, c)));
+      }} else {{
+        ST(float, out, row + 2 * i, LD(float, x, row + 2 * i));
+        ST(float, out, row + 2 * i + 1, LD(float, x, row + 2 * i + 1));
+      }}
+    }}
+  }}
+"""
+    name = f"rope_h{n_head}_d{head_dim}_r{n_rot}_{'neox' if neox else 'norm'}"
+    return Kernel(name, "rope", ROPE_THREADS, -(-pairs // ROPE_THREADS), params, body)

@@ -1,0 +1,151 @@
+"""Helpers for the CUDA kernel tests: the kernel set under test, random weights, and running a matmul,
+norm, rotary or elementwise op through kernels on either the host emulation or a GPU (both have
+`launch(name, rows, *args)`; `xp` is numpy or cupy)."""
+
+from __future__ import annotations
+
+import numpy as np
+from gguf import GGMLQuantizationType as Q
+
+from kinetic.codegen.cuda import attention, gemv, pointwise
+from kinetic.ir import numerics
+
+# byte offsets of each layout's f16 scale fields; every other byte pattern is a valid encoding
+F16_FIELDS = {Q.Q8_0: (0,), Q.Q4_0: (0,), Q.Q4_1: (0, 2), Q.Q5_0: (0,), Q.Q5_1: (0, 2), Q.Q4_K: (0, 2),
+              Q.Q6_K: (208,)}
+BLOCK_BYTES = {Q.Q8_0: 34, Q.Q4_0: 18, Q.Q4_1: 20, Q.Q5_0: 22, Q.Q5_1: 24, Q.Q4_K: 144, Q.Q6_K: 210}
+TYPES = sorted(gemv.SUPPORTED, key=lambda t: t.name)
+
+# (n_out, k) per type: outputs below, at and above a block's 16 (block-32) or 4 (super-block) outputs,
+# one block and several
+GEMV_SHAPES = {t: [(1, 32), (16, 64), (37, 352)] for t in gemv.BLOCK32} | {
+    t: [(1, 256), (4, 256), (13, 768)] for t in gemv.SUPERBLOCK}
+ELEMENTWISE_WIDTH = 300  # not a multiple of the 256 threads of a block
+SCALE_FACTOR = 0.3  # not a power of two: the product rounds
+NORMS = [(512, 1e-5, 0, True), (384, 1e-6, 64, False), (96, 1e-6, 32, True)]  # width, eps, group, weighted
+ROPES = [(4, 64, 64, True), (4, 64, 32, False), (3, 32, 16, True)]  # n_head, head_dim, n_rot, neox
+ATTENTIONS = [(4, 2, 64), (2, 1, 128), (3, 3, 256)]  # n_head, n_kv_head, head_dim (GQA, MHA, Gemma's 256)
+QUANTIZE_WIDTHS = {"q8_0": (32, 352), "q8_1": (32, 352), "q8_k": (256, 768)}
+
+
+def kernels_under_test() -> list:
+    """Every kernel the tests run, at the shapes above."""
+    ks = [gemv.gemv(t, n, k) for t in TYPES for n, k in GEMV_SHAPES[t]]
+    ks += [gemv.quantize(fmt, k) for fmt, widths in QUANTIZE_WIDTHS.items() for k in widths]
+    ks += [gemv.quantize(gemv.activation_format(t), k) for t in TYPES for _, k in GEMV_SHAPES[t]]
+    ks += [pointwise.elementwise(op, ELEMENTWISE_WIDTH, SCALE_FACTOR) for op in pointwise.ELEMENTWISE]
+    ks += [pointwise.rms_norm(w, eps, g, weighted) for w, eps, g, weighted in NORMS]
+    ks += [pointwise.rope(*r) for r in ROPES]
+    ks += [attention.attention(nh, nkv, hd, attention_scale(hd)) for nh, nkv, hd in ATTENTIONS]
+    return ks
+
+
+def attention_scale(head_dim: int) -> float:
+    return float(np.float32(1 / np.sqrt(head_dim)))
+
+
+
+def random_weight(rng: np.random.Generator, wtype: Q, n: int, k: int) -> np.ndarray:
+    """u8 [n, row_bytes]: random quant bytes with f16 scales drawn from N(0, 0.02) (signed, like real
+    minimums)."""
+    block = 256 if wtype in gemv.SUPERBLOCK else 32
+    blocks = rng.integers(0, 256, (n, k // block, BLOCK_BYTES[wtype]), dtype=np.uint8)
+    for off in F16_FIELDS[wtype]:
+        scales = (rng.standard_normal(blocks.shape[:2]) * 0.02).astype(np.float16)
+        blocks[:, :, off : off + 2] = scales.view(np.uint8).reshape(*blocks.shape[:2], 2)
+    return blocks.reshape(n, -1)
+
+
+def reference_matmul(x: np.ndarray, raw: np.ndarray, wtype: Q) -> np.ndarray:
+    return numerics.matmul(x, numerics.DequantizedWeight(raw, wtype))
+
+
+def quantize_rows(prog, xp, x, fmt: str):
+    """The quantizer kernel's outputs for rows x: [xq, xd] (plus xs for Q8_1)."""
+    rows, k = x.shape
+    block = 256 if fmt == "q8_k" else 32
+    outs = [xp.zeros((rows, k), xp.int8), xp.zeros((rows, k // block), xp.float32)]
+    if fmt == "q8_1":
+        outs.append(xp.zeros((rows, k // 32), xp.float32))
+    prog.launch(gemv.quantize(fmt, k).name, rows, xp.asarray(x), *outs)
+    return outs
+
+
+def kernel_matmul(prog, xp, x, raw, wtype: Q):
+    """f32 [rows, n_out]: the quantizer kernel, then the GEMV kernel."""
+    rows, k = x.shape
+    acts = quantize_rows(prog, xp, x, gemv.activation_format(wtype))
+    y = xp.zeros((rows, raw.shape[0]), xp.float32)
+    prog.launch(gemv.gemv(wtype, raw.shape[0], k).name, rows, xp.asarray(raw), *acts, y)
+    return y
+
+
+def kernel_elementwise(prog, xp, op: str, a, b=None):
+    kernel = pointwise.elementwise(op, a.shape[1], SCALE_FACTOR)
+    out = xp.zeros(a.shape, xp.float32)
+    args = [xp.asarray(a)] + ([xp.asarray(b)] if b is not None else [])
+    if op in ("gelu", "geglu"):
+        args.append(xp.asarray(numerics.gelu_table().view(np.uint16)))
+    prog.launch(kernel.name, a.shape[0], *args, out)
+    return out
+
+
+def kernel_rms_norm(prog, xp, x, eps, group, weight=None):
+    kernel = pointwise.rms_norm(x.shape[1], eps, group, weighted=weight is not None)
+    out = xp.zeros(x.shape, xp.float32)
+    args = [xp.asarray(x)] + ([xp.asarray(weight)] if weight is not None else [])
+    prog.launch(kernel.name, x.shape[0], *args, out)
+    return out
+
+
+def kernel_rope(prog, xp, x, positions, n_head, head_dim, n_rot, neox, theta=10000.0):
+    cos, sin = numerics.rope_cos_sin(positions, n_rot, theta, 1.0)
+    out = xp.zeros(x.shape, xp.float32)
+    kernel = pointwise.rope(n_head, head_dim, n_rot, neox)
+    prog.launch(kernel.name, x.shape[0], xp.asarray(x), xp.asarray(np.ascontiguousarray(cos)),
+                xp.asarray(np.ascontiguousarray(sin)), out)
+    return out
+
+
+def edge_values(rng: np.random.Generator, rows: int, width: int) -> np.ndarray:
+    """f32 [rows, width]: N(0, 16) with the first row's head replaced by values at the ops' edges
+    (signed zeros, subnormals, the GELU cut-offs at +-10, exp's saturation, f16 overflow)."""
+    x = (rng.standard_normal((rows, width)) * 4).astype(np.float32)
+    edges = [0.0, -0.0, 1e-40, -1e-40, 88.0, -88.0, 100.0, -100.0, 9.99, -9.99, 10.0, -10.0, 1e30, -1e30,
+             0.5, 3e-8, 65519.0, 70000.0, -3.4e38, 1e-7, 133.0, -133.0, 89.5, -104.0]
+    x[0, : len(edges)] = edges
+    return x
+
+
+def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
+    return a.shape == b.shape and np.array_equal(a.view(np.uint32), b.view(np.uint32))
+
+
+def kernel_attention(prog, xp, q, keys, values, visible, n_head, n_kv_head, head_dim):
+    """Attention of rows q over f16 keys/values [n, n_kv_head*head_dim] where visible [rows, n] says."""
+    kernel = attention.attention(n_head, n_kv_head, head_dim, attention_scale(head_dim))
+    out = xp.zeros(q.shape, xp.float32)
+    prog.launch(kernel.name, q.shape[0], xp.asarray(q), xp.asarray(keys.view(np.uint16)),
+                xp.asarray(values.view(np.uint16)), xp.asarray(visible.astype(np.uint8)), keys.shape[0], out)
+    return out
+
+
+def reference_attention(q, keys, values, visible, n_head, n_kv_head, head_dim):
+    from kinetic.ir.ops import AttentionAttrs
+
+    attrs = AttentionAttrs(n_head=n_head, n_kv_head=n_kv_head, head_dim=head_dim, scale=attention_scale(head_dim))
+    return numerics.attention_online(q, keys, values, visible, attrs)
+
+
+def attention_inputs(rng, rows: int, n_keys: int, n_head: int, n_kv_head: int, head_dim: int):
+    """q, f16 keys and values, and a causal visibility (row r sees keys up to n_keys - rows + r) with
+    one hole, so a new maximum, a rescale and a skipped key all occur."""
+    q = (rng.standard_normal((rows, n_head * head_dim)) * 2).astype(np.float32)
+    keys = rng.standard_normal((n_keys, n_kv_head * head_dim)).astype(np.float16)
+    values = rng.standard_normal((n_keys, n_kv_head * head_dim)).astype(np.float16)
+    visible = np.zeros((rows, n_keys), bool)
+    for r in range(rows):
+        visible[r, : n_keys - rows + r + 1] = True
+    visible[rows - 1, 3] = False
+    return q, keys, values, visible

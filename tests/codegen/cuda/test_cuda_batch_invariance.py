@@ -1,0 +1,76 @@
+"""Batch invariance of the CUDA kernels on the host emulation: a row gives the same bits alone as in a
+batch of other rows, wherever in the batch it sits (the contract of docs/design.md, "Exactness")."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from cuda_helpers import (
+    ATTENTIONS,
+    GEMV_SHAPES,
+    NORMS,
+    ROPES,
+    TYPES,
+    attention_inputs,
+    kernel_attention,
+    kernel_matmul,
+    kernel_rms_norm,
+    kernel_rope,
+    random_weight,
+    same_bits,
+)
+
+BATCH = 7
+
+
+def _batches(rng, width):
+    """One row alone, and batches holding it at the first, a middle and the last position."""
+    row = rng.standard_normal((1, width)).astype(np.float32)
+    others = (rng.standard_normal((BATCH - 1, width)) * 5).astype(np.float32)
+    return row, [np.concatenate([others[:at], row, others[at:]]) for at in (0, 3, BATCH - 1)], (0, 3, BATCH - 1)
+
+
+@pytest.mark.parametrize("wtype", TYPES, ids=lambda t: t.name)
+def test_gemv_row_alone_equals_row_in_batch(host, wtype):
+    """Quantizer + GEMV: a row's outputs alone equal its outputs in a batch of 7, at any position."""
+    rng = np.random.default_rng(20)
+    n, k = GEMV_SHAPES[wtype][-1]
+    raw = random_weight(rng, wtype, n, k)
+    row, batches, positions = _batches(rng, k)
+    alone = kernel_matmul(host, np, row, raw, wtype)
+    for batch, at in zip(batches, positions, strict=True):
+        assert same_bits(kernel_matmul(host, np, batch, raw, wtype)[at : at + 1], alone), f"row at {at}"
+
+
+@pytest.mark.parametrize("width,eps,group,weighted", NORMS)
+def test_norm_row_alone_equals_row_in_batch(host, width, eps, group, weighted):
+    """RMS norm: a row alone equals that row in a batch (its float64 tree does not see other rows)."""
+    rng = np.random.default_rng(21)
+    w = rng.standard_normal(group or width).astype(np.float32) if weighted else None
+    row, batches, positions = _batches(rng, width)
+    alone = kernel_rms_norm(host, np, row, eps, group, w)
+    for batch, at in zip(batches, positions, strict=True):
+        assert same_bits(kernel_rms_norm(host, np, batch, eps, group, w)[at : at + 1], alone)
+
+
+@pytest.mark.parametrize("n_head,head_dim,n_rot,neox", ROPES[:1])
+def test_rope_row_alone_equals_row_in_batch(host, n_head, head_dim, n_rot, neox):
+    """Rotary: a row alone equals that row in a batch at the same position."""
+    rng = np.random.default_rng(22)
+    row, batches, positions = _batches(rng, n_head * head_dim)
+    alone = kernel_rope(host, np, row, np.array([9], np.int32), n_head, head_dim, n_rot, neox)
+    for batch, at in zip(batches, positions, strict=True):
+        pos = np.arange(BATCH, dtype=np.int32) * 5
+        pos[at] = 9
+        assert same_bits(kernel_rope(host, np, batch, pos, n_head, head_dim, n_rot, neox)[at : at + 1], alone)
+
+
+def test_attention_row_alone_equals_row_in_batch(host):
+    """Attention: a row alone gives the bits it gets among other rows seeing other keys."""
+    rng = np.random.default_rng(23)
+    shape = ATTENTIONS[0]
+    q, keys, values, visible = attention_inputs(rng, BATCH, 29, *shape)
+    batch = kernel_attention(host, np, q, keys, values, visible, *shape)
+    for at in (0, 3, BATCH - 1):
+        alone = kernel_attention(host, np, q[at : at + 1].copy(), keys, values, visible[at : at + 1].copy(), *shape)
+        assert same_bits(batch[at : at + 1], alone), f"row {at}"
