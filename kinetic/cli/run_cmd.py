@@ -32,7 +32,7 @@ def add_parser(sub) -> None:
     p.add_argument("-c", "--ctx-size", type=int, default=4096, metavar="N", help="context size in tokens")
     p.add_argument("--chat-template-file", metavar="FILE", help="use this Jinja chat template")
     p.add_argument("-t", "--threads", type=int, metavar="N", help="CPU threads [default: every logical CPU]")
-    p.add_argument("--device", choices=("cpu", "reference"), default="cpu",
+    p.add_argument("--device", choices=("cpu", "reference", "cuda", "vulkan"), default="cpu",
                    help="cpu: generated kernels; reference: the numpy reference interpreter [default: cpu]")
     p.add_argument("--receipt", metavar="FILE", help="also write a receipt of the answer to FILE (docs/receipts.md)")
     p.add_argument("--sign-key", metavar="FILE", help="sign the receipt with this Ed25519 secret key file")

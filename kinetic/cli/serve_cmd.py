@@ -69,7 +69,7 @@ def add_parser(sub) -> None:
     p.add_argument("-c", "--ctx-size", type=int, default=4096, metavar="N", help="context size per request, prompt "
                                                                                  "and answer [default: 4096]")
     p.add_argument("-t", "--threads", type=int, metavar="N", help="CPU threads [default: every logical CPU]")
-    p.add_argument("--device", choices=("cpu", "reference"), default="cpu",
+    p.add_argument("--device", choices=("cpu", "reference", "cuda", "vulkan"), default="cpu",
                    help="cpu: generated kernels; reference: the numpy reference interpreter [default: cpu]")
     p.add_argument("--chat-template-file", metavar="FILE", help="use this Jinja chat template")
     p.add_argument("-np", "--parallel", type=int, default=1, metavar="N",

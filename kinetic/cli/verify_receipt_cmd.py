@@ -29,7 +29,7 @@ def add_parser(sub) -> None:
     )
     p.add_argument("receipt", help="the receipt's JSON file (kinetic run --receipt FILE)")
     p.add_argument("--model", metavar="PATH", help="the model file, when it is not at the receipt's path")
-    p.add_argument("--device", choices=("cpu", "reference"),
+    p.add_argument("--device", choices=("cpu", "reference", "cuda", "vulkan"),
                    help="where the rerun goes [default: the receipt's device]")
     p.add_argument("-t", "--threads", type=int, metavar="N",
                    help="CPU threads for the rerun (threads never change the bits) [default: all]")

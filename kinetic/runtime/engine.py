@@ -35,6 +35,16 @@ def _executor(device: str, graph: Graph, weights: WeightSource, batch: int, thre
         from kinetic.codegen.cpu.executor import CpuInterpreter
 
         return CpuInterpreter(weights)
+    if device == "cuda":  # kernels exist (kinetic/codegen/cuda); the runtime that runs a model is issue 10
+        from kinetic.codegen.cuda.device import unavailable_reason
+
+        reason = unavailable_reason()
+        if reason:
+            raise KineticError(f"--device cuda cannot run here: {reason}", "Use --device cpu.")
+        raise KineticError("--device cuda has kernels but no runtime for whole models yet", "Use --device cpu.")
+    if device == "vulkan":
+        raise KineticError("--device vulkan has kernels but no runtime for whole models yet (docs/devices.md)",
+                           "Use --device cpu.")
     raise KineticError(f"device {device!r} is not available", "Use --device cpu (or reference).")
 
 
