@@ -379,6 +379,7 @@ def _singles(fn: Function, layout: Layout, variant: str, k: int, n: str, first_r
 # into 8 rows' lanes before one fma. Each lane is one row's own float operation on the same operands
 # as the single-row code, so the per-element sequence is unchanged.
 
+SMALL_TILES = (4, 2)  # leftover rows below a tile (a verification pass's few rows) still share each decoded block
 GROUP = 8
 CHUNK_BYTES = 128 << 10  # weight bytes of one column chunk: a tile loops over them while they sit in L2
 
@@ -569,14 +570,15 @@ def _tile_block_interleaved(fn: Function, layout: Layout, variant: str, k: int, 
 
 
 def _tiles(fn: Function, layout: Layout, variant: str, k: int, tile: int, dxt: str, st: str | None,
-           corr: str | None, inter: tuple[str, str | None] | None = None) -> str:
-    """All full tiles of `tile` rows over [n0, n1), in column chunks; returns the first leftover row.
-    `inter`: the (xi, xcorr) scratch of block-32 scalar types, whose rows run as lanes."""
+           corr: str | None, inter: tuple[str, str | None] | None = None, start: str = "0") -> str:
+    """All full tiles of `tile` rows from row `start` on, over [n0, n1), in column chunks; returns the
+    first leftover row. `inter`: the (xi, xcorr) scratch of block-32 scalar types, whose rows run as
+    lanes."""
     nb = k // layout.block
     row_bytes = nb * layout.block_bytes
     groups = -(-tile // GROUP)
     chunk = max(1, CHUNK_BYTES // row_bytes)
-    tiles = fn.v(f"udiv i64 %m, {tile}")
+    tiles = fn.v(f"udiv i64 {fn.v(f'sub i64 %m, {start}')}, {tile}")
     scalar = layout.float_order == "scalar"
 
     def chunk_body(c0: str, _c: list[str]) -> list[str]:
@@ -584,7 +586,7 @@ def _tiles(fn: Function, layout: Layout, variant: str, k: int, tile: int, dxt: s
         c1 = fn.v(f"select i1 {fn.v(f'icmp slt i64 {end}, %n1')}, i64 {end}, i64 %n1")
 
         def tile_body(tt: str, _c2: list[str]) -> list[str]:
-            first = fn.v(f"mul i64 {tt}, {tile}")
+            first = fn.v(f"add i64 {start}, {fn.v(f'mul i64 {tt}, {tile}')}")
             _transpose_scales(fn, "%xd", nb, first, tile, groups, dxt)
             if layout.activation == "q8_1":
                 _transpose_scales(fn, "%xe", k // 32, first, tile, groups, st)
@@ -633,7 +635,7 @@ def _tiles(fn: Function, layout: Layout, variant: str, k: int, tile: int, dxt: s
         return []
 
     fn.loop("%n0", "%n1", [], chunk_body, step=chunk)
-    return fn.v(f"mul i64 {tiles}, {tile}")
+    return fn.v(f"add i64 {start}, {fn.v(f'mul i64 {tiles}, {tile}')}")
 
 
 # ---- leftover rows of block-32 types (decode): two weight rows at a time ------------------------------
@@ -904,6 +906,9 @@ def render_matmul(wtype, k: int, variant: str, tile: int) -> tuple[str, str]:
         elif _row_offset(layout, variant):
             corr = fn.v(f"alloca i32, i64 {tile * (k // 4)}, align 32")
         first_single = _tiles(fn, layout, variant, k, tile, dxt, st, corr, inter)
+        # (a single-row 512-bit path, Q4_K's, beats a small tile: measured)
+        for small in () if layout.decode_wide else [t for t in SMALL_TILES if t < tile]:
+            first_single = _tiles(fn, layout, variant, k, small, dxt, st, corr, inter, first_single)
     if quads:
         _quads(fn, layout, variant, k, first_single, quad_corr)
     elif layout.decode_pair is not None:

@@ -111,3 +111,14 @@ def test_rejects_a_weight_of_the_wrong_width(jit):
     x = np.zeros((1, 64), np.float32)
     with pytest.raises(ValueError):
         quantized_matmul(x, np.zeros((4, 34), np.uint8), Q.Q8_0, jit=jit)
+
+
+@pytest.mark.parametrize("wtype", sorted(SUPPORTED), ids=lambda t: t.name)
+def test_few_rows_share_blocks_without_changing_a_bit(jit, wtype):
+    """Passes of 2..7 rows (a verification pass, a prompt's last chunk) run small tiles (4, 2) before
+    single rows; every row is still bit for bit the row alone."""
+    x, w = _case(wtype, 24, 512, 7, seed=5)
+    alone = np.concatenate([quantized_matmul(x[r : r + 1], w, wtype, jit=jit) for r in range(7)])
+    for m in range(2, 8):
+        got = quantized_matmul(x[:m], w, wtype, jit=jit)
+        np.testing.assert_array_equal(got.view(np.uint32), alone[:m].view(np.uint32), err_msg=f"{m} rows")
