@@ -24,6 +24,7 @@ from kinetic.ktc.load import load_if_ktc
 from kinetic.passes import PassOptions, run_pipeline
 from kinetic.runtime.engine import DEFAULT_CONTEXT, Engine
 from kinetic.runtime.sampling import Sampler, SamplingSettings, settings_from_metadata
+from kinetic.runtime.speculative import SpeculativeDecoder
 from kinetic.runtime.weights import GGUFWeights
 
 if TYPE_CHECKING:
@@ -39,6 +40,8 @@ class GenerationStats:
     stop_reason: str = ""  # "stop" (end of turn), "length" (max_tokens or context)
     tokens: list[int] = field(default_factory=list)
     sampling: SamplingSettings | None = None  # the settings used, with the seed actually drawn from
+    drafted: int = 0  # RAD-1's guessed rows and the guesses it kept
+    accepted: int = 0
 
 
 class Model:
@@ -46,7 +49,7 @@ class Model:
 
     def __init__(self, path_or_name: str | os.PathLike, *, n_ctx: int = DEFAULT_CONTEXT,
                  chat_template_file: str | os.PathLike | None = None, options: Options | None = None,
-                 device: str = "cpu", threads: int | None = None):
+                 device: str = "cpu", threads: int | None = None, draft: bool = True):
         self.path: Path = hub.resolve_model(path_or_name)
         self.ktc = load_if_ktc(self.path)  # a .ktc file: checked, its graph and profile used (kinetic/ktc/load.py)
         self.gguf = self.ktc.gguf if self.ktc else open_gguf(self.path)
@@ -58,6 +61,8 @@ class Model:
         self._template = None
         self._pieces: list[bytes] | None = None
         self.last_stats = GenerationStats()
+        self.draft = draft  # RAD-1 (docs/rad1.md): exact, so it changes only speed; False is --off rad1
+        self._decoder = None
 
     @property
     def name(self) -> str:
@@ -99,7 +104,7 @@ class Model:
     def generate(self, prompt: str | list[int], max_tokens: int | None = None, temperature: float | None = None,
                  seed: int | None = None, stream: bool = False, return_tokens: bool = False, *,
                  sampling: SamplingSettings | None = None, grammar: Grammar | str | None = None,
-                 **overrides):
+                 draft: bool | None = None, **overrides):
         """Continue `prompt` (text, tokenized with special tokens parsed, or token ids).
 
         Returns the text (or the token ids with return_tokens=True); with stream=True, an iterator of
@@ -109,13 +114,15 @@ class Model:
         names (top_k=20, repeat_penalty=1.1, ...) replace single settings. `grammar` (a
         kinetic.grammar Grammar or GBNF text) holds the answer to it: disallowed tokens are masked
         before the sampler chain, and the answer ends ("stop") once the grammar allows nothing more.
+        `draft` (default: the Model's) turns RAD-1's speculative decoding on or off; the tokens are
+        the same either way.
         """
         settings = self._sampling(sampling, temperature, seed, overrides)
         ids = self._prompt_ids(prompt)
         sampler = self._sampler(settings, ids)
         if grammar is not None:
             sampler = self._constrained(sampler, grammar)
-        pieces = self._generate_ids(ids, max_tokens, sampler)
+        pieces = self._generate_ids(ids, max_tokens, sampler, self.draft if draft is None else draft)
         if return_tokens:
             return pieces if stream else list(pieces)
         text = self._as_text(pieces)
@@ -179,34 +186,41 @@ class Model:
         matcher = GrammarMatcher(parse_gbnf(grammar) if isinstance(grammar, str) else grammar, vocab)
         return ConstrainedSampler(sampler, matcher.start())
 
-    def _generate_ids(self, ids: list[int], max_tokens: int | None,
-                      sampler: Sampler | ConstrainedSampler) -> Iterator[int]:
+    def decoder(self) -> SpeculativeDecoder:
+        """The model's RAD-1 decoder (one per engine: it learns pass costs and indexes every request)."""
+        if self._decoder is None:
+            self._decoder = SpeculativeDecoder(self.engine)
+        return self._decoder
+
+    def _generate_ids(self, ids: list[int], max_tokens: int | None, sampler: Sampler | ConstrainedSampler,
+                      draft: bool) -> Iterator[int]:
+        """Tokens as plain decoding picks them (prefill, then u = next_uniform, choose, accept per
+        token); with `draft`, RAD-1 verifies guesses in the same passes and yields the same tokens."""
         stats = self.last_stats = GenerationStats(prompt_tokens=len(ids), sampling=sampler.settings)
-        room = self.engine.n_ctx - len(ids)
-        limit = room if max_tokens is None or max_tokens < 0 else min(max_tokens, room)
         stop = set(self.tokenizer.eot_ids)
-        seq = self.engine.new_sequence()
-        start = time.perf_counter()
-        logits = self.engine.prefill(seq, ids)
-        stats.prompt_seconds = time.perf_counter() - start
-        start = time.perf_counter()
+        decoder = self.decoder()
+        decoder.draft = draft
+        tokens = decoder.generate(self.engine.new_sequence(), ids, max_tokens, stop=stop, picker=sampler)
         stats.stop_reason = "length"
-        for _ in range(limit):
-            u = sampler.next_uniform()
-            token = sampler.choose(logits, u)
-            sampler.accept(token)
-            stats.tokens.append(token)
-            stats.generated_tokens += 1
-            if token in stop:
-                stats.stop_reason = "stop"
-                break
-            yield token
-            if getattr(sampler, "must_stop", False):  # a ConstrainedSampler's grammar allows nothing more
-                stats.stop_reason = "stop"
-                break
-            if stats.generated_tokens < limit:
-                logits = self.engine.decode(seq, token)
-        stats.generate_seconds = time.perf_counter() - start
+        start = time.perf_counter()
+        try:
+            for token in tokens:
+                if not stats.generated_tokens:  # the first token came with the prompt's pass
+                    stats.prompt_seconds = time.perf_counter() - start
+                    start = time.perf_counter()
+                stats.tokens.append(token)
+                stats.generated_tokens += 1
+                if token in stop:
+                    stats.stop_reason = "stop"
+                    break
+                yield token
+            else:  # the decoder ended: the limit, or a grammar that allows nothing more
+                if getattr(sampler, "must_stop", False):
+                    stats.stop_reason = "stop"
+        finally:
+            tokens.close()
+            stats.generate_seconds = time.perf_counter() - start
+            stats.drafted, stats.accepted = decoder.stats.drafted, decoder.stats.accepted
 
     def _as_text(self, ids: Iterator[int]) -> Iterator[str]:
         decoder = self.tokenizer.stream_decoder(skip_special=True)

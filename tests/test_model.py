@@ -98,3 +98,22 @@ def test_generate_with_a_grammar(model):
     assert sampled[0] == sampled[1]
     with pytest.raises(kinetic.KineticError, match="undefined rule"):
         model.generate("x", max_tokens=1, grammar="root ::= nope")
+
+
+def test_drafting_never_changes_the_answer(model):
+    """RAD-1 on (the default) gives plain decoding's tokens: greedy, seeded sampling, and under a
+    grammar whose end falls inside a drafted pass; the resent request drafts from the first one."""
+    from kinetic.grammar import json_schema_grammar
+
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+    prompt = model.apply_chat_template([{"role": "user", "content": "Repeat: 1 2 3 4 5 6 7 8 9 10"}])
+    cases = [{}, {"temperature": 0.9, "seed": 11}, {"temperature": 1.0, "seed": 3, "grammar": json_schema_grammar(schema)}]
+    accepted = 0
+    for kw in cases:
+        plain = model.generate(prompt, max_tokens=24, return_tokens=True, draft=False, **kw)
+        reason = model.last_stats.stop_reason
+        for _ in range(2):
+            assert model.generate(prompt, max_tokens=24, return_tokens=True, **kw) == plain
+            assert model.last_stats.stop_reason == reason
+            accepted += model.last_stats.accepted
+    assert accepted > 0

@@ -1,0 +1,383 @@
+"""RAD-1's drafters and drafting policy: where guessed tokens come from and how many to verify.
+
+Owns: the n-gram index (a ring of tokens with hash chains, bounded in memory), the drafters (the
+request's own context; an index of every token this process has seen, shared per engine; the
+protocol a model's multi-token-prediction block plugs into), the draft tree built from a proposal,
+and the policy: which drafter proposes (the one lately right most), how long the draft is (recent
+acceptance against the measured cost of verifying rows) and the backoff after outright misses.
+Does not own verification or the exactness argument (kinetic/runtime/speculative.py): a draft is
+only a guess, so nothing here can change an answer, only its speed.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+import weakref
+from collections import deque
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from kinetic.ir.interpreter import PassRows
+
+CONTEXT_ORDERS = (4, 3, 2)  # n-gram lengths looked up, longest first (docs/rad1.md: measured)
+SEEN_ORDERS = (4, 2)
+SEEN_BUDGET = 1 << 20  # tokens the shared index keeps: 20 MiB in all (tokens 4, chains 8, heads 8)
+SEEN_SLOT_BITS = 19
+MAX_BRANCHES = 3  # distinct continuations per lookup
+MAX_CHAIN = 16  # earlier occurrences examined per lookup
+
+_MASK = (1 << 64) - 1
+_MUL = 0x100000001B3
+_MIX = 0x9E3779B97F4A7C15
+
+
+def _slot(tokens: list[int], bits: int) -> int:
+    """The hash slot of an n-gram (the same value as _slots computes for a whole array)."""
+    h = len(tokens)
+    for t in tokens:
+        h = (h * _MUL + t + 1) & _MASK
+    return ((h * _MIX) & _MASK) >> (64 - bits)
+
+
+def _slots(windows: np.ndarray, bits: int) -> np.ndarray:
+    """windows i64 [m, n] -> uint64 [m] hash slots; uint64 arithmetic wraps as the & _MASK above."""
+    h = np.full(len(windows), windows.shape[1], np.uint64)
+    for j in range(windows.shape[1]):
+        h = h * np.uint64(_MUL) + (windows[:, j] + 1).astype(np.uint64)
+    return (h * np.uint64(_MIX)) >> np.uint64(64 - bits)
+
+
+class NgramIndex:
+    """The last `budget` tokens appended, and for each order n a hash chain through every position
+    where an n-gram ends, newest first (zlib's hash chains). Memory is fixed at construction:
+    older tokens are overwritten in the ring and chains stop at the first overwritten entry."""
+
+    def __init__(self, budget: int, orders=CONTEXT_ORDERS, slot_bits: int | None = None):
+        self.budget = budget
+        self.orders = tuple(sorted(orders, reverse=True))
+        self.bits = slot_bits or max(8, (budget - 1).bit_length())
+        self.ring = np.zeros(budget, np.int32)  # token at global position p lives at p % budget
+        self.head = np.full((len(self.orders), 1 << self.bits), -1, np.int64)  # newest end position
+        self.back = np.zeros((len(self.orders), budget), np.int32)  # distance to the previous one, 0: none
+        self.total = 0  # tokens ever appended
+        self.lock = threading.Lock()
+
+    @property
+    def nbytes(self) -> int:
+        return self.ring.nbytes + self.head.nbytes + self.back.nbytes
+
+    def extend(self, tokens) -> None:
+        if len(tokens) <= 4:  # a decode step's few tokens: scalar updates beat a dozen numpy calls
+            for token in tokens:
+                self._append(int(token))
+            return
+        tokens = np.asarray(tokens, np.int64)
+        if len(tokens) > self.budget:  # only the newest budget tokens can stay
+            self.total += len(tokens) - self.budget
+            tokens = tokens[-self.budget:]
+            tail = np.zeros(0, np.int64)
+        else:
+            keep = min(self.orders[0] - 1, self.total, self.budget - len(tokens))
+            tail = self._tokens_array(self.total - keep, self.total)
+        start = self.total
+        self.ring[np.arange(start, start + len(tokens)) % self.budget] = tokens
+        self.total += len(tokens)
+        window = np.concatenate([tail, tokens])  # global positions start - len(tail) ...
+        for o, n in enumerate(self.orders):
+            first = max(n - 1, len(tail))  # window index of the first new n-gram end
+            if first >= len(window):
+                continue
+            ends = np.arange(first, len(window))
+            grams = window[ends[:, None] - np.arange(n - 1, -1, -1)]  # i64 [m, n]
+            self._link(o, _slots(grams, self.bits), ends + (start - len(tail)))
+
+    def _append(self, token: int) -> None:
+        """extend() of one token, the same updates one at a time."""
+        pos = self.total
+        self.ring[pos % self.budget] = token
+        self.total += 1
+        for o, n in enumerate(self.orders):
+            if pos - n + 1 < max(0, self.total - self.budget):
+                continue
+            slot = _slot(self._tokens(pos - n + 1, pos + 1), self.bits)
+            prev = int(self.head[o, slot])
+            self.back[o, pos % self.budget] = pos - prev if 0 <= prev and pos - prev < self.budget else 0
+            self.head[o, slot] = pos
+
+    def _link(self, o: int, slots: np.ndarray, positions: np.ndarray) -> None:
+        """Put positions (increasing) at the head of their slots' chains."""
+        order = np.argsort(slots, kind="stable")
+        s, p = slots[order].astype(np.int64), positions[order]
+        new_group = np.r_[True, s[1:] != s[:-1]]
+        prev = np.empty_like(p)
+        prev[1:] = p[:-1]
+        prev[new_group] = self.head[o, s[new_group]]
+        dist = p - prev
+        self.back[o, p % self.budget] = np.where((prev >= 0) & (dist < self.budget), dist, 0)
+        last = np.r_[s[1:] != s[:-1], True]
+        self.head[o, s[last]] = p[last]
+
+    def _tokens_array(self, a: int, b: int) -> np.ndarray:
+        return self.ring.take(np.arange(a, b), mode="wrap").astype(np.int64)
+
+    def _tokens(self, a: int, b: int) -> list[int]:
+        i = a % self.budget
+        if i + (b - a) <= self.budget:
+            return self.ring[i : i + b - a].tolist()
+        return self._tokens_array(a, b).tolist()
+
+    def continuations(self, query: list[int], max_len: int) -> tuple[int, list[list[int]]]:
+        """For the longest order n whose last n query tokens occurred with something after them:
+        (n, up to MAX_BRANCHES continuations of up to max_len tokens with distinct first tokens,
+        newest occurrence first). (0, []) when none."""
+        oldest = self.total - self.budget
+        for o, n in enumerate(self.orders):
+            if len(query) < n:
+                continue
+            key = query[-n:]
+            pos, branches, firsts = int(self.head[o, _slot(key, self.bits)]), [], set()
+            for _ in range(MAX_CHAIN):
+                if pos < 0 or pos - n + 1 < oldest:
+                    break
+                if pos + 1 < self.total and self._tokens(pos - n + 1, pos + 1) == key:
+                    cont = self._tokens(pos + 1, min(pos + 1 + max_len, self.total))
+                    if cont[0] not in firsts:
+                        firsts.add(cont[0])
+                        branches.append(cont)
+                        if len(branches) == MAX_BRANCHES:
+                            break
+                step = int(self.back[o, pos % self.budget])
+                if step == 0:
+                    break
+                pos -= step
+            if branches:
+                return n, branches
+        return 0, []
+
+
+@dataclass(frozen=True)
+class Proposal:
+    source: str  # drafter and order, e.g. "context/4": acceptance is tracked per source
+    branches: list[list[int]]  # continuations of the context, best first, distinct first tokens
+
+
+class Drafter(Protocol):
+    """A source of guesses. `context` is every token of the sequence so far, the newest last (it
+    only grows during a request); the proposal continues it."""
+
+    name: str
+
+    def propose(self, context: list[int], max_len: int) -> Proposal | None: ...
+
+
+class ContextDrafter:
+    """Prompt lookup: what followed the latest earlier occurrences of the context's last n tokens."""
+
+    name = "context"
+
+    def __init__(self, capacity: int, orders=CONTEXT_ORDERS):
+        self.index = NgramIndex(capacity, orders)
+
+    def propose(self, context: list[int], max_len: int) -> Proposal | None:
+        if self.index.total < len(context):
+            self.index.extend(context[self.index.total:])
+        n, branches = self.index.continuations(context, max_len)
+        return Proposal(f"{self.name}/{n}", branches) if branches else None
+
+
+class SeenDrafter:
+    """Earlier requests: the same lookup in the engine's index of every token it has seen (the
+    decoder adds each request's tokens when it ends, so a request never drafts from itself here)."""
+
+    name = "seen"
+
+    def __init__(self, index: NgramIndex):
+        self.index = index
+
+    def propose(self, context: list[int], max_len: int) -> Proposal | None:
+        with self.index.lock:
+            n, branches = self.index.continuations(context, max_len)
+        return Proposal(f"{self.name}/{n}", branches) if branches else None
+
+
+class PredictionBlock(Protocol):
+    """A model's own multi-token-prediction layers (Qwen3.5's MTP block, DeepSeek-V3's): from the
+    last kept row's hidden state and token, the next max_len tokens it predicts. Not implemented
+    yet: it needs the engine to hand out the hidden state of a pass's rows. A family that ships such
+    a block adds a Drafter wrapping it (name "mtp") in drafters_for(); the policy below then ranks
+    it by its acceptance like any other source."""
+
+    def draft(self, hidden: np.ndarray, token: int, max_len: int) -> list[int]: ...
+
+
+_seen: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def seen_index(engine) -> NgramIndex:
+    """The index of every token an engine has seen, one per engine (allocated on first use)."""
+    if engine not in _seen:
+        _seen[engine] = NgramIndex(SEEN_BUDGET, SEEN_ORDERS, SEEN_SLOT_BITS)
+    return _seen[engine]
+
+
+def drafters_for(engine, seen: NgramIndex) -> list[Drafter]:
+    """The drafters of one request, side by side (a model with an MTP block would add its own)."""
+    return [ContextDrafter(engine.n_ctx + 1), SeenDrafter(seen)]
+
+
+@dataclass(frozen=True)
+class DraftTree:
+    """A pass's rows: row 0 is the last generated token (not yet in the cache), every other row a
+    guessed token; parents[i] < i, parents[0] = -1."""
+
+    tokens: list[int]
+    parents: list[int]
+
+    def children(self) -> list[dict[int, int]]:
+        """Per row, its children by token (siblings never repeat a token)."""
+        kids: list[dict[int, int]] = [{} for _ in self.tokens]
+        for row in range(1, len(self.tokens)):
+            kids[self.parents[row]][self.tokens[row]] = row
+        return kids
+
+    def rows(self, start: int) -> PassRows:
+        """The pass of this tree after a cache of `start` entries: a row's position is its depth."""
+        depth = [0] * len(self.tokens)
+        for row in range(1, len(self.tokens)):
+            depth[row] = depth[self.parents[row]] + 1
+        n = len(self.tokens)
+        return PassRows(tokens=np.array(self.tokens, np.int32),
+                        positions=(start + np.array(depth)).astype(np.int32),
+                        seqs=np.zeros(n, np.int32), parents=np.array(self.parents, np.int32),
+                        output_rows=np.arange(n, dtype=np.int32))
+
+
+def build_tree(root: int, branches: list[list[int]], rows: int, spare: int = 0) -> DraftTree:
+    """The main branch's first `rows` guesses, then up to `spare` rows of the alternatives (other
+    continuations, each a child of the root), in order."""
+    tokens, parents = [root], [-1]
+    for i, branch in enumerate(branches):
+        take = min(len(branch), rows if i == 0 else spare)
+        spare -= take if i else 0
+        parent = 0
+        for token in branch[:take]:
+            tokens.append(token)
+            parents.append(parent)
+            parent = len(tokens) - 1
+    return DraftTree(tokens, parents)
+
+
+class DraftPolicy:
+    """Which proposal to verify and how many rows, from recent acceptance and measured costs.
+
+    Acceptance: per source, decayed counts of guessed tokens that matched what was generated and of
+    tokens compared; every proposal is scored against the generated tokens, drafted or not, so a
+    source that went quiet can win back its turn. Cost: verifying k guessed rows costs (1 + beta k)
+    plain decode steps, beta measured from this decoder's own passes. With acceptance a, a chain of
+    k guesses yields 1 + a + ... + a^k tokens on average (each guess needs the ones before it), so
+    the speed-up is (1 + a + ... + a^k) / (1 + beta k); the policy drafts the best k only when that
+    beats 1 by MARGIN. After a drafted pass that keeps no guess, drafting pauses for 2, 4, 8, ...
+    steps (at most MAX_PAUSE), so undraftable text costs one lookup now and then.
+
+    Branches: an alternative at the root adds q tokens (the chance that the main guess is wrong and
+    it is right) for beta more cost; that pays only when q / beta beats the pass's speed-up, so
+    with beta ~0.45 (a 2-core CPU) almost never, with beta ~0.05 (a GPU) often. Alternatives get a
+    half as many rows as the main branch (at least 2), on top of them, where beta <= BRANCH_BETA.
+    """
+
+    DECAY = 0.75
+    PRIOR = (1.0, 2.0)  # (matched, compared) of a source never seen: a = 0.5
+    MARGIN = 1.05
+    MAX_PAUSE = 256
+    BRANCH_BETA = 0.15  # alternatives only where rows are this cheap (a GPU), not on a small CPU
+
+    def __init__(self, costs: PassCosts, max_rows: int = 16):
+        self.costs = costs
+        self.max_rows = max_rows
+        self.score: dict[str, list[float]] = {}
+        self.misses = 0
+        self.pause = 0
+
+    def ready(self) -> bool:
+        """Whether to look for drafts this step (False while backing off)."""
+        if self.pause:
+            self.pause -= 1
+            return False
+        return True
+
+    def acceptance(self, source: str) -> float:
+        matched, compared = self.score.get(source, self.PRIOR)
+        return matched / compared
+
+    def choose(self, proposals: list[Proposal], room: int) -> tuple[Proposal, int, int] | None:
+        """The proposal of the source with the best acceptance, its main branch's rows and the rows
+        for alternatives; None: decode plainly."""
+        if not proposals or room < 1:
+            return None
+        best = max(proposals, key=lambda p: self.acceptance(p.source))
+        a, beta = self.acceptance(best.source), self.costs.beta
+        most = min(room, self.max_rows, len(best.branches[0]))  # the gate models the main chain
+        gain, k, expected, ak = 0.0, 0, 1.0, 1.0
+        for rows in range(1, most + 1):
+            ak *= a
+            expected += ak
+            if expected / (1 + beta * rows) > gain:
+                gain, k = expected / (1 + beta * rows), rows
+        if gain <= self.MARGIN:
+            return None
+        spare = min(max(2, k // 2), room - k) if beta <= self.BRANCH_BETA else 0
+        return best, k, spare
+
+    def record(self, proposals: list[Proposal], generated: list[int], drafted: bool, accepted: int) -> None:
+        """Score every proposal against the tokens this step generated; back off after a miss."""
+        for p in proposals:
+            guess = p.branches[0]
+            m = 0
+            while m < min(len(guess), len(generated)) and guess[m] == generated[m]:
+                m += 1
+            compared = m + 1 if m < len(guess) and m < len(generated) else m
+            s = self.score.setdefault(p.source, list(self.PRIOR))
+            s[0] = s[0] * self.DECAY + m
+            s[1] = s[1] * self.DECAY + compared
+        if drafted and accepted == 0:
+            self.misses += 1
+            self.pause = min(2 ** self.misses, self.MAX_PAUSE)
+        elif accepted:
+            self.misses = 0
+
+
+class PassCosts:
+    """What a pass of 1 + k rows costs relative to a plain decode step, as 1 + beta k. beta starts
+    from PRIOR_BETA (SmolLM2, 2 threads of this project's CPU: docs/rad1.md), then is the median of
+    the decoder's recent drafted passes, each against the plain steps just before it, so one pass
+    slowed by another process does not swing it (a GPU's beta is near 0). Samples expire after
+    MAX_AGE seconds: a beta measured under a passing load would otherwise stop drafting for good,
+    since only drafted passes can measure it again."""
+
+    PRIOR_BETA = 0.45
+    WINDOW = 15  # recent drafted passes
+    MAX_AGE = 20.0  # seconds
+    DECAY = 0.8  # of the plain step's running average
+
+    def __init__(self, beta: float = PRIOR_BETA):
+        self.prior = beta
+        self.plain: float | None = None  # seconds of a plain decode step, averaged
+        self.samples: deque[tuple[float, float]] = deque(maxlen=self.WINDOW)  # (when, beta of one pass)
+
+    def observe(self, guessed_rows: int, seconds: float) -> None:
+        if guessed_rows == 0:
+            self.plain = seconds if self.plain is None else self.DECAY * self.plain + (1 - self.DECAY) * seconds
+        elif self.plain:
+            self.samples.append((time.monotonic(), (seconds / self.plain - 1) / guessed_rows))
+
+    @property
+    def beta(self) -> float:
+        while self.samples and self.samples[0][0] < time.monotonic() - self.MAX_AGE:
+            self.samples.popleft()
+        if len(self.samples) < 3:
+            return self.prior
+        return max(0.0, statistics.median(b for _, b in self.samples))

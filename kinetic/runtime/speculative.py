@@ -1,0 +1,212 @@
+"""RAD-1 verification: drafted decoding that yields exactly the tokens plain decoding yields.
+
+Owns: the Picker protocol (how a token is chosen from logits), the acceptance rule over a verified
+draft tree, and the generate loop that drafts, verifies in one pass and keeps the accepted rows'
+cache entries (Engine.verify / Engine.keep). Does not own where drafts come from or how many
+(kinetic/runtime/drafting.py), nor the sampler chain (kinetic.runtime.sampling.Sampler is a Picker),
+nor text.
+
+Why the output cannot change: a tree row's logits are bit for bit what its path gives decoded
+plainly (the engine's batch-invariance contract, tests/runtime/test_engine.py), and the acceptance
+rule picks every token from those logits with the same picker, the same random number and the same
+history as plain decoding would. A guess only decides which row's logits are available next.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Collection, Iterator
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from kinetic.runtime.drafting import (
+    DraftPolicy,
+    DraftTree,
+    NgramIndex,
+    PassCosts,
+    Proposal,
+    build_tree,
+    drafters_for,
+    seen_index,
+)
+from kinetic.runtime.engine import Engine, Sequence
+
+
+class Picker(Protocol):
+    """Chooses tokens. Decoding one token is: u = next_uniform(); t = choose(logits, u); accept(t)."""
+
+    def next_uniform(self) -> float:
+        """The next random number in [0, 1) of the stream (exactly one per generated token)."""
+
+    def choose(self, logits: np.ndarray, u: float) -> int:
+        """The token for f32 [n_vocab] logits and u, given the history accepted so far (no state change)."""
+
+    def accept(self, token: int) -> None:
+        """Append token to the history (penalties, mirostat and grammar state advance)."""
+
+
+class GreedyPicker:
+    """Greedy decoding: the top token, the lowest id on ties (np.argmax, as plain decoding); u unused."""
+
+    def next_uniform(self) -> float:
+        return 0.0
+
+    def choose(self, logits: np.ndarray, u: float) -> int:
+        return int(np.argmax(logits))
+
+    def accept(self, token: int) -> None:
+        pass
+
+
+def accept_draft(tree: DraftTree, logits: np.ndarray, picker: Picker, limit: int,
+                 stop: Collection[int]) -> tuple[list[int], list[int]]:
+    """Walk a verified tree as plain decoding would: (rows whose logits were used, root first, each
+    the parent of the next; the tokens generated, at most `limit`, ending at a stop token).
+
+    logits f32 [len(tree.tokens), n_vocab]: row r's logits are p(. | context, path to r).
+    At row r, plain decoding's next token is t = choose(p_r, u) with the next u of the stream.
+    If a child of r guessed t, its row holds p(. | ..., t): the walk moves there and the guess costs
+    nothing. Otherwise t is still the right token, and the rest of the tree is dropped.
+    Greedy: choose is argmax, so a guess is kept iff it is the model's top token.
+    Sampling: choose inverts the CDF of p_r at u, so t ~ p_r. A guess x is kept with probability
+    p_r(x) (min(1, p/q) of speculative sampling for a drafter that proposes x with certainty,
+    q = one-hot x), and on rejection t ~ p_r without x, renormalized: the residual norm(max(0, p - q)).
+    So each token has plain sampling's distribution; more than that, with the same u stream it is
+    the same token, because u is drawn once per generated token, in order, never per guess.
+    """
+    children = tree.children()
+    path, generated, row = [0], [], 0
+    while True:
+        token = picker.choose(logits[row], picker.next_uniform())
+        picker.accept(token)
+        generated.append(token)
+        if token in stop or len(generated) >= limit or finished(picker):
+            return path, generated
+        row = children[row].get(token, -1)
+        if row < 0:
+            return path, generated
+        path.append(row)
+
+
+@dataclass
+class DraftStats:
+    drafted: int = 0  # guessed rows verified
+    accepted: int = 0  # guesses kept
+    passes: int = 0  # passes after the prompt (plain and drafted)
+    drafted_passes: int = 0
+    tree_passes: int = 0  # drafted passes with alternative branches
+    branch_hits: int = 0  # passes whose kept path went through an alternative
+
+
+def finished(picker: Picker) -> bool:
+    """Whether the picker allows nothing after the tokens it accepted (a grammar that is complete and
+    can only end): generation ends there, as at a stop token."""
+    return bool(getattr(picker, "must_stop", False))
+
+
+def pick(picker: Picker, logits: np.ndarray) -> int:
+    """One plainly decoded token."""
+    token = picker.choose(logits, picker.next_uniform())
+    picker.accept(token)
+    return token
+
+
+def generation_limit(engine: Engine, seq: Sequence, prompt: list[int], max_tokens: int | None) -> int:
+    """Tokens to generate at most: max_tokens (None or negative: no limit), and the context's room.
+    The last generated token is never fed back, so the cache never holds more than n_ctx entries."""
+    room = engine.n_ctx - seq.cache.length - len(prompt)
+    return room if max_tokens is None or max_tokens < 0 else min(max_tokens, room)
+
+
+def plain_decode(engine: Engine, seq: Sequence, prompt: list[int], max_tokens: int | None,
+                 stop: Collection[int] = frozenset(), picker: Picker | None = None) -> Iterator[int]:
+    """Plain decoding, one pass per token: what drafted decoding must reproduce. Yields each token,
+    the stop token included (then ends)."""
+    picker = picker or GreedyPicker()
+    limit = generation_limit(engine, seq, prompt, max_tokens)
+    if limit <= 0:
+        return
+    logits = engine.prefill(seq, prompt)
+    for n in range(1, limit + 1):
+        token = pick(picker, logits)
+        yield token
+        if token in stop or n == limit or finished(picker):
+            return
+        logits = engine.decode(seq, token)
+
+
+class SpeculativeDecoder:
+    """Drafted decoding for one engine; keep one per engine (it learns the engine's pass costs).
+
+    generate() yields exactly plain_decode()'s tokens, stop token included, and leaves the sequence's
+    cache as plain decoding does (every generated token but the last). stats describes the last call.
+    """
+
+    def __init__(self, engine: Engine, *, max_rows: int = 16, draft: bool = True, seen: NgramIndex | None = None,
+                 costs: PassCosts | None = None):
+        self.engine = engine
+        self.seen = seen if seen is not None else seen_index(engine)  # earlier requests, shared per engine
+        self.max_rows = max_rows
+        self.draft = draft
+        self.costs = costs or PassCosts()
+        self.stats = DraftStats()
+
+    def generate(self, seq: Sequence, prompt: list[int], max_tokens: int | None,
+                 stop: Collection[int] = frozenset(), picker: Picker | None = None) -> Iterator[int]:
+        engine, picker = self.engine, picker or GreedyPicker()
+        self.stats = DraftStats()
+        limit = generation_limit(engine, seq, prompt, max_tokens)
+        if limit <= 0:
+            return
+        seen = self.seen
+        start = len(seq.tokens)
+        drafters = drafters_for(engine, seen) if self.draft else []
+        policy = DraftPolicy(self.costs, self.max_rows)
+        token = pick(picker, engine.prefill(seq, prompt))
+        context, generated = list(seq.tokens), 1
+        try:
+            while True:
+                yield token
+                if token in stop or generated >= limit or finished(picker):  # the state after token
+                    return
+                context.append(token)
+                room = limit - generated - 1  # guessed rows that fit (the limit bounds the cache too)
+                proposals = []
+                if drafters and room > 0 and policy.ready():
+                    proposals = [p for d in drafters if (p := d.propose(context, min(room, self.max_rows)))]
+                out, guessed, kept = self._pass(seq, token, policy.choose(proposals, room), picker,
+                                                limit - generated, stop)
+                policy.record(proposals, out, guessed > 0, kept)
+                for t in out[:-1]:  # accepted guesses: never a stop token, never past the limit
+                    yield t
+                    context.append(t)
+                token, generated = out[-1], generated + len(out)
+        finally:
+            with seen.lock:
+                seen.extend(seq.tokens[start:] + [token])
+
+    def _pass(self, seq: Sequence, token: int, choice: tuple[Proposal, int, int] | None, picker: Picker, left: int,
+              stop: Collection[int]) -> tuple[list[int], int, int]:
+        """One pass after `token`: plain (choice None) or a drafted tree. Returns the tokens it
+        generates (at most `left`), the guessed rows and the guesses kept."""
+        engine, stats = self.engine, self.stats
+        began = time.perf_counter()
+        if choice is None:
+            out, guessed, kept = [pick(picker, engine.decode(seq, token))], 0, 0
+        else:
+            proposal, rows, spare = choice
+            tree = build_tree(token, proposal.branches, rows, spare)
+            logits = engine.verify(seq, tree.rows(seq.cache.length))
+            path, out = accept_draft(tree, logits, picker, left, stop)
+            engine.keep(seq, path)
+            guessed, kept = len(tree.tokens) - 1, len(path) - 1
+            stats.drafted_passes += 1
+            stats.tree_passes += tree.parents.count(0) > 1
+            stats.branch_hits += kept > 0 and path[1] != 1
+        self.costs.observe(guessed, time.perf_counter() - began)
+        stats.passes += 1
+        stats.drafted += guessed
+        stats.accepted += kept
+        return out, guessed, kept
