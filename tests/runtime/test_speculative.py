@@ -337,3 +337,20 @@ def test_earlier_requests_draft_a_repeated_request(engine, model):
     again = list(decoder.generate(engine.new_sequence(), prompt + first[:4], 20))
     assert again == first[4:]
     assert decoder.stats.accepted > 0
+
+
+@pytest.fixture(scope="module")
+def gemma(gemma_path) -> kinetic.Model:
+    return kinetic.Model(gemma_path, n_ctx=256)
+
+
+@pytest.mark.parametrize("picker_factory", [GreedyPicker, lambda: InverseCdfPicker(0.8, seed=5)],
+                         ids=["greedy", "sampled"])
+def test_drafted_equals_plain_on_gemma(gemma, picker_factory):
+    """The identity gate on the second real model (sliding-window attention, GQA 4:1, Q4_K/Q5_0/Q6_K
+    kernels): drafted decoding of a repetitive prompt gives plain decoding's tokens, guesses kept."""
+    prompt = gemma.tokenize(REPEAT)
+    plain, drafted, stats, seq = _both(gemma.engine, prompt, 32, picker_factory)
+    assert drafted == plain
+    assert stats.drafted > 0
+    assert seq.cache.length == len(prompt) + len(plain) - 1
