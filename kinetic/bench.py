@@ -30,9 +30,31 @@ import numpy as np
 from kinetic import __version__
 from kinetic.errors import KineticError
 
-# Speed technologies `--off` can name; none of them is built yet, so naming one changes nothing today.
+# Speed technologies `--off` can name; of them only RAD-1 is built: --off rad1 turns drafting off.
 OFF_NAMES = ("rad1", "shortlist", "torque", "warm-start")
-EDIT_NOT_MEASURED = "not measured yet: it needs speculative decoding (RAD-1), which is not built yet"
+EDIT_TOKENS = 256
+EDIT_SKIPPED = "not measured: skipped"
+# The edit test's request (docs/benchmarks.md): rename one variable, send the whole file back.
+EDIT_FILE = """\
+def summarize(orders):
+    total = 0
+    count = 0
+    for order in orders:
+        if order.status == "paid":
+            total += order.amount
+            count += 1
+    average = total / count if count else 0.0
+    return {"total": total, "count": count, "average": average}
+
+
+def report(orders):
+    summary = summarize(orders)
+    lines = [f"orders: {summary['count']}", f"total: {summary['total']:.2f}"]
+    lines.append(f"average: {summary['average']:.2f}")
+    return "\\n".join(lines)
+"""
+EDIT_REQUEST = ("Rename the variable `total` to `paid_total` in this Python file. Reply with the whole file, "
+                "changed, and nothing else.\n\n```python\n" + EDIT_FILE + "```")
 DEVICE_NAMES = {"cpu": "the CPU", "reference": "the CPU (reference interpreter)"}
 BACKENDS = {"cpu": "CPU", "reference": "CPU (reference)"}
 TOKEN_SEED = 0  # prompt tokens are random ids, as llama-bench's are, but the same on every run
@@ -73,6 +95,37 @@ class TestResult:
 
 
 @dataclass
+class EditResult:
+    """The edit test: its tokens drafted (RAD-1, unless --off rad1) and plain, and the best speeds."""
+
+    limit: int
+    drafted: bool  # RAD-1 ran (not --off rad1)
+    tokens: list[int]  # the drafted run's answer, as the decoder yields it (the end-of-turn token included)
+    plain_tokens: list[int]
+    seconds: list[float]  # per run, first to last token
+    plain_seconds: list[float]
+    guessed: int = 0  # RAD-1's guessed rows and the guesses kept, in the last drafted run
+    kept: int = 0
+
+    @property
+    def identical(self) -> bool:
+        return self.tokens == self.plain_tokens
+
+    @property
+    def best(self) -> float:
+        return _rate(len(self.tokens), min(self.seconds))
+
+    @property
+    def plain_best(self) -> float:
+        return _rate(len(self.plain_tokens), min(self.plain_seconds))
+
+
+def _rate(n_tokens: int, seconds: float) -> float:
+    """Tokens after the first over the time from the first to the last (the first comes with the prompt)."""
+    return (n_tokens - 1) / seconds if n_tokens > 1 and seconds > 0 else 0.0
+
+
+@dataclass
 class BenchResult:
     path: Path
     device: str
@@ -85,6 +138,7 @@ class BenchResult:
     weight_type: str  # the type holding most of the file's bytes, e.g. Q4_1
     peak_rss_bytes: int
     tests: list[TestResult] = field(default_factory=list)
+    edit: EditResult | None = None
 
     def test(self, prefix: str) -> TestResult | None:
         return next((t for t in self.tests if t.name.startswith(prefix)), None)
@@ -111,13 +165,17 @@ def run_bench(
     off: list[str] | None = None,
     n_prompt: int = 512,
     n_gen: int = 128,
+    n_edit: int = EDIT_TOKENS,
 ) -> BenchResult:
-    """Load the model, then time pp<n_prompt> and tg<n_gen> `repetitions` times each (0 skips a test)."""
+    """Load the model, then time pp<n_prompt>, tg<n_gen> and the edit test (at most n_edit tokens)
+    `repetitions` times each (0 skips a test)."""
     from kinetic.model import Model
 
     device = "cpu" if device == "auto" else device
     start = time.perf_counter()
-    model = Model(model_spec, n_ctx=max(n_prompt, n_gen) + 1, device=device, threads=threads)
+    draft = "rad1" not in (off or [])
+    model = Model(model_spec, n_ctx=max(n_prompt, n_gen, 1024 + n_edit) + 1, device=device, threads=threads,
+                  draft=draft)
     load_seconds = time.perf_counter() - start
     engine = model.engine
     # None: a .ktc profile's threads, else every CPU; the table shows the count that ran
@@ -145,6 +203,8 @@ def run_bench(
         result.tests.append(
             TestResult(f"tg{n_gen}", n_gen, [_time_generate(engine, first, n_gen) for _ in range(repetitions)])
         )
+    if n_edit > 0:
+        result.edit = run_edit(model, n_edit, repetitions, draft)
     result.peak_rss_bytes = peak_rss_bytes()
     return result
 
@@ -176,6 +236,45 @@ def _time_generate(engine, first: int, n_gen: int) -> float:
     return time.perf_counter() - start
 
 
+def edit_prompt(model) -> list[int]:
+    """The edit request through the model's chat template, as `kinetic run` and the server build it."""
+    text = model.apply_chat_template([{"role": "user", "content": EDIT_REQUEST}], add_generation_prompt=True)
+    return model.tokenize(text, add_special=True, parse_special=True)
+
+
+def run_edit(model, n_edit: int, repetitions: int, draft: bool) -> EditResult:
+    """The edit test, greedy: `repetitions` runs with RAD-1 (plain with --off rad1), then as many plain.
+
+    Each run gets a fresh decoder with an empty index of seen requests, so no run can draft from an
+    earlier run's answer: every run is a first request. Pass costs are shared (they describe the machine).
+    """
+    from kinetic.runtime.drafting import PassCosts
+
+    prompt, costs = edit_prompt(model), PassCosts()
+    drafted = [_time_edit(model, prompt, n_edit, draft, costs) for _ in range(repetitions)]
+    plain = [_time_edit(model, prompt, n_edit, False, costs) for _ in range(repetitions)]
+    tokens, _, stats = drafted[-1]
+    return EditResult(n_edit, draft, tokens, plain[-1][0], [d[1] for d in drafted], [p[1] for p in plain],
+                      stats.drafted, stats.accepted)
+
+
+def _time_edit(model, prompt: list[int], n_edit: int, draft: bool, costs):
+    """One greedy answer through SpeculativeDecoder: (its tokens, seconds from first to last, stats)."""
+    from kinetic.runtime.drafting import SEEN_BUDGET, SEEN_ORDERS, SEEN_SLOT_BITS, NgramIndex
+    from kinetic.runtime.speculative import SpeculativeDecoder
+
+    seen = NgramIndex(SEEN_BUDGET, SEEN_ORDERS, SEEN_SLOT_BITS)
+    decoder = SpeculativeDecoder(model.engine, draft=draft, seen=seen, costs=costs)
+    stop = set(model.tokenizer.eot_ids)
+    tokens, first = [], 0.0
+    gc.collect()
+    for token in decoder.generate(model.engine.new_sequence(), prompt, n_edit, stop=stop):
+        if not tokens:
+            first = time.perf_counter()
+        tokens.append(token)
+    return tokens, time.perf_counter() - first, decoder.stats
+
+
 def _first_token(metadata: dict, fallback: int) -> int:
     """BOS when the model adds one (as llama-bench starts tg), else a fixed token."""
     bos = metadata.get("tokenizer.ggml.bos_token_id")
@@ -198,13 +297,26 @@ def peak_rss_bytes() -> int:
 # -- Kinetic's report ---------------------------------------------------------------------------------
 
 
+def technologies_on(off: list[str]) -> str:
+    """`on: RAD-1` (JSON's technologies), `on: none` with --off rad1."""
+    return "on: none" if "rad1" in off else "on: RAD-1"
+
+
 def technologies_line(off: list[str]) -> str:
-    told = f"; --off {','.join(off)} noted" if off else ""
+    told = f" (--off {','.join(off)})" if off else ""
     return (
-        "speed technologies: none ran, RAD-1, Shortlist and Torque are not built yet"
-        + told
-        + "; Warm Start, Zero Wait and Convoy take no part"
+        f"speed technologies {technologies_on(off)}{told}; Shortlist and Torque are not built yet"
+        "; Warm Start, Zero Wait and Convoy take no part"
     )
+
+
+def edit_line(e: EditResult) -> str:
+    """The line under the table; NO means a bug (bench exits 1)."""
+    return f"edit: drafted output identical to plain decoding: {'yes' if e.identical else 'NO'}"
+
+
+def edit_name(r: BenchResult) -> str:
+    return f"edit{r.edit.limit}" if r.edit else f"edit{EDIT_TOKENS}"
 
 
 def table(r: BenchResult) -> str:
@@ -215,11 +327,11 @@ def table(r: BenchResult) -> str:
     ]
     cells = f"| {r.path.stem} | {_gib(r.size_bytes)} | {r.parameters / 1e9:.2f} B | {BACKENDS[r.device]} | {r.threads}"
     rows = [f"{cells} | {t.name} | {t.best:.2f} |" for t in r.tests]
-    rows.append(f"{cells} | edit256 | not measured |")
+    rows.append(f"{cells} | {edit_name(r)} | {f'{r.edit.best:.2f}' if r.edit else 'not measured'} |")
     notes = [
         f"on {DEVICE_NAMES[r.device]}, {r.threads} threads, best of {r.repetitions}, load {r.load_seconds:.2f} s",
         technologies_line(r.off),
-        f"edit256: {EDIT_NOT_MEASURED}",
+        edit_line(r.edit) if r.edit else f"edit: {EDIT_SKIPPED}",
         f"peak memory {_gib(r.peak_rss_bytes)}",
     ]
     return "\n".join(head + rows + [""] + notes)
@@ -241,12 +353,26 @@ def to_json(r: BenchResult) -> dict:
         "decode_tokens": tg.tokens if tg else 0,
         "decode_tokens_per_second": round(tg.best, 2) if tg else None,
         "tests": [t.to_json() for t in r.tests],
-        "edit256": None,
-        "edit256_reason": EDIT_NOT_MEASURED,
-        "technologies": technologies_line(r.off),
+        **edit_json(r.edit),
+        "technologies": technologies_on(r.off),
         "off": r.off,
         "peak_rss_bytes": r.peak_rss_bytes,
         "kinetic_version": __version__,
+    }
+
+
+def edit_json(e: EditResult | None) -> dict:
+    if e is None:
+        return {"edit_tokens": 0, "edit_tokens_per_second": None, "edit_identical": None}
+    return {
+        "edit_tokens": len(e.tokens),
+        "edit_tokens_per_second": round(e.best, 2),
+        "edit_identical": e.identical,
+        "edit_limit": e.limit,
+        "edit_drafted": e.drafted,
+        "edit_plain_tokens_per_second": round(e.plain_best, 2),
+        "edit_guessed": e.guessed,
+        "edit_kept": e.kept,
     }
 
 
@@ -380,13 +506,15 @@ def card(k: BenchResult, ll: LlamaBenchResult) -> str:
         theirs = f"{row['llama_cpp_t_s']:.1f}" if row["llama_cpp_t_s"] else "not run"
         ratio = f"{row['ratio']:.2f}x" if row["ratio"] else "-"
         lines.append(f"| {label} | {row['kinetic_t_s']:.1f} | {theirs} | {ratio} |")
-    lines.append("| edit256 | not measured | not run | - |")
+    edit = f"{k.edit.best:.1f}" if k.edit else "not measured"
+    lines.append(f"| {edit_name(k)} | {edit} | not run | - |")
     lines += [
         "",
         machine_line(),
         f"Same file ({_gib(k.size_bytes)}, {k.weight_type}), on the CPU, {k.threads} threads, "
         f"flash attention on, best of {k.repetitions}, t/s.",
-        f"edit256: {EDIT_NOT_MEASURED}.",
+        (edit_line(k.edit) if k.edit else f"edit: {EDIT_SKIPPED}") + "; llama.cpp's edit test (llama-server, "
+        "--spec-type ngram-simple) is not run by kinetic bench yet.",
     ]
     return "\n".join(lines)
 
@@ -406,8 +534,6 @@ def card_json(k: BenchResult, ll: LlamaBenchResult) -> dict:
             "mean_t_s": ll.mean,
         },
         "tests": card_rows(k, ll),
-        "edit256": None,
-        "edit256_reason": EDIT_NOT_MEASURED,
         "kinetic": to_json(k),
     }
 

@@ -34,6 +34,7 @@ def add_parser(sub) -> None:
     p.add_argument("-t", "--threads", type=int, metavar="N", help="CPU threads [default: every logical CPU]")
     p.add_argument("--device", choices=("cpu", "reference", "cuda", "vulkan"), default="cpu",
                    help="cpu: generated kernels; reference: the numpy reference interpreter [default: cpu]")
+    add_off_arg(p)
     p.add_argument("--receipt", metavar="FILE", help="also write a receipt of the answer to FILE (docs/receipts.md)")
     p.add_argument("--sign-key", metavar="FILE", help="sign the receipt with this Ed25519 secret key file")
     p.set_defaults(run=run, collect_words=_collect_words)
@@ -66,8 +67,9 @@ def run(args: argparse.Namespace) -> int:
         raise KineticError(f"-t must be positive, not {args.threads}", "Give a thread count such as -t 4.")
     changes = sampling_changes(args)
     key = _receipt_key(args)
+    off = parse_off(args.off)
     model = Model(spec, n_ctx=args.ctx_size, chat_template_file=args.chat_template_file, device=args.device,
-                  threads=args.threads)
+                  threads=args.threads, draft="rad1" not in off)
     if args.prompt_ids is not None:
         prompt_in, given = _parse_ids(args.prompt_ids), None  # the receipt's input: None for ids
     else:
@@ -170,6 +172,18 @@ _SAMPLING_FLAGS = (
     (("--mirostat-ent",), "mirostat_tau", float, "X", "Mirostat's target entropy, tau [default: 5]"),
     (("-s", "--seed"), "seed", int, "N", "seed for repeatable sampling; -1 for a fresh one [default: fresh]"),
 )
+
+
+def add_off_arg(p: argparse.ArgumentParser) -> None:
+    """--off LIST, as kinetic bench takes it; run and serve act on rad1 (drafting off, same tokens)."""
+    p.add_argument("--off", metavar="LIST", help="speed technologies to turn off, comma-separated: rad1 "
+                   "(RAD-1's drafting; the answer is the same, only slower), shortlist, torque, warm-start")
+
+
+def parse_off(text: str | None) -> list[str]:
+    from kinetic.bench import parse_off as parse  # the one list of names
+
+    return parse(text)
 
 
 def add_sampling_args(p: argparse.ArgumentParser) -> None:

@@ -13,7 +13,7 @@ import logging
 import sys
 from dataclasses import replace
 
-from kinetic.cli.run_cmd import add_sampling_args, sampling_changes
+from kinetic.cli.run_cmd import add_off_arg, add_sampling_args, parse_off, sampling_changes
 from kinetic.errors import KineticError
 
 # llama-server flags Kinetic takes and ignores: (flags, takes a value)
@@ -74,6 +74,7 @@ def add_parser(sub) -> None:
     p.add_argument("--chat-template-file", metavar="FILE", help="use this Jinja chat template")
     p.add_argument("-np", "--parallel", type=int, default=1, metavar="N",
                    help="accepted; requests take turns on the engine for now [default: 1]")
+    add_off_arg(p)
     add_sampling_args(p)
     for flags, takes_value in _IGNORED:
         kind = {"nargs": 1} if takes_value else {"action": "store_true"}
@@ -101,13 +102,14 @@ def run(args: argparse.Namespace) -> int:
     if not 0 <= port <= 65535:
         raise KineticError(f"--port must be from 0 to 65535, not {port}", "Example: --port 8080")
     changes = sampling_changes(args)
+    off = parse_off(args.off)
     logging.basicConfig(level=logging.WARNING, format="kinetic: %(message)s")
     if not is_loopback(args.host):
         sys.stderr.write(f"kinetic: listening on {args.host} lets anyone who can reach this address use the model"
                          + ("" if args.api_key else "; pair it with --api-key") + "\n")
     sock = bind(args.host, port)
     model = Model(spec, n_ctx=args.ctx_size, chat_template_file=args.chat_template_file, device=args.device,
-                  threads=args.threads)
+                  threads=args.threads, draft="rad1" not in off)
     options = ServerOptions(alias=args.alias, host=args.host, port=sock.getsockname()[1], api_key=args.api_key,
                             parallel=args.parallel, sampling=replace(model.sampling_defaults(), **changes),
                             device_name=_DEVICE_NAMES[args.device])

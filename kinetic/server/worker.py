@@ -1,12 +1,13 @@
 """The engine thread: one model, one request at a time, in arrival order.
 
-Owns: the queue of generation jobs, the loop that runs each (prefill, then one token per pass
-through the Sampler), stop strings, log-probabilities, cancellation, and the counters /metrics
-and /slots report. Tokens flow back to the event loop as Piece events through an asyncio queue
-fed with call_soon_threadsafe, so the loop never waits on the engine. Does not own HTTP, response
+Owns: the queue of generation jobs, the loop that runs each (prefill, then the model's RAD-1
+decoder picking through the Sampler, so the tokens are plain decoding's), stop strings,
+log-probabilities, cancellation, and the counters /metrics and /slots report. Tokens flow back to
+the event loop as Piece events through an asyncio queue fed with call_soon_threadsafe, so the loop
+never waits on the engine. Does not own HTTP, response
 shapes or what a field means (the API modules build a GenerationRequest).
 
-A job is cancelled when its client goes away: the flag is checked between prompt chunks and before
+A job is cancelled when its client goes away: the flag is checked between prompt chunks and after
 every token, so a disconnect frees the engine within one pass. A job with a grammar (compiled by the
 handler, constraints.py) picks through a ConstrainedSampler and ends once the grammar allows
 nothing more; the worker keeps the model's GrammarCache.
@@ -21,6 +22,7 @@ import queue
 import threading
 import time
 import traceback
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -164,6 +166,45 @@ class _Pending:
         return out
 
 
+class _Recording:
+    """A Picker that picks through `picker` and keeps, for every token it accepts, the TokenInfo of the
+    logits row it was chosen from (log-probabilities of the raw logits, before any sampler).
+
+    The decoder calls choose once per generated token, then accept with that token (pick() and
+    speculative.accept_draft: a guessed row's logits are only chosen from on the walk, and every
+    choice is kept), so the entries line up with the tokens it yields, in order."""
+
+    def __init__(self, picker: Sampler | ConstrainedSampler, info):
+        self.picker = picker
+        self._info = info  # (token, f32 [n_vocab] logits) -> TokenInfo
+        self._chosen: TokenInfo | None = None
+        self._accepted: deque[TokenInfo] = deque()
+
+    @property
+    def must_stop(self) -> bool:
+        return bool(getattr(self.picker, "must_stop", False))
+
+    def next_uniform(self) -> float:
+        return self.picker.next_uniform()
+
+    def choose(self, logits: np.ndarray, u: float) -> int:
+        token = self.picker.choose(logits, u)
+        self._chosen = self._info(token, logits)
+        return token
+
+    def accept(self, token: int) -> None:
+        self.picker.accept(token)
+        assert self._chosen is not None and self._chosen.id == token, "accept() without its choose()"
+        self._accepted.append(self._chosen)
+        self._chosen = None
+
+    def take(self, token: int) -> TokenInfo:
+        """The entry of the next yielded token."""
+        info = self._accepted.popleft()
+        assert info.id == token, f"recorded token {info.id}, the decoder yielded {token}"
+        return info
+
+
 class EngineWorker:
     """The thread that owns the model's engine. submit() from the event loop; everything else here
     runs on the thread."""
@@ -285,9 +326,10 @@ class EngineWorker:
                 break
             released += len(out)
             job.post(Piece(out, pending.take(released)))
-            if request.grammar is not None and sampler.must_stop:  # the grammar allows nothing more
+        else:  # the decoder ended: the limit, or a grammar that allows nothing more. Not checked per
+            # token: a drafted pass accepts several tokens into the sampler before they are yielded
+            if request.grammar is not None and sampler.must_stop:
                 stop_type = "eos"
-                break
         steps.close()
         if stop_type != "word":
             tail = scanner.feed(decoder.flush())[0] + scanner.flush()
@@ -299,25 +341,34 @@ class EngineWorker:
 
     def _tokens(self, job: Job, ids: list[int], limit: int,
                 sampler: Sampler | ConstrainedSampler) -> Iterator[tuple[int, TokenInfo]]:
-        """Plain decoding, as Model.generate does it: prefill in the engine's chunks, then per token
-        next_uniform / choose / accept. Yields (token, its TokenInfo); stops early when cancelled."""
+        """The model's tokens, as Model.generate picks them: the prompt in the engine's chunks, then
+        RAD-1's decoder (model.decoder(); drafting as the model's `draft`, off with --off rad1), which
+        yields plain decoding's tokens. Yields (token, its TokenInfo); stops early when cancelled."""
         engine, request = self.model.engine, job.request
         seq = engine.new_sequence()
-        logits = None
-        for start in range(0, len(ids), engine.batch):  # the chunks engine.prefill uses, so logits are identical
+        last = (len(ids) - 1) // engine.batch * engine.batch  # the last chunk goes with the decoder's prefill
+        for start in range(0, last, engine.batch):  # engine.prefill's own chunks, so logits are identical
             if job.cancelled.is_set():
                 return
-            logits = engine.prefill(seq, ids[start:start + engine.batch])
-            job.n_prompt_processed = min(start + engine.batch, len(ids))
-        for n in range(limit):
-            if job.cancelled.is_set():
-                return
-            u = sampler.next_uniform()
-            token = sampler.choose(logits, u)
-            sampler.accept(token)
-            yield token, self._info(token, logits, request)
-            if n + 1 < limit:
-                logits = engine.decode(seq, token)
+            engine.prefill(seq, ids[start:start + engine.batch])
+            job.n_prompt_processed = start + engine.batch
+        if job.cancelled.is_set():
+            return
+        decoder = self.model.decoder()
+        decoder.draft = self.model.draft
+        with decoder.seen.lock:  # the decoder indexes the tokens it saw fed; the earlier chunks go first
+            decoder.seen.extend(ids[:last])
+        picker = _Recording(sampler, lambda token, logits: self._info(token, logits, request))
+        eot = set() if request.ignore_eos else set(self.model.tokenizer.eot_ids)
+        tokens = decoder.generate(seq, ids[last:], limit, stop=eot, picker=picker)
+        try:
+            for token in tokens:
+                job.n_prompt_processed = len(ids)
+                yield token, picker.take(token)
+                if job.cancelled.is_set():
+                    return
+        finally:
+            tokens.close()
 
     def _info(self, token: int, logits: np.ndarray, request: GenerationRequest) -> TokenInfo:
         if not request.logprobs:

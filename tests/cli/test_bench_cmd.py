@@ -16,7 +16,7 @@ import pytest
 from kinetic import __version__, bench
 from kinetic.cli import main as cli
 
-QUICK = ["-p", "8", "-n", "4", "-t", "2"]
+QUICK = ["-p", "8", "-n", "4", "-t", "2", "--edit-tokens", "0"]  # the edit test has its own tests below
 
 
 def test_bench_is_a_command():
@@ -78,7 +78,7 @@ def fake_llama_bench(tmp_path):
 
 
 def test_json_report(capsys, smollm2_path):
-    """--json prints one object with both tests, each best of -r runs, and edit256 null with a reason."""
+    """--json prints one object with both tests, each best of -r runs, and no edit test when it is skipped."""
     code, out, _ = kinetic(capsys, "bench", str(smollm2_path), *QUICK, "-r", "2", "--off", "torque,rad1", "--json")
     assert code == 0
     report = json.loads(out)
@@ -89,7 +89,8 @@ def test_json_report(capsys, smollm2_path):
         assert len(test["runs"]) == 2 and test["t_s"] == max(test["runs"]) > 0
         assert min(test["runs"]) <= test["mean"] <= test["t_s"] and test["stddev"] >= 0
     assert report["prefill_tokens_per_second"] == report["tests"][0]["t_s"]
-    assert report["edit256"] is None and "RAD-1" in report["edit256_reason"]
+    assert report["edit_tokens"] == 0 and report["edit_identical"] is None
+    assert report["technologies"] == "on: none"
     assert report["off"] == ["torque", "rad1"] and report["load_seconds"] > 0
     assert report["peak_rss_bytes"] > smollm2_path.stat().st_size and report["kinetic_version"] == __version__
 
@@ -103,7 +104,7 @@ def test_compare_card(capsys, smollm2_path, fake_llama_bench):
     assert argv[:2] == ["-m", str(smollm2_path)]
     assert " ".join(argv[2:]) == "-t 2 -r 1 -p 8 -n 4 -fa on -ngl 0 -o json -dev none"
     table, card = out.split("## Kinetic vs llama.cpp: ")
-    assert "| pp8 |" in table and "| tg4 |" in table and "edit256: not measured yet" in table
+    assert "| pp8 |" in table and "| tg4 |" in table and "| edit256 | not measured |" in table
     lines = card.splitlines()
     assert lines[0] == smollm2_path.stem
     assert lines[2] == f"| test | Kinetic {__version__} | llama.cpp b4242 (0c1e570) | ratio |"
@@ -111,7 +112,7 @@ def test_compare_card(capsys, smollm2_path, fake_llama_bench):
         row = next(line for line in lines if line.startswith(f"| {label} |")).strip("|").split("|")
         ours, ratio = float(row[1]), float(row[3].strip().rstrip("x"))
         assert float(row[2]) == theirs and ratio == pytest.approx(ours / theirs, abs=0.01)
-    assert "flash attention on, best of 1, t/s." in card and "edit256: not measured yet" in card
+    assert "flash attention on, best of 1, t/s." in card and "| edit256 | not measured | not run | - |" in card
 
 
 def test_compare_json(capsys, smollm2_path, fake_llama_bench):
@@ -126,7 +127,33 @@ def test_compare_json(capsys, smollm2_path, fake_llama_bench):
     }
     for row in card["tests"]:
         assert row["ratio"] == pytest.approx(row["kinetic_t_s"] / row["llama_cpp_t_s"], abs=1e-3)
-    assert card["edit256"] is None and card["kinetic"]["model"] == smollm2_path.name
+    assert card["kinetic"]["model"] == smollm2_path.name
+
+
+EDIT = ["-p", "0", "-n", "0", "-t", "2", "-r", "1", "--edit-tokens", "48"]
+
+
+def test_edit_test_drafted_equals_plain(capsys, smollm2_path):
+    """The edit test's drafted answer is plain decoding's, token for token: the table says yes, exit 0."""
+    code, out, _ = kinetic(capsys, "bench", str(smollm2_path), *EDIT)
+    assert code == 0
+    assert "edit: drafted output identical to plain decoding: yes" in out
+    row = next(line for line in out.splitlines() if "| edit48 |" in line)
+    assert float(row.strip("|").split("|")[-1]) > 0
+    assert "speed technologies on: RAD-1;" in out
+
+
+def test_edit_test_json_and_off_rad1(capsys, smollm2_path):
+    """--json has the seed's edit fields; --off rad1 runs the edit test without drafting (nothing guessed)."""
+    code, out, _ = kinetic(capsys, "bench", str(smollm2_path), *EDIT, "--json")
+    drafted = json.loads(out)
+    assert code == 0 and drafted["edit_identical"] is True and drafted["technologies"] == "on: RAD-1"
+    assert 1 < drafted["edit_tokens"] <= 48 and drafted["edit_tokens_per_second"] > 0 and drafted["edit_guessed"] > 0
+    code, out, _ = kinetic(capsys, "bench", str(smollm2_path), *EDIT, "--off", "rad1", "--json")
+    plain = json.loads(out)
+    assert code == 0 and plain["edit_identical"] is True and plain["technologies"] == "on: none"
+    assert plain["edit_guessed"] == 0 and plain["edit_drafted"] is False
+    assert plain["edit_tokens"] == drafted["edit_tokens"]
 
 
 def test_bad_off_fails_before_loading(capsys, tmp_path):
@@ -163,6 +190,6 @@ def test_parse_llama_bench_json():
 
 
 def test_nothing_to_measure(capsys, smollm2_path):
-    """-p 0 -n 0 is refused before loading anything."""
-    code, _, err = kinetic(capsys, "bench", str(smollm2_path), "-p", "0", "-n", "0")
+    """-p 0 -n 0 with the edit test skipped is refused before loading anything."""
+    code, _, err = kinetic(capsys, "bench", str(smollm2_path), "-p", "0", "-n", "0", "--edit-tokens", "0")
     assert code == 1 and "measures nothing" in err

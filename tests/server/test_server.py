@@ -52,6 +52,8 @@ def test_greedy_chat_equals_model_generate_and_kinetic_run(greedy_chat, model):
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     assert run.stdout == expected + "\n"
+    plain = subprocess.run(run.args + ["--off", "rad1"], capture_output=True, text=True, timeout=120)
+    assert plain.returncode == 0 and plain.stdout == run.stdout, plain.stderr
     assert greedy_chat.choices[0].finish_reason == "length"
     usage = greedy_chat.usage
     assert usage.completion_tokens == 8 and usage.prompt_tokens == len(model.tokenize(prompt, parse_special=True))
@@ -82,6 +84,31 @@ def test_logprobs_are_those_of_the_raw_logits_streamed_or_not(client, greedy_cha
                                             logprobs=True, top_logprobs=2, stream=True)
     streamed = [e for c in stream if c.choices and c.choices[0].logprobs for e in c.choices[0].logprobs.content]
     assert [(e.token, e.logprob) for e in streamed] == [(e.token, e.logprob) for e in entries]
+
+
+REPEAT = [{"role": "user", "content": "Repeat this line twice: the quick brown fox jumps over the lazy dog."}]
+
+
+def test_drafted_logprobs_are_the_plain_logits(client, model):
+    """With RAD-1 drafting (the second request drafts from the first's answer), each token's logprob is
+    log_softmax of the logits plain decoding computes for it: entries belong to the accepted tokens."""
+    import numpy as np
+
+    from kinetic.runtime.sampling import log_softmax
+
+    for _ in range(2):
+        reply = client.chat.completions.create(model="any", messages=REPEAT, max_tokens=32, temperature=0,
+                                               logprobs=True, top_logprobs=1)
+    entries = reply.choices[0].logprobs.content
+    ids = model.tokenize(model.apply_chat_template(REPEAT, add_generation_prompt=True), parse_special=True)
+    seq = model.engine.new_sequence()
+    logits = model.engine.prefill(seq, ids)
+    for e in entries:
+        token = int(np.argmax(logits))
+        assert e.token == model.detokenize([token]) or e.token == model.tokenizer.piece(token).decode(errors="replace")
+        assert e.logprob == pytest.approx(float(log_softmax(logits)[token]), abs=1e-5)
+        logits = model.engine.decode(seq, token)
+    assert "".join(e.token for e in entries) == reply.choices[0].message.content
 
 
 def test_stop_string_ends_the_answer_and_is_not_returned(client, greedy_chat):
