@@ -19,7 +19,7 @@ from kinetic.ir.ops import Op
 from kinetic.runtime.kv_cache import KVCache, SequenceCaches, check_cache_fits
 
 DEFAULT_CONTEXT = 4096
-DEFAULT_BATCH = 64  # prompt rows per pass
+DEFAULT_BATCH = 128  # prompt rows per pass (measured: Gemma-3 pp512 +3.5% over 64, SmolLM2 even)
 
 
 def _executor(device: str, graph: Graph, weights: WeightSource, batch: int, threads: int | None):
