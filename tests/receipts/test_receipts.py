@@ -210,3 +210,28 @@ def test_sign_key_needs_a_receipt(capsys):
     """--sign-key without --receipt fails before the model loads."""
     assert main(["run", "no-such-model.gguf", "hi", "--sign-key", "k"]) == 1
     assert "--sign-key signs a receipt" in capsys.readouterr().err
+
+
+def test_a_receipt_made_with_drafting_verifies_identical(made, capsys, monkeypatch):
+    """A sampled answer made with RAD-1 drafting (and guesses kept: a prompt the answer repeats)
+    reruns plainly to the same tokens."""
+    from kinetic.runtime import speculative
+
+    kept = []
+    generate = speculative.SpeculativeDecoder.generate
+
+    def counting(self, *args, **kwargs):
+        try:
+            yield from generate(self, *args, **kwargs)
+        finally:  # the caller closes the generator at the end-of-turn token
+            kept.append(self.stats.accepted)
+
+    monkeypatch.setattr(speculative.SpeculativeDecoder, "generate", counting)
+    prompt = "red green blue, red green blue, red green blue, red green blue, red green blue, red"
+    path = made["folder"] / "drafted.json"
+    assert main(["run", str(model_path("smollm2-135m")), prompt, "--raw", "--temp", "0.3", "--seed", "5",
+                 "-n", "48", "--receipt", str(path)]) == 0
+    assert sum(kept) > 0, "the answer was meant to be drafted"
+    monkeypatch.undo()
+    code, out, err = verify(capsys, path)
+    assert code == 0 and "identical" in out, err
