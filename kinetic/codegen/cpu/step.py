@@ -91,6 +91,7 @@ class _Instr:
     unit: int = 0
     whole_row: bool = False
     column_barrier: bool = False
+    column_args: dict | None = None  # {i: (values...)}: args i.. replaced in the column plan's row
 
 
 @dataclass(frozen=True)
@@ -189,12 +190,13 @@ class CompiledStep:
                 (step, F32(a.freq_scale)), writes=(table + ("angles",), table + ("cos",), table + ("sin",)),
                 row_local=True, width=half, unit=half))
 
-    def _attention_kernels(self, group: int, n_kv_head: int, head_dim: int, softcap: bool) -> tuple[int, int, int]:
+    def _attention_kernels(self, group: int, n_kv_head: int, head_dim: int, softcap: bool,
+                           threads: int) -> tuple[int, int, int]:
         """Addresses of the generated score and softmax kernels and the heads an item carries
-        ((0, 0, 1): the numba path)."""
+        ((0, 0, 1): the numba path), for passes whose single row must still feed `threads` threads."""
         if head_dim % 64:
             return 0, 0, 1
-        heads = heads_per_call(group, n_kv_head, self.threads)
+        heads = heads_per_call(group, n_kv_head, threads)
         return self._kernel("scores", head_dim, heads), self._kernel("softmax", head_dim, heads, softcap), heads
 
     def _lower(self) -> _Plan:
@@ -282,12 +284,15 @@ class CompiledStep:
                     scale, cap_ = F32(F32(a.scale) / F32(a.softcap)), F32(a.softcap)
                 else:
                     scale, cap_ = F32(a.scale), F32(0)
+                shape = (a.n_head // a.n_kv_head, a.n_kv_head, a.head_dim, bool(a.softcap))
+                # passes of several rows (prompts, drafts) give every thread rows: an item carries all
+                # the query heads of a KV head, widening each key and value once for all of them; a
+                # pass of one row splits them as the threads need (the column plan)
                 plan.instrs.append(_Instr(
                     S.OP_ATTEND, [_value(ins[0]), _Ref(out), layer, a.n_head, a.n_kv_head, a.head_dim, a.window,
-                                  *self._attention_kernels(a.n_head // a.n_kv_head, a.n_kv_head, a.head_dim,
-                                                          bool(a.softcap)),
-                                  _f32_bits(scale), _f32_bits(cap_)],
-                    (scale, cap_), reads=(("v", ins[0].id), kvkey), writes=(out,)))
+                                  *self._attention_kernels(*shape, threads=1), _f32_bits(scale), _f32_bits(cap_)],
+                    (scale, cap_), reads=(("v", ins[0].id), kvkey), writes=(out,),
+                    column_args={7: self._attention_kernels(*shape, threads=self.threads)}))
             elif op is Op.TAKE_ROWS:
                 plan.instrs.append(_Instr(S.OP_TAKE_ROWS, [_value(ins[0]), _Ref(out), width],
                                           reads=(("v", ins[0].id),), writes=(out,), output_rows=True))
@@ -435,7 +440,10 @@ class CompiledStep:
             row += [0] * (S.TAPE_WIDTH - 2 - len(row)) + [ins.width, ins.unit]
             rows.append(row)
             column_flags = (S.FLAG_BARRIER if ins.column_barrier else 0) | out_rows | S.FLAG_COLUMNS
-            column_rows.append([ins.op, column_flags] + row[2:])
+            column_row = [ins.op, column_flags] + row[2:]
+            for i, values in (ins.column_args or {}).items():
+                column_row[2 + i: 2 + i + len(values)] = values
+            column_rows.append(column_row)
             frows.append(list(map(float, ins.floats)) + [0.0] * (4 - len(ins.floats)))
         self.tape = np.array(rows, np.int64).reshape(-1, S.TAPE_WIDTH)
         self.column_tape = np.array(column_rows, np.int64).reshape(-1, S.TAPE_WIDTH)
