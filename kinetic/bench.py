@@ -11,6 +11,7 @@ repeated; the best run is the reported number, as llama.cpp's best run is on the
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import os
@@ -53,8 +54,10 @@ def report(orders):
     lines.append(f"average: {summary['average']:.2f}")
     return "\\n".join(lines)
 """
-EDIT_REQUEST = ("Rename the variable `total` to `paid_total` in this Python file. Reply with the whole file, "
-                "changed, and nothing else.\n\n```python\n" + EDIT_FILE + "```")
+EDIT_REQUEST = (
+    "Rename the variable `total` to `paid_total` in this Python file. Reply with the whole file, "
+    "changed, and nothing else.\n\n```python\n" + EDIT_FILE + "```"
+)
 DEVICE_NAMES = {"cpu": "the CPU", "reference": "the CPU (reference interpreter)"}
 BACKENDS = {"cpu": "CPU", "reference": "CPU (reference)"}
 TOKEN_SEED = 0  # prompt tokens are random ids, as llama-bench's are, but the same on every run
@@ -106,6 +109,8 @@ class EditResult:
     plain_seconds: list[float]
     guessed: int = 0  # RAD-1's guessed rows and the guesses kept, in the last drafted run
     kept: int = 0
+    text: str = ""  # the drafted answer, without the end-of-turn token (to compare with llama-server's)
+    prompt_tokens: int = 0
 
     @property
     def identical(self) -> bool:
@@ -174,8 +179,9 @@ def run_bench(
     device = "cpu" if device == "auto" else device
     start = time.perf_counter()
     draft = "rad1" not in (off or [])
-    model = Model(model_spec, n_ctx=max(n_prompt, n_gen, 1024 + n_edit) + 1, device=device, threads=threads,
-                  draft=draft)
+    model = Model(
+        model_spec, n_ctx=max(n_prompt, n_gen, 1024 + n_edit) + 1, device=device, threads=threads, draft=draft
+    )
     load_seconds = time.perf_counter() - start
     engine = model.engine
     # None: a .ktc profile's threads, else every CPU; the table shows the count that ran
@@ -254,8 +260,20 @@ def run_edit(model, n_edit: int, repetitions: int, draft: bool) -> EditResult:
     drafted = [_time_edit(model, prompt, n_edit, draft, costs) for _ in range(repetitions)]
     plain = [_time_edit(model, prompt, n_edit, False, costs) for _ in range(repetitions)]
     tokens, _, stats = drafted[-1]
-    return EditResult(n_edit, draft, tokens, plain[-1][0], [d[1] for d in drafted], [p[1] for p in plain],
-                      stats.drafted, stats.accepted)
+    eot = set(model.tokenizer.eot_ids)
+    text = model.detokenize([t for t in tokens if t not in eot])
+    return EditResult(
+        n_edit,
+        draft,
+        tokens,
+        plain[-1][0],
+        [d[1] for d in drafted],
+        [p[1] for p in plain],
+        stats.drafted,
+        stats.accepted,
+        text,
+        len(prompt),
+    )
 
 
 def _time_edit(model, prompt: list[int], n_edit: int, draft: bool, costs):
@@ -266,13 +284,32 @@ def _time_edit(model, prompt: list[int], n_edit: int, draft: bool, costs):
     seen = NgramIndex(SEEN_BUDGET, SEEN_ORDERS, SEEN_SLOT_BITS)
     decoder = SpeculativeDecoder(model.engine, draft=draft, seen=seen, costs=costs)
     stop = set(model.tokenizer.eot_ids)
-    tokens, first = [], 0.0
+    tokens, clock = [], FirstToLast()
     gc.collect()
     for token in decoder.generate(model.engine.new_sequence(), prompt, n_edit, stop=stop):
-        if not tokens:
-            first = time.perf_counter()
+        clock.tick()
         tokens.append(token)
-    return tokens, time.perf_counter() - first, decoder.stats
+    return tokens, clock.seconds, decoder.stats
+
+
+class FirstToLast:
+    """The edit test's clock, the same for Kinetic and llama-server: `tick()` as each token arrives
+    (Kinetic: as the decoder yields it; llama-server: as its streamed chunk is read); `seconds` is the
+    time from the first arrival to the last. The first token comes with the prompt, so speed is
+    (tokens - 1) / seconds (`_rate`)."""
+
+    def __init__(self) -> None:
+        self.first: float | None = None
+        self.last = 0.0
+
+    def tick(self) -> None:
+        self.last = time.perf_counter()
+        if self.first is None:
+            self.first = self.last
+
+    @property
+    def seconds(self) -> float:
+        return self.last - self.first if self.first is not None else 0.0
 
 
 def _first_token(metadata: dict, fallback: int) -> int:
@@ -473,53 +510,262 @@ def parse_llama_bench_json(text: str) -> LlamaBenchResult:
         ) from None
 
 
+# -- llama.cpp's edit test, through llama-server ---------------------------------------------------
+
+LLAMA_SPEC_DEFAULT = "ngram-mod"
+SERVER_START_SECONDS = 120
+
+
+@dataclass
+class LlamaEditResult:
+    """llama-server's answer to the edit request, with its speculative mode; `not_run` says why it was not."""
+
+    spec_type: str
+    counts: list[int] = field(default_factory=list)  # completion tokens of each run
+    seconds: list[float] = field(default_factory=list)  # per run, first to last streamed token
+    text: str = ""  # the last run's answer
+    prompt_tokens: int = 0
+    not_run: str = ""
+
+    @property
+    def best(self) -> float:
+        return max((_rate(n, s) for n, s in zip(self.counts, self.seconds, strict=True)), default=0.0)
+
+
+def find_llama_server(near: Path | None) -> Path | None:
+    """llama-server beside the llama-bench that ran, else on PATH, else in the usual folders."""
+    places = [near.parent / "llama-server"] if near else []
+    on_path = shutil.which("llama-server")
+    places += ([Path(on_path)] if on_path else []) + [p.parent / "llama-server" for p in LLAMA_BENCH_PLACES]
+    return next((p for p in places if p.is_file() and os.access(p, os.X_OK)), None)
+
+
+def llama_server_help(exe: Path) -> str:
+    try:
+        shown = subprocess.run([str(exe), "--help"], capture_output=True, text=True, timeout=30)
+        return shown.stdout + shown.stderr
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def spec_types(helptext: str) -> list[str]:
+    """The values `--spec-type` takes in this build (its --help line: `--spec-type none,ngram-simple,...`)."""
+    for line in helptext.splitlines():
+        words = line.split()
+        if len(words) >= 2 and words[0] == "--spec-type":
+            return words[1].split(",")
+    return []
+
+
+def llama_server_command(
+    exe: Path, model: Path, helptext: str, *, threads: int, n_ctx: int, port: int, spec_type: str
+) -> list[str]:
+    """llama-server on the CPU (-ngl 0, no device), one slot, flash attention on, as llama-bench runs."""
+    flags = f"-t {threads} -c {n_ctx} -np 1 -ngl 0 -fa on --host 127.0.0.1 --port {port} --spec-type {spec_type}"
+    cmd = [str(exe), "-m", str(model), *flags.split()]
+    cmd += ["-dev", "none"] if "--device" in helptext else []
+    return cmd + (["--no-webui"] if "--no-webui" in helptext else [])
+
+
+def run_llama_edit(
+    exe: Path | None, model: Path, *, threads: int, repetitions: int, n_edit: int, spec_type: str = LLAMA_SPEC_DEFAULT
+) -> LlamaEditResult:
+    """The edit request to llama-server `repetitions` times, a fresh server each run (so no run drafts from
+    an earlier answer, as Kinetic's runs do not); a missing server or mode, or a failure, is `not_run`."""
+    result = LlamaEditResult(spec_type)
+    if exe is None:
+        result.not_run = "llama-server not found (beside llama-bench, on PATH or in the usual folders)"
+        return result
+    helptext = llama_server_help(exe)
+    known = spec_types(helptext)
+    if spec_type not in known:
+        result.not_run = (
+            f"{exe} has no --spec-type {spec_type}" if known else f"{exe} has no --spec-type (too old a build)"
+        )
+        return result
+    try:
+        for _ in range(repetitions):
+            cmd = llama_server_command(
+                exe, model, helptext, threads=threads, n_ctx=1024 + n_edit, port=_free_port(), spec_type=spec_type
+            )
+            with llama_server(cmd) as url:
+                text, count, seconds, result.prompt_tokens = stream_edit(url, n_edit)
+            result.text = text
+            result.counts.append(count)
+            result.seconds.append(seconds)
+    except KineticError as exc:
+        result.not_run = f"llama-server failed: {exc.message}"
+    return result
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def llama_server(cmd: list[str]):
+    """Start llama-server, wait until /health answers 200, yield its URL; always stop it afterwards
+    (also on an error or Ctrl-C)."""
+    import tempfile
+    import urllib.error
+    import urllib.request
+
+    url = f"http://127.0.0.1:{cmd[cmd.index('--port') + 1]}"
+    with tempfile.TemporaryFile("w+") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + SERVER_START_SECONDS
+            while True:
+                if proc.poll() is not None:
+                    log.seek(0)
+                    tail = (log.read().strip().splitlines() or ["no message"])[-1]
+                    raise KineticError(f"exit {proc.returncode}: {tail}", f"Run it by hand: {' '.join(cmd)}")
+                try:
+                    with urllib.request.urlopen(url + "/health", timeout=2) as r:
+                        if r.status == 200:
+                            break
+                except (urllib.error.URLError, OSError):
+                    pass
+                if time.monotonic() > deadline:
+                    raise KineticError(f"not ready after {SERVER_START_SECONDS} s", f"Run it by hand: {' '.join(cmd)}")
+                time.sleep(0.1)
+            yield url
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def stream_edit(url: str, n_edit: int) -> tuple[str, int, float, int]:
+    """The edit request, greedy and streamed, to an OpenAI chat endpoint: (answer, completion tokens,
+    seconds from the first streamed token to the last, prompt tokens). The clock ticks on each chunk
+    that carries text or the finish (the end-of-turn token, which Kinetic's count includes too)."""
+    import urllib.error
+    import urllib.request
+
+    body = {
+        "messages": [{"role": "user", "content": EDIT_REQUEST}],
+        "temperature": 0,
+        "max_tokens": n_edit,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "cache_prompt": False,
+    }
+    request = urllib.request.Request(
+        url + "/v1/chat/completions", json.dumps(body).encode(), {"Content-Type": "application/json"}
+    )
+    parts, usage, clock = [], {}, FirstToLast()
+    try:
+        with urllib.request.urlopen(request, timeout=600) as response:
+            for raw in response:
+                line = raw.decode("utf-8").strip()
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                chunk = json.loads(line[len("data: ") :])
+                for choice in chunk.get("choices") or []:
+                    text = (choice.get("delta") or {}).get("content")
+                    if text or choice.get("finish_reason"):
+                        clock.tick()
+                    parts.append(text or "")
+                usage = chunk.get("usage") or usage
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        raise KineticError(f"the edit request failed: {exc}", "Check the server's log by running it by hand.") from None
+    return "".join(parts), int(usage.get("completion_tokens", 0)), clock.seconds, int(usage.get("prompt_tokens", 0))
+
+
 # -- the card -----------------------------------------------------------------------------------------
 
 TEST_LABELS = {"pp": "prompt", "tg": "generate"}
 
 
-def card_rows(k: BenchResult, ll: LlamaBenchResult) -> list[dict]:
+def card_rows(k: BenchResult, ll: LlamaBenchResult, le: LlamaEditResult | None = None) -> list[dict]:
+    """One row per test, edit<N> last: Kinetic's best, llama.cpp's best (None: not run) and the ratio."""
+    ours = [(t.name, t.best) for t in k.tests] + [(edit_name(k), k.edit.best if k.edit else None)]
+    theirs = dict(ll.best)
+    if le is not None and not le.not_run and le.counts:
+        theirs[edit_name(k)] = le.best
     rows = []
-    for t in k.tests:
-        theirs = ll.best.get(t.name)
+    for name, mine in ours:
+        other = theirs.get(name)
         rows.append(
             {
-                "test": t.name,
-                "kinetic_t_s": round(t.best, 2),
-                "llama_cpp_t_s": round(theirs, 2) if theirs else None,
-                "ratio": round(t.best / theirs, 3) if theirs else None,
+                "test": name,
+                "kinetic_t_s": round(mine, 2) if mine is not None else None,
+                "llama_cpp_t_s": round(other, 2) if other else None,
+                "ratio": round(mine / other, 3) if other and mine else None,
             }
         )
     return rows
 
 
-def card(k: BenchResult, ll: LlamaBenchResult) -> str:
-    """The markdown card of `kinetic bench --compare`."""
+def card(k: BenchResult, ll: LlamaBenchResult, le: LlamaEditResult | None = None) -> str:
+    """The markdown card of `kinetic bench --compare`; `le` is llama-server's edit test (None: not run)."""
     lines = [
         f"## Kinetic vs llama.cpp: {k.path.stem}",
         "",
         f"| test | Kinetic {__version__} | llama.cpp {ll.build} | ratio |",
         "| --- | ---: | ---: | ---: |",
     ]
-    for row in card_rows(k, ll):
-        label = f"{TEST_LABELS[row['test'][:2]]} {row['test']}"
+    for row in card_rows(k, ll, le):
+        label = f"{TEST_LABELS[row['test'][:2]]} {row['test']}" if row["test"][:2] in TEST_LABELS else row["test"]
+        mine = f"{row['kinetic_t_s']:.1f}" if row["kinetic_t_s"] is not None else "not measured"
         theirs = f"{row['llama_cpp_t_s']:.1f}" if row["llama_cpp_t_s"] else "not run"
         ratio = f"{row['ratio']:.2f}x" if row["ratio"] else "-"
-        lines.append(f"| {label} | {row['kinetic_t_s']:.1f} | {theirs} | {ratio} |")
-    edit = f"{k.edit.best:.1f}" if k.edit else "not measured"
-    lines.append(f"| {edit_name(k)} | {edit} | not run | - |")
+        lines.append(f"| {label} | {mine} | {theirs} | {ratio} |")
     lines += [
         "",
         machine_line(),
         f"Same file ({_gib(k.size_bytes)}, {k.weight_type}), on the CPU, {k.threads} threads, "
         f"flash attention on, best of {k.repetitions}, t/s.",
-        (edit_line(k.edit) if k.edit else f"edit: {EDIT_SKIPPED}") + "; llama.cpp's edit test (llama-server, "
-        "--spec-type ngram-simple) is not run by kinetic bench yet.",
+        card_edit_line(k, le),
     ]
     return "\n".join(lines)
 
 
-def card_json(k: BenchResult, ll: LlamaBenchResult) -> dict:
+def card_edit_line(k: BenchResult, le: LlamaEditResult | None) -> str:
+    """The seed's edit line: the request, llama.cpp's speculative mode, and whether the answers agree."""
+    if k.edit is None:
+        return f"edit: {EDIT_SKIPPED}; llama.cpp's edit test not run either."
+    ours = f"Kinetic's output identical to plain decoding: {'yes' if k.edit.identical else 'NO'}"
+    head = f"{edit_name(k)}: greedy copy of a file with one rename"
+    if le is None or le.not_run:
+        why = le.not_run if le is not None else "not asked for"
+        return f"{head}; {ours}; llama.cpp's edit test (llama-server) not run: {why}."
+    same = "yes" if le.text == k.edit.text else "no (llama.cpp is not batch-invariant; reported, not a failure)"
+    prompts = (
+        ""
+        if le.prompt_tokens == k.edit.prompt_tokens
+        else (f"; prompts differ: {k.edit.prompt_tokens} tokens here, {le.prompt_tokens} there")
+    )
+    return (
+        f"{head}; llama.cpp speculative mode {le.spec_type} (llama-server, streamed, first to last token); "
+        f"{ours}; llama.cpp's answer identical to Kinetic's: {same}{prompts}."
+    )
+
+
+def llama_edit_json(k: BenchResult, le: LlamaEditResult | None) -> dict | None:
+    if le is None:
+        return None
+    if le.not_run or not le.counts:
+        return {"spec_type": le.spec_type, "not_run": le.not_run or "no runs"}
+    return {
+        "spec_type": le.spec_type,
+        "t_s": round(le.best, 2),
+        "runs": [round(_rate(n, s), 2) for n, s in zip(le.counts, le.seconds, strict=True)],
+        "tokens": le.counts[-1],
+        "prompt_tokens": le.prompt_tokens,
+        "identical_to_kinetic": le.text == k.edit.text if k.edit else None,
+    }
+
+
+def card_json(k: BenchResult, ll: LlamaBenchResult, le: LlamaEditResult | None = None) -> dict:
     return {
         "model": k.path.stem,
         "machine": machine_line(),
@@ -532,8 +778,9 @@ def card_json(k: BenchResult, ll: LlamaBenchResult) -> dict:
             "build_commit": ll.build_commit,
             "best_t_s": ll.best,
             "mean_t_s": ll.mean,
+            "edit": llama_edit_json(k, le),
         },
-        "tests": card_rows(k, ll),
+        "tests": card_rows(k, ll, le),
         "kinetic": to_json(k),
     }
 

@@ -1,8 +1,8 @@
 """`kinetic bench MODEL`: llama-bench's pp512 and tg128 and the edit256 test on Kinetic; --compare: llama.cpp.
 
 The measuring, the table, the JSON and the card live in kinetic.bench; this module reads the command
-line, checks it before anything slow starts, and prints. Kinetic runs first, then llama-bench (never
-both at once, so neither slows the other).
+line, checks it before anything slow starts, and prints. Kinetic runs first, then llama-bench, then
+llama.cpp's edit test through llama-server (never two at once, so none slows another).
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ def add_parser(sub) -> None:
         "answer of up to 256 tokens that sends back a short Python file with a variable renamed, with RAD-1 "
         "drafting, checked against plain decoding), each the best of -r runs, and print a table like "
         "llama-bench's with load time and peak memory. --compare also runs "
-        "llama.cpp's llama-bench on the same file and prints a card with both.",
+        "llama.cpp's llama-bench on the same file, then the edit request through llama-server with its "
+        "speculative decoding (--llama-spec), and prints a card with both.",
     )
     p.add_argument("model", help="a .gguf or .ktc file or a downloaded model's name")
     p.add_argument(
@@ -76,6 +77,13 @@ def add_parser(sub) -> None:
         metavar="LLAMA_BENCH",
         help="also run llama.cpp's llama-bench (this path, else PATH and the usual folders) and print a card with both",
     )
+    p.add_argument(
+        "--llama-spec",
+        default="ngram-mod",
+        metavar="TYPE",
+        help="with --compare: llama-server's --spec-type for llama.cpp's edit test, e.g. ngram-simple "
+        "[default: ngram-mod]",
+    )
     p.add_argument("--json", action="store_true", help="print the results as one JSON object")
     p.add_argument("--edit-tokens", type=int, default=256, metavar="N", help=argparse.SUPPRESS)  # tests: a short edit
     p.set_defaults(run=run)
@@ -106,7 +114,19 @@ def run(args: argparse.Namespace) -> int:
     theirs = bench.run_llama_bench(
         exe, result.path, threads=result.threads, repetitions=args.repetitions, n_prompt=args.n_prompt, n_gen=args.n_gen
     )
-    print(json.dumps(bench.card_json(result, theirs), indent=2) if args.json else bench.card(result, theirs))
+    edit = None
+    if result.edit is not None:  # llama.cpp's edit test, one llama-server at a time, after llama-bench
+        edit = bench.run_llama_edit(
+            bench.find_llama_server(exe),
+            result.path,
+            threads=result.threads,
+            repetitions=args.repetitions,
+            n_edit=args.edit_tokens,
+            spec_type=args.llama_spec,
+        )
+    print(
+        json.dumps(bench.card_json(result, theirs, edit), indent=2) if args.json else bench.card(result, theirs, edit)
+    )
     return code
 
 
@@ -116,8 +136,10 @@ def _check(args: argparse.Namespace) -> None:
     if args.repetitions < 1:
         raise KineticError(f"-r must be at least 1, not {args.repetitions}", "Give a number of runs such as -r 3.")
     if args.compare is not None and args.model.lower().endswith(".ktc"):
-        raise KineticError("--compare runs llama-bench, which reads .gguf files, not .ktc files",
-                           "Compare on the .gguf file the .ktc was compiled from.")
+        raise KineticError(
+            "--compare runs llama-bench, which reads .gguf files, not .ktc files",
+            "Compare on the .gguf file the .ktc was compiled from.",
+        )
     counts = (args.n_prompt, args.n_gen, args.edit_tokens)
     if min(counts) < 0 or sum(counts) == 0:
         raise KineticError(
