@@ -90,11 +90,11 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kinetic import bench
+    from kinetic import bench, bench_llama
 
     _check(args)
     off = bench.parse_off(args.off)
-    exe = bench.find_llama_bench(args.compare) if args.compare is not None else None
+    exe = bench_llama.find_llama_bench(args.compare) if args.compare is not None else None
     result = bench.run_bench(
         args.model,
         threads=args.threads,
@@ -111,13 +111,13 @@ def run(args: argparse.Namespace) -> int:
         return code
     if not args.json:
         print(bench.table(result) + "\n", flush=True)
-    theirs = bench.run_llama_bench(
+    theirs = bench_llama.run_llama_bench(
         exe, result.path, threads=result.threads, repetitions=args.repetitions, n_prompt=args.n_prompt, n_gen=args.n_gen
     )
     edit = None
     if result.edit is not None:  # llama.cpp's edit test, one llama-server at a time, after llama-bench
-        edit = bench.run_llama_edit(
-            bench.find_llama_server(exe),
+        edit = bench_llama.run_llama_edit(
+            bench_llama.find_llama_server(exe),
             result.path,
             threads=result.threads,
             repetitions=args.repetitions,
@@ -125,7 +125,9 @@ def run(args: argparse.Namespace) -> int:
             spec_type=args.llama_spec,
         )
     print(
-        json.dumps(bench.card_json(result, theirs, edit), indent=2) if args.json else bench.card(result, theirs, edit)
+        json.dumps(bench_llama.card_json(result, theirs, edit), indent=2)
+        if args.json
+        else bench_llama.card(result, theirs, edit)
     )
     return code
 

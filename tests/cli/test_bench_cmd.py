@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from kinetic import __version__, bench
+from kinetic import __version__, bench, bench_llama
 from kinetic.cli import main as cli
 
 QUICK = ["-p", "8", "-n", "4", "-t", "2", "--edit-tokens", "0"]  # the edit test has its own tests below
@@ -179,9 +179,9 @@ def test_compare_path_missing(capsys, tmp_path):
 def test_llama_bench_not_found(monkeypatch, tmp_path):
     """Without a path, PATH and the usual places are searched, and the error lists them."""
     monkeypatch.setenv("PATH", str(tmp_path))
-    monkeypatch.setattr(bench, "LLAMA_BENCH_PLACES", (tmp_path / "bin" / "llama-bench",))
+    monkeypatch.setattr(bench_llama, "LLAMA_BENCH_PLACES", (tmp_path / "bin" / "llama-bench",))
     with pytest.raises(bench.KineticError) as exc:
-        bench.find_llama_bench(None)
+        bench_llama.find_llama_bench(None)
     assert "PATH" in exc.value.message and str(tmp_path / "bin" / "llama-bench") in exc.value.message
     assert "never downloads" in exc.value.hint
 
@@ -189,10 +189,10 @@ def test_llama_bench_not_found(monkeypatch, tmp_path):
 def test_parse_llama_bench_json():
     """The best sample of each test is taken, named pp<n_prompt> or tg<n_gen>; a bad output is a clean error."""
     text = json.dumps([llama_bench_json(512, 0, [330.0, 338.8, 335.1]), llama_bench_json(0, 128, [140.0, 144.0])])
-    result = bench.parse_llama_bench_json(text)
+    result = bench_llama.parse_llama_bench_json(text)
     assert result.best == {"pp512": 338.8, "tg128": 144.0} and result.build == "b4242 (0c1e570)"
     with pytest.raises(bench.KineticError, match="could not read llama-bench's JSON"):
-        bench.parse_llama_bench_json("| model | size |")
+        bench_llama.parse_llama_bench_json("| model | size |")
 
 
 def test_nothing_to_measure(capsys, smollm2_path):
@@ -262,23 +262,25 @@ def kinetic_edit(tokens: int, seconds: float, text: str) -> bench.BenchResult:
     return bench.BenchResult(Path("SmolLM2.gguf"), "cpu", 2, 1, [], 0.1, 100, 10, "Q4_1", 0, edit=edit)
 
 
-LL = bench.LlamaBenchResult(4242, "0c1e570", {"pp512": 300.0, "tg128": 120.0}, {"pp512": 290.0, "tg128": 115.0})
+LL = bench_llama.LlamaBenchResult(4242, "0c1e570", {"pp512": 300.0, "tg128": 120.0}, {"pp512": 290.0, "tg128": 115.0})
 
 
 def test_card_with_llama_edit():
     """The edit row puts llama-server's best first-to-last speed beside Kinetic's, with the ratio, in the card
     and its JSON, and the line says the speculative mode and whether the answers agree (a difference is no failure)."""
     k = kinetic_edit(101, 0.5, "same answer")  # 100 tokens after the first in 0.5 s: 200 t/s
-    le = bench.LlamaEditResult("ngram-mod", counts=[51, 51], seconds=[1.0, 0.5], text="same answer", prompt_tokens=99)
+    le = bench_llama.LlamaEditResult(
+        "ngram-mod", counts=[51, 51], seconds=[1.0, 0.5], text="same answer", prompt_tokens=99
+    )
     assert le.best == pytest.approx(100.0)
-    card = bench.card(k, LL, le)
+    card = bench_llama.card(k, LL, le)
     assert "| edit256 | 200.0 | 100.0 | 2.00x |" in card
     assert (
         "llama.cpp speculative mode ngram-mod" in card
         and "identical to plain decoding: yes" in card
         and "llama.cpp's answer identical to Kinetic's: yes." in card
     )
-    js = bench.card_json(k, LL, le)
+    js = bench_llama.card_json(k, LL, le)
     assert js["tests"][-1] == {"test": "edit256", "kinetic_t_s": 200.0, "llama_cpp_t_s": 100.0, "ratio": 2.0}
     assert js["llama_cpp"]["edit"] == {
         "spec_type": "ngram-mod",
@@ -289,37 +291,37 @@ def test_card_with_llama_edit():
         "identical_to_kinetic": True,
     }
     le.text = "other answer"
-    assert "identical to Kinetic's: no (llama.cpp is not batch-invariant" in bench.card(k, LL, le)
-    assert bench.card_json(k, LL, le)["llama_cpp"]["edit"]["identical_to_kinetic"] is False
+    assert "identical to Kinetic's: no (llama.cpp is not batch-invariant" in bench_llama.card(k, LL, le)
+    assert bench_llama.card_json(k, LL, le)["llama_cpp"]["edit"]["identical_to_kinetic"] is False
 
 
 def test_missing_llama_server_is_skipped(monkeypatch, tmp_path):
     """No llama-server anywhere: the edit test is not run, the card says why, and its llama.cpp cell is empty."""
     monkeypatch.setenv("PATH", str(tmp_path))
-    monkeypatch.setattr(bench, "LLAMA_BENCH_PLACES", (tmp_path / "bin" / "llama-bench",))
-    assert bench.find_llama_server(tmp_path / "llama-bench") is None
-    le = bench.run_llama_edit(None, tmp_path / "m.gguf", threads=2, repetitions=1, n_edit=256)
+    monkeypatch.setattr(bench_llama, "LLAMA_BENCH_PLACES", (tmp_path / "bin" / "llama-bench",))
+    assert bench_llama.find_llama_server(tmp_path / "llama-bench") is None
+    le = bench_llama.run_llama_edit(None, tmp_path / "m.gguf", threads=2, repetitions=1, n_edit=256)
     k = kinetic_edit(101, 0.5, "x")
-    card = bench.card(k, LL, le)
+    card = bench_llama.card(k, LL, le)
     assert "| edit256 | 200.0 | not run | - |" in card
     assert "llama.cpp's edit test (llama-server) not run: llama-server not found" in card
-    assert bench.card_json(k, LL, le)["llama_cpp"]["edit"]["not_run"].startswith("llama-server not found")
+    assert bench_llama.card_json(k, LL, le)["llama_cpp"]["edit"]["not_run"].startswith("llama-server not found")
 
 
 def test_llama_server_without_spec_type_is_skipped(tmp_path):
     """A llama-server whose --help has no --spec-type (or not the asked mode) is not started; the reason says so."""
     old = write_fake_server(tmp_path, ["x"], spec_line="-t, --threads N   threads")
-    le = bench.run_llama_edit(old, tmp_path / "m.gguf", threads=2, repetitions=1, n_edit=256)
+    le = bench_llama.run_llama_edit(old, tmp_path / "m.gguf", threads=2, repetitions=1, n_edit=256)
     assert le.not_run == f"{old} has no --spec-type (too old a build)" and not (tmp_path / "server_argv.json").exists()
     new = write_fake_server(tmp_path, ["x"])
-    le = bench.run_llama_edit(new, tmp_path / "m.gguf", threads=2, repetitions=1, n_edit=256, spec_type="ngram-x")
+    le = bench_llama.run_llama_edit(new, tmp_path / "m.gguf", threads=2, repetitions=1, n_edit=256, spec_type="ngram-x")
     assert le.not_run == f"{new} has no --spec-type ngram-x"
 
 
 def test_spec_types():
     """--spec-type's values are read from its --help line."""
-    assert bench.spec_types("x\n" + SPEC_LINE + "\n") == ["none", "draft-simple", "ngram-simple", "ngram-mod"]
-    assert bench.spec_types("--spec-draft-n-max N   tokens") == []
+    assert bench_llama.spec_types("x\n" + SPEC_LINE + "\n") == ["none", "draft-simple", "ngram-simple", "ngram-mod"]
+    assert bench_llama.spec_types("--spec-draft-n-max N   tokens") == []
 
 
 def test_compare_runs_llama_server_edit(capsys, smollm2_path, fake_llama_bench):
@@ -356,9 +358,9 @@ def test_llama_server_stopped_on_ctrl_c(monkeypatch, tmp_path):
     def interrupted(url, n_edit):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(bench, "stream_edit", interrupted)
+    monkeypatch.setattr(bench_llama, "stream_edit", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        bench.run_llama_edit(exe, tmp_path / "m.gguf", threads=2, repetitions=1, n_edit=8)
+        bench_llama.run_llama_edit(exe, tmp_path / "m.gguf", threads=2, repetitions=1, n_edit=8)
     pid = int((tmp_path / "server_pid").read_text())
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
