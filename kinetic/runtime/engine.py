@@ -42,9 +42,10 @@ def _executor(device: str, graph: Graph, weights: WeightSource, batch: int, thre
         if reason:
             raise KineticError(f"--device cuda cannot run here: {reason}", "Use --device cpu.")
         raise KineticError("--device cuda has kernels but no runtime for whole models yet", "Use --device cpu.")
-    if device == "vulkan":
-        raise KineticError("--device vulkan has kernels but no runtime for whole models yet (docs/devices.md)",
-                           "Use --device cpu.")
+    if device == "vulkan":  # the graph's ops in order on the first Vulkan device (docs/devices.md)
+        from kinetic.codegen.vulkan.model import open_runner
+
+        return open_runner(graph, weights)
     raise KineticError(f"device {device!r} is not available", "Use --device cpu (or reference).")
 
 
@@ -106,13 +107,16 @@ class Engine:
         """Feed tokens after what the sequence holds, in chunks; logits of the last one, f32 [n_vocab]."""
         if not tokens:
             raise ValueError("prefill needs at least one token")
-        logits = None
+        last = (len(tokens) - 1) // self.batch * self.batch
+        self.feed(seq, tokens[:last])
+        return self.forward(PassRows.chain(tokens[last:], seq.cache.length), {0: seq})[-1]
+
+    def feed(self, seq: Sequence, tokens: list[int]) -> None:
+        """Feed tokens in the engine's chunks without computing logits (the output layer is skipped):
+        prefill's chunks before its last, or a prompt whose chunks a caller interleaves with checks."""
         for start in range(0, len(tokens), self.batch):
-            chunk = tokens[start : start + self.batch]
-            last = start + self.batch >= len(tokens)  # earlier chunks need no logits: skip the output layer
-            rows = PassRows.chain(chunk, seq.cache.length, outputs="last" if last else "none")
-            logits = self.forward(rows, {0: seq})
-        return logits[-1]
+            self.forward(PassRows.chain(tokens[start : start + self.batch], seq.cache.length, outputs="none"),
+                         {0: seq})
 
     def decode(self, seq: Sequence, token: int) -> np.ndarray:
         return self.prefill(seq, [token])

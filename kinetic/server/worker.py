@@ -350,7 +350,7 @@ class EngineWorker:
         for start in range(0, last, engine.batch):  # engine.prefill's own chunks, so logits are identical
             if job.cancelled.is_set():
                 return
-            engine.prefill(seq, ids[start:start + engine.batch])
+            engine.feed(seq, ids[start:start + engine.batch])
             job.n_prompt_processed = start + engine.batch
         if job.cancelled.is_set():
             return
