@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from kinetic import __version__
+from kinetic.devices import DEVICE_NAMES
 from kinetic.errors import KineticError
 
 # Speed technologies `--off` can name; of them only RAD-1 is built: --off rad1 turns drafting off.
@@ -54,7 +55,6 @@ EDIT_REQUEST = (
     "Rename the variable `total` to `paid_total` in this Python file. Reply with the whole file, "
     "changed, and nothing else.\n\n```python\n" + EDIT_FILE + "```"
 )
-DEVICE_NAMES = {"cpu": "the CPU", "reference": "the CPU (reference interpreter)"}
 BACKENDS = {"cpu": "CPU", "reference": "CPU (reference)"}
 TOKEN_SEED = 0  # prompt tokens are random ids, as llama-bench's are, but the same on every run
 

@@ -13,6 +13,7 @@ import re
 import sys
 from dataclasses import replace
 
+from kinetic.devices import DEVICE_NAMES
 from kinetic.errors import KineticError
 from kinetic.runtime.sampling import SamplingSettings
 
@@ -94,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
     answer_speed = s.generated_tokens / s.generate_seconds if s.generate_seconds else 0.0
     prompt_speed = s.prompt_tokens / s.prompt_seconds if s.prompt_seconds else 0.0
     sys.stderr.write(f"[{s.generated_tokens} tokens at {answer_speed:.1f} tok/s; prompt {s.prompt_tokens} "
-                     f"tokens at {prompt_speed:.1f} tok/s on {_DEVICE_NAMES[args.device]}]\n")
+                     f"tokens at {prompt_speed:.1f} tok/s on {DEVICE_NAMES[args.device]}]\n")
     if args.receipt:
         _write_receipt(args, model, given, prompt_in, max_tokens, "".join(answer), key)
     return 0
@@ -124,7 +125,6 @@ def _write_receipt(args: argparse.Namespace, model, given, ids: list[int], max_t
     sys.stderr.write(f"receipt written to {args.receipt} (seed {s.sampling.seed}{', signed' if key else ''})\n")
 
 
-_DEVICE_NAMES = {"cpu": "the CPU", "reference": "the CPU (reference interpreter)"}
 
 
 def _parse_ids(text: str) -> list[int]:

@@ -14,6 +14,7 @@ import sys
 from dataclasses import replace
 
 from kinetic.cli.run_cmd import add_off_arg, add_sampling_args, parse_off, sampling_changes
+from kinetic.devices import DEVICE_NAMES
 from kinetic.errors import KineticError
 
 # llama-server flags Kinetic takes and ignores: (flags, takes a value)
@@ -112,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
                   threads=args.threads, draft="rad1" not in off)
     options = ServerOptions(alias=args.alias, host=args.host, port=sock.getsockname()[1], api_key=args.api_key,
                             parallel=args.parallel, sampling=replace(model.sampling_defaults(), **changes),
-                            device_name=_DEVICE_NAMES[args.device])
+                            device_name=DEVICE_NAMES[args.device])
     app = create_app(model, options)
     host = f"[{args.host}]" if ":" in args.host else args.host
     print(f"Serving {app.state.kinetic.name} on {options.device_name} at http://{host}:{options.port}/v1", flush=True)
@@ -120,4 +121,3 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-_DEVICE_NAMES = {"cpu": "the CPU", "reference": "the CPU (reference interpreter)"}

@@ -17,13 +17,13 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from kinetic.devices import DEVICE_NAMES
 from kinetic.errors import KineticError
 from kinetic.frontend.blocks import Options
 from kinetic.receipts.hashing import build_hash, file_blake3, token_hash
 from kinetic.runtime.sampling import SamplingSettings
 
 RECEIPT_VERSION = 1
-DEVICE_NAMES = {"cpu": "the CPU", "reference": "the CPU (reference interpreter)"}
 _HINT = "The receipt is damaged or was not written by `kinetic run --receipt`."
 
 

@@ -14,7 +14,7 @@ import struct
 import numpy as np
 from gguf import GGMLQuantizationType as Q
 
-from kinetic.codegen.vulkan import elementwise, matvec, matvec_k, norm, rope
+from kinetic.codegen.vulkan import attention, elementwise, gather, matvec, matvec_k, norm, rope
 from kinetic.codegen.vulkan.device import Dispatch, Kernel, Unsupported, VulkanDevice, VulkanError
 from kinetic.ir import numerics
 
@@ -40,6 +40,7 @@ class VulkanOps:
         self.use_subgroups = use_subgroups
         self._kernels: dict[tuple, Kernel] = {}
         self._gelu_table = None
+        self._expf_table = None
 
     def kernel(self, key: tuple, render) -> Kernel:
         if key not in self._kernels:
@@ -117,19 +118,37 @@ class VulkanOps:
         check_weight_type(wtype)
         rows, k = x.shape
         n_out = raw.shape[0]
+        dev = self.device
+        wbuf = weight_buffer or self.upload_weight(raw, wtype)
+        xbuf, ybuf = dev.upload(np.asarray(x, F32)), dev.buffer(rows * n_out * 4)
+        scratch = []
+
+        def alloc(_slot: int, nbytes: int):
+            scratch.append(dev.buffer(nbytes))
+            return scratch[-1]
+
+        try:
+            dev.run(self.matmul_dispatches(xbuf, ybuf, wbuf, wtype, rows, k, n_out, alloc))
+            return ybuf.read(F32, rows * n_out).reshape(rows, n_out)
+        finally:
+            for b in (xbuf, ybuf, *scratch) + (() if weight_buffer else (wbuf,)):
+                dev.free(b)
+
+    def matmul_dispatches(self, xbuf, ybuf, wbuf, wtype: Q, rows: int, k: int, n_out: int, alloc) -> list[Dispatch]:
+        """The dispatches of y f32 [rows, n_out] = x f32 [rows, K] @ w.T: the activation quantizer,
+        then the matvec. Their three scratch buffers come from alloc(slot, nbytes) (the caller owns
+        them)."""
+        check_weight_type(wtype)
         block = 256 if wtype in matvec_k.SUPPORTED else 32
         if k % block:
             raise Unsupported(f"matmul: K = {k} is not a multiple of {block} for {wtype.name}")
-        dev = self.device
-        wbuf = weight_buffer or self.upload_weight(raw, wtype)
         nblocks = rows * k // block
-        xbuf, qbuf, dbuf = dev.upload(np.asarray(x, F32)), dev.buffer(rows * k), dev.buffer(nblocks * 4)
-        ybuf = dev.buffer(rows * n_out * 4)
+        qbuf, dbuf = alloc(0, rows * k), alloc(1, nblocks * 4)
         if block == 256:
             quant = self.kernel(("quantize_k",), matvec_k.render_quantize_q8_k)
             mv = self.kernel(("matvec_k", wtype, n_out, k, self.use_subgroups),
                              lambda: matvec_k.render_matvec_k(self.target, wtype, n_out, k, self.use_subgroups))
-            extra = dev.buffer(rows * k // 16 * 4)  # Q8_K sums of 16
+            extra = alloc(2, rows * k // 16 * 4)  # Q8_K sums of 16
             qargs, margs = [xbuf, qbuf, dbuf, extra], [wbuf, qbuf, dbuf, extra, ybuf]
             quant_groups = self.grid(-(-nblocks // matvec_k.QUANT_WORKGROUP))
         else:
@@ -137,14 +156,77 @@ class VulkanOps:
             quant = self.kernel(("quantize", with_sums), lambda: matvec.render_quantize_q8(with_sums))
             mv = self.kernel(("matvec", wtype, n_out, k, self.use_subgroups),
                              lambda: matvec.render_matvec(self.target, wtype, n_out, k, self.use_subgroups))
-            extra = dev.buffer(nblocks * 4)  # Q8_1 sums
+            extra = alloc(2, nblocks * 4)  # Q8_1 sums
             qargs = [xbuf, qbuf, dbuf] + ([extra] if with_sums else [])
             margs = [wbuf, qbuf, dbuf] + ([extra] if with_sums else []) + [ybuf]
             quant_groups = self.grid(-(-nblocks // matvec.QUANT_WORKGROUP))
+        return [Dispatch(quant, qargs, quant_groups, struct.pack("<I", nblocks)),
+                Dispatch(mv, margs, (-(-n_out // matvec.ROWS_PER_GROUP), rows, 1))]
+
+    # ---- attention, KV store, embedding -------------------------------------------------------
+    def expf_table(self):
+        """glibc's expf table on the device (uploaded once)."""
+        if self._expf_table is None:
+            self._expf_table = self.device.upload(attention.expf_table_words())
+        return self._expf_table
+
+    def expf(self, x: np.ndarray) -> np.ndarray:
+        """The C library's expf of f32 values, on the device (attention's softmax exponential)."""
+        k = self.kernel(("expf",), attention.render_expf_map)
+        x = np.asarray(x, F32)
+        xbuf, out = self.device.upload(x), self.device.buffer(x.nbytes)
         try:
-            dev.run([Dispatch(quant, qargs, quant_groups, struct.pack("<I", nblocks)),
-                     Dispatch(mv, margs, (-(-n_out // matvec.ROWS_PER_GROUP), rows, 1))])
-            return ybuf.read(F32, rows * n_out).reshape(rows, n_out)
+            self.device.run([Dispatch(k, [xbuf, self.expf_table(), out], self.grid(-(-x.size // attention.WORKGROUP)),
+                                      struct.pack("<I", x.size))])
+            return out.read(F32, x.size).reshape(x.shape)
         finally:
-            for b in (xbuf, qbuf, dbuf, extra, ybuf) + (() if weight_buffer else (wbuf,)):
+            self.device.free(xbuf)
+            self.device.free(out)
+
+    def attention_kernel(self, a) -> Kernel:
+        return self.kernel(("attention", a.n_head, a.n_kv_head, a.head_dim, float(a.scale), float(a.softcap)),
+                           lambda: attention.render_attention(self.target, a.n_head, a.n_kv_head, a.head_dim,
+                                                              a.scale, a.softcap))
+
+    def attention(self, q: np.ndarray, keys: np.ndarray, vals: np.ndarray, visible: np.ndarray, a) -> np.ndarray:
+        """numerics.attention_online on the device: q f32 [rows, n_head*hd], keys/vals f16
+        [n, n_kv*hd], visible bool [rows, n]."""
+        rows = q.shape[0]
+        k = self.attention_kernel(a)
+        n = keys.shape[0]
+        arrays = [np.asarray(q, F32), np.ascontiguousarray(keys, np.float16).view(np.uint32),
+                  np.ascontiguousarray(vals, np.float16).view(np.uint32), np.asarray(visible, np.uint32)]
+        dev = self.device
+        bufs = [dev.upload(x) for x in arrays]
+        out = dev.buffer(q.size * 4)
+        try:
+            dev.run([Dispatch(k, [*bufs, self.expf_table(), out], self.grid(rows * a.n_head), struct.pack("<I", n))])
+            return out.read(F32, q.size).reshape(q.shape)
+        finally:
+            for b in [*bufs, out]:
                 dev.free(b)
+
+    def kv_store(self, x: np.ndarray, slots: np.ndarray, cache: np.ndarray) -> np.ndarray:
+        """cache f16 [cache_rows, width] with rows `slots` replaced by f16(x): the device's store."""
+        rows, width = x.shape
+        k = self.kernel(("kv_store", width), lambda: gather.render_kv_store(width))
+        dev = self.device
+        bufs = [dev.upload(np.asarray(x, F32)), dev.upload(np.asarray(slots, np.uint32))]
+        cbuf = dev.upload(np.ascontiguousarray(cache, np.float16).view(np.uint32))
+        try:
+            dev.run([Dispatch(k, [*bufs, cbuf], self.grid(-(-rows * width // 2 // gather.WORKGROUP)),
+                              struct.pack("<I", rows))])
+            return cbuf.read(np.uint32, cache.size // 2).view(np.float16).reshape(cache.shape)
+        finally:
+            for b in [*bufs, cbuf]:
+                dev.free(b)
+
+    def embed_q8_0(self, raw: np.ndarray, ids: np.ndarray) -> np.ndarray:
+        """Rows `ids` of a Q8_0 table (raw bytes u8 [vocab, row_bytes]) as f32 [rows, n_embd]."""
+        n_embd = raw.shape[1] // 34 * 32
+        k = self.kernel(("embed_q8_0", n_embd), lambda: gather.render_embed_q8_0(n_embd))
+        padded = np.zeros(-(-(raw.size + 4) // 4) * 4, np.uint8)
+        padded[: raw.size] = raw.reshape(-1)
+        rows = len(ids)
+        return self._run(k, [padded.view(np.uint32), np.asarray(ids, np.uint32)], (rows, n_embd),
+                         -(-rows * n_embd // gather.WORKGROUP), struct.pack("<3I", rows, 0, raw.shape[0]))

@@ -1,0 +1,107 @@
+"""Row moves: the KV cache store (f32 rows rounded to f16 into cache rows), the embedding lookup of
+Q8_0 rows, and take_rows; one invocation per output element (or f16 pair).
+
+Owns: these kernels. Does not own which rows go where (the runtime's slots, the pass's token ids and
+output rows). Every kernel here is exact on every device: integer moves, the f16 rounding done by
+integer operations (builders.f32_to_f16_bits, half to even), and one f32 product (d * q).
+"""
+
+from __future__ import annotations
+
+from kinetic.codegen.vulkan import builders
+from kinetic.codegen.vulkan.device import Kernel, Unsupported
+from kinetic.codegen.vulkan.elementwise import flat_index
+from kinetic.codegen.vulkan.spirv import Module, Op
+
+WORKGROUP = 64
+
+
+def render_kv_store(width: int) -> Kernel:
+    """Rows of f32 [rows, width] written as f16 (round to nearest even) into cache rows: bindings
+    x f32 [rows, width], slots u32 [rows] (the cache row of each input row), cache u32 (f16 pairs,
+    [cache_rows, width/2] words). Push constant: rows. One invocation per pair of values."""
+    if width % 2:
+        raise Unsupported(f"kv store: row width {width} is odd (the cache packs f16 pairs into words)")
+    pairs = width // 2
+    m = Module()
+    x = m.storage_buffer(0, m.f32, readonly=True, name="x")
+    slots = m.storage_buffer(1, m.u32, readonly=True, name="slots")
+    cache = m.storage_buffer(2, m.u32, name="cache")
+    params, _ = m.push_constants([m.u32])
+    fn = m.compute_entry((WORKGROUP, 1, 1))
+    index = flat_index(fn, WORKGROUP)
+    with fn.if_(fn.icmp(Op.ULessThan, index, fn.imul(fn.push(params, 0, m.u32), m.u(pairs)))):
+        row, p = fn.udiv(index, m.u(pairs)), fn.umod(index, m.u(pairs))
+        src = fn.iadd(fn.imul(row, m.u(width)), fn.imul(p, m.u(2)))
+        lo = builders.f32_to_f16_bits(fn, fn.buf_load(x, src))
+        hi = builders.f32_to_f16_bits(fn, fn.buf_load(x, fn.iadd(src, m.u(1))))
+        dst = fn.iadd(fn.imul(fn.buf_load(slots, row), m.u(pairs)), p)
+        fn.buf_store(cache, dst, fn.bor(lo, fn.shl(hi, m.u(16))))
+    fn.end()
+    return Kernel(f"kv_store_{width}", m.to_bytes(), (True, True, False), (WORKGROUP, 1, 1), push_size=4)
+
+
+def render_embed_q8_0(n_embd: int) -> Kernel:
+    """Rows of a Q8_0 table dequantized (d * q in f32): bindings table u32 (raw GGUF bytes, rows of
+    n_embd/32 blocks of 34 bytes), ids u32 [rows], out f32 [rows, n_embd]. Push constants: rows,
+    first and count: the table holds ids first .. first+count-1 (a table split across bindings is
+    one dispatch per part); rows whose id is elsewhere are left alone."""
+    if n_embd % 32:
+        raise Unsupported(f"embedding width {n_embd} is not a multiple of Q8_0's 32")
+    row_bytes = n_embd // 32 * 34
+    m = Module()
+    table = m.storage_buffer(0, m.u32, readonly=True, name="table")
+    ids = m.storage_buffer(1, m.u32, readonly=True, name="ids")
+    out = m.storage_buffer(2, m.f32, name="out")
+    params, _ = m.push_constants([m.u32, m.u32, m.u32])
+    fn = m.compute_entry((WORKGROUP, 1, 1))
+    index = flat_index(fn, WORKGROUP)
+    in_range = fn.icmp(Op.ULessThan, index, fn.imul(fn.push(params, 0, m.u32), m.u(n_embd)))
+    row = fn.udiv(index, m.u(n_embd))
+    mine = fn.isub(fn.buf_load(ids, fn.select(in_range, row, m.u(0))), fn.push(params, 1, m.u32))  # wraps if below
+    with fn.if_(fn.logical_and(in_range, fn.icmp(Op.ULessThan, mine, fn.push(params, 2, m.u32)))):
+        i = fn.umod(index, m.u(n_embd))
+        block = fn.iadd(fn.imul(mine, m.u(row_bytes)), fn.imul(fn.shr(i, m.u(5)), m.u(34)))
+        d = builders.f16_bits_to_f32(fn, builders.load_u16_at(fn, table, block))
+        at = fn.iadd(block, fn.iadd(m.u(2), fn.band(i, m.u(31))))
+        word = fn.buf_load(table, fn.shr(at, m.u(2)))
+        qv = fn.bits_s(fn.bitcast(word, m.i32), None, 8, offset_id=fn.shl(fn.band(at, m.u(3)), m.u(3)))
+        fn.buf_store(out, index, fn.fmul(d, fn.convert(qv, m.f32)))
+    fn.end()
+    return Kernel(f"embed_q8_0_{n_embd}", m.to_bytes(), (True, True, False), (WORKGROUP, 1, 1), push_size=12)
+
+
+def render_take_rows(width: int) -> Kernel:
+    """out[r, :] = x[index[r], :]: bindings x f32 [*, width], index u32 [rows], out f32 [rows, width].
+    Push constant: rows."""
+    m = Module()
+    x = m.storage_buffer(0, m.f32, readonly=True, name="x")
+    index = m.storage_buffer(1, m.u32, readonly=True, name="index")
+    out = m.storage_buffer(2, m.f32, name="out")
+    params, _ = m.push_constants([m.u32])
+    fn = m.compute_entry((WORKGROUP, 1, 1))
+    i = flat_index(fn, WORKGROUP)
+    with fn.if_(fn.icmp(Op.ULessThan, i, fn.imul(fn.push(params, 0, m.u32), m.u(width)))):
+        row, col = fn.udiv(i, m.u(width)), fn.umod(i, m.u(width))
+        src = fn.iadd(fn.imul(fn.buf_load(index, row), m.u(width)), col)
+        fn.buf_store(out, i, fn.buf_load(x, src))
+    fn.end()
+    return Kernel(f"take_rows_{width}", m.to_bytes(), (True, True, False), (WORKGROUP, 1, 1), push_size=4)
+
+
+def render_place_columns(width: int, total: int) -> Kernel:
+    """out[r, first + c] = x[r, c] for c < width: a part of a matmul whose weight was split across
+    bindings put in its place. Bindings x f32 [rows, width], out f32 [rows, total]. Push constants:
+    rows, first."""
+    m = Module()
+    x = m.storage_buffer(0, m.f32, readonly=True, name="x")
+    out = m.storage_buffer(1, m.f32, name="out")
+    params, _ = m.push_constants([m.u32, m.u32])
+    fn = m.compute_entry((WORKGROUP, 1, 1))
+    i = flat_index(fn, WORKGROUP)
+    with fn.if_(fn.icmp(Op.ULessThan, i, fn.imul(fn.push(params, 0, m.u32), m.u(width)))):
+        row, col = fn.udiv(i, m.u(width)), fn.umod(i, m.u(width))
+        dst = fn.iadd(fn.imul(row, m.u(total)), fn.iadd(fn.push(params, 1, m.u32), col))
+        fn.buf_store(out, dst, fn.buf_load(x, i))
+    fn.end()
+    return Kernel(f"place_columns_{width}_{total}", m.to_bytes(), (True, False), (WORKGROUP, 1, 1), push_size=8)
