@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from kinetic import __version__
-from kinetic.devices import DEVICE_NAMES
+from kinetic.devices import DEVICE_NAMES, resolve_device
 from kinetic.errors import KineticError
 
 # Speed technologies `--off` can name; of them only RAD-1 is built: --off rad1 turns drafting off.
@@ -55,7 +55,7 @@ EDIT_REQUEST = (
     "Rename the variable `total` to `paid_total` in this Python file. Reply with the whole file, "
     "changed, and nothing else.\n\n```python\n" + EDIT_FILE + "```"
 )
-BACKENDS = {"cpu": "CPU", "reference": "CPU (reference)"}
+BACKENDS = {"cpu": "CPU", "reference": "CPU (reference)", "vulkan": "Vulkan", "cuda": "CUDA"}
 TOKEN_SEED = 0  # prompt tokens are random ids, as llama-bench's are, but the same on every run
 
 
@@ -166,7 +166,7 @@ def run_bench(
     `repetitions` times each (0 skips a test)."""
     from kinetic.model import Model
 
-    device = "cpu" if device == "auto" else device
+    device = resolve_device(device)  # auto: CUDA, a Vulkan GPU, else the CPU (a line per device skipped)
     start = time.perf_counter()
     draft = "rad1" not in (off or [])
     model = Model(

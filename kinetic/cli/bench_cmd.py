@@ -59,9 +59,10 @@ def add_parser(sub) -> None:
     )
     p.add_argument(
         "--device",
-        choices=("auto", "cpu", "reference"),
+        choices=("auto", "cpu", "reference", "vulkan", "cuda"),
         default="auto",
-        help="auto and cpu: generated kernels; reference: the numpy reference interpreter [default: auto]",
+        help="cpu: generated kernels; reference: the numpy reference interpreter; vulkan: the first Vulkan GPU "
+        "(else lavapipe); auto: CUDA, else a Vulkan GPU, else the CPU, saying why each is skipped [default: auto]",
     )
     p.add_argument(
         "--off",

@@ -13,7 +13,7 @@ import re
 import sys
 from dataclasses import replace
 
-from kinetic.devices import DEVICE_NAMES
+from kinetic.devices import DEVICE_NAMES, resolve_device
 from kinetic.errors import KineticError
 from kinetic.runtime.sampling import SamplingSettings
 
@@ -33,8 +33,9 @@ def add_parser(sub) -> None:
     p.add_argument("-c", "--ctx-size", type=int, default=4096, metavar="N", help="context size in tokens")
     p.add_argument("--chat-template-file", metavar="FILE", help="use this Jinja chat template")
     p.add_argument("-t", "--threads", type=int, metavar="N", help="CPU threads [default: every logical CPU]")
-    p.add_argument("--device", choices=("cpu", "reference", "cuda", "vulkan"), default="cpu",
-                   help="cpu: generated kernels; reference: the numpy reference interpreter [default: cpu]")
+    p.add_argument("--device", choices=("cpu", "reference", "cuda", "vulkan", "auto"), default="cpu",
+                   help="cpu: generated kernels; reference: the numpy reference interpreter; auto: CUDA, else a "
+                   "Vulkan GPU, else the CPU, saying why each is skipped [default: cpu]")
     add_off_arg(p)
     p.add_argument("--receipt", metavar="FILE", help="also write a receipt of the answer to FILE (docs/receipts.md)")
     p.add_argument("--sign-key", metavar="FILE", help="sign the receipt with this Ed25519 secret key file")
@@ -69,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
     changes = sampling_changes(args)
     key = _receipt_key(args)
     off = parse_off(args.off)
+    args.device = resolve_device(args.device)  # auto: the device it picks (the lines say why others were skipped)
     model = Model(spec, n_ctx=args.ctx_size, chat_template_file=args.chat_template_file, device=args.device,
                   threads=args.threads, draft="rad1" not in off)
     if args.prompt_ids is not None:

@@ -14,7 +14,7 @@ import sys
 from dataclasses import replace
 
 from kinetic.cli.run_cmd import add_off_arg, add_sampling_args, parse_off, sampling_changes
-from kinetic.devices import DEVICE_NAMES
+from kinetic.devices import DEVICE_NAMES, resolve_device
 from kinetic.errors import KineticError
 
 # llama-server flags Kinetic takes and ignores: (flags, takes a value)
@@ -70,8 +70,9 @@ def add_parser(sub) -> None:
     p.add_argument("-c", "--ctx-size", type=int, default=4096, metavar="N", help="context size per request, prompt "
                                                                                  "and answer [default: 4096]")
     p.add_argument("-t", "--threads", type=int, metavar="N", help="CPU threads [default: every logical CPU]")
-    p.add_argument("--device", choices=("cpu", "reference", "cuda", "vulkan"), default="cpu",
-                   help="cpu: generated kernels; reference: the numpy reference interpreter [default: cpu]")
+    p.add_argument("--device", choices=("cpu", "reference", "cuda", "vulkan", "auto"), default="cpu",
+                   help="cpu: generated kernels; reference: the numpy reference interpreter; auto: CUDA, else a "
+                   "Vulkan GPU, else the CPU, saying why each is skipped [default: cpu]")
     p.add_argument("--chat-template-file", metavar="FILE", help="use this Jinja chat template")
     p.add_argument("-np", "--parallel", type=int, default=1, metavar="N",
                    help="accepted; requests take turns on the engine for now [default: 1]")
@@ -109,6 +110,7 @@ def run(args: argparse.Namespace) -> int:
         sys.stderr.write(f"kinetic: listening on {args.host} lets anyone who can reach this address use the model"
                          + ("" if args.api_key else "; pair it with --api-key") + "\n")
     sock = bind(args.host, port)
+    args.device = resolve_device(args.device)  # auto: the device it picks (the lines say why others were skipped)
     model = Model(spec, n_ctx=args.ctx_size, chat_template_file=args.chat_template_file, device=args.device,
                   threads=args.threads, draft="rad1" not in off)
     options = ServerOptions(alias=args.alias, host=args.host, port=sock.getsockname()[1], api_key=args.api_key,

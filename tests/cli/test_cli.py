@@ -115,3 +115,18 @@ def test_a_device_without_a_model_runtime_fails_with_the_reason(smollm2_path, de
     proc = kinetic("run", str(smollm2_path), "hi", "-n", "1", "--device", device)
     assert_clean_failure(proc, f"--device {device}")
     assert "Use --device cpu." in proc.stderr
+
+
+def test_device_auto_runs_on_the_cpu_here_saying_why(smollm2_path):
+    """--device auto tries CUDA, then a Vulkan GPU, then the CPU: on a machine without either (CI:
+    no NVIDIA driver, lavapipe or no Vulkan) it runs on the CPU after one line per device skipped."""
+    from kinetic.devices import resolve_device
+
+    lines: list[str] = []
+    if resolve_device("auto", lines.append) != "cpu":
+        pytest.skip(f"this machine has a GPU auto would use: {lines}")
+    proc = kinetic("run", str(smollm2_path), "hi", "-n", "1", "--temp", "0", "--device", "auto")
+    assert proc.returncode == 0, proc.stderr
+    skips = [line for line in proc.stderr.splitlines() if line.startswith("auto: ")]
+    assert skips == lines and len(skips) == 2, proc.stderr
+    assert skips[0].startswith("auto: skipping CUDA: ") and skips[1].startswith("auto: skipping Vulkan")

@@ -52,6 +52,53 @@ def load_vulkan():
 
 
 @dataclass(frozen=True)
+class PhysicalDevice:
+    """A device the loader lists, before anything is created on it."""
+
+    index: int
+    name: str
+    type: str  # as Capabilities.device_type: "discrete", "integrated", "virtual", "cpu", "other"
+    api_version: tuple[int, int, int]
+
+    @property
+    def is_cpu(self) -> bool:
+        return self.type == "cpu"
+
+
+def physical_devices() -> list[PhysicalDevice]:
+    """The Vulkan devices the loader lists, in its order (an instance is created and destroyed; no
+    device is opened). VulkanUnavailable when the package, the loader or a driver is missing."""
+    from kinetic.codegen.vulkan.capabilities import DEVICE_TYPES, _version
+
+    vk = load_vulkan()
+    app = vk.VkApplicationInfo(pApplicationName="kinetic", pEngineName="kinetic",
+                               apiVersion=vk.VK_MAKE_VERSION(1, 3, 0))
+    try:
+        instance = vk.vkCreateInstance(vk.VkInstanceCreateInfo(pApplicationInfo=app), None)
+    except vk.VkError as e:
+        raise VulkanUnavailable(f"vkCreateInstance failed ({type(e).__name__}): no Vulkan driver installed?") from e
+    try:
+        try:
+            handles = vk.vkEnumeratePhysicalDevices(instance)
+        except vk.VkError as e:
+            raise VulkanUnavailable(f"the Vulkan loader found no usable driver ({type(e).__name__})") from e
+        found = []
+        for i, handle in enumerate(handles):
+            props = vk.vkGetPhysicalDeviceProperties(handle)
+            found.append(PhysicalDevice(i, props.deviceName, DEVICE_TYPES.get(props.deviceType, "other"),
+                                        _version(props.apiVersion)))
+        return found
+    finally:
+        vk.vkDestroyInstance(instance, None)
+
+
+def preferred_device(devices: list[PhysicalDevice]) -> PhysicalDevice | None:
+    """The device `--device vulkan` runs on: the first GPU (any non-CPU type) with Vulkan 1.2, else the
+    first device with Vulkan 1.2 (lavapipe), else None."""
+    usable = [d for d in devices if d.api_version >= (1, 2, 0)]
+    return next((d for d in usable if not d.is_cpu), usable[0] if usable else None)
+
+@dataclass(frozen=True)
 class Message:
     severity: str  # "error", "warning", "info", "verbose"
     kind: str  # "general", "validation", "performance"

@@ -32,6 +32,8 @@ from kinetic.codegen.vulkan.device import (
     VulkanDevice,
     VulkanError,
     VulkanUnavailable,
+    physical_devices,
+    preferred_device,
 )
 from kinetic.codegen.vulkan.executor import VulkanOps
 from kinetic.codegen.vulkan.matvec import ROWS_PER_GROUP
@@ -66,14 +68,17 @@ def unsupported(graph: Graph) -> str | None:
 
 
 def open_runner(graph: Graph, weights: WeightSource) -> VulkanModel:
-    """The engine's executor for an explicit `--device vulkan`: the first Vulkan device, this graph's
+    """The engine's executor for `--device vulkan`: the first Vulkan GPU (else the first device), this graph's
     weights on it. A CPU-type device (lavapipe) is used, with one line on stderr saying so; a missing
     loader or driver, or an op or weight type without a kernel, is a KineticError with the reason."""
     reason = unsupported(graph)
     if reason:
         raise KineticError(f"--device vulkan cannot run this model: {reason}", "Use --device cpu.")
     try:
-        device = VulkanDevice()
+        choice = preferred_device(physical_devices())
+        if choice is None:
+            raise VulkanUnavailable("no Vulkan device with Vulkan 1.2 or newer")
+        device = VulkanDevice(choice.index)
     except VulkanUnavailable as e:
         raise KineticError(f"--device vulkan cannot run here: {e}", "Use --device cpu.") from e
     if device.caps.is_cpu:

@@ -148,3 +148,28 @@ def test_invalid_spirv_is_caught(vulkan_device):
     found = [msg for msg in vulkan_device.messages if msg.severity == "error"]
     vulkan_device.messages.clear()
     assert found
+
+
+def test_auto_skips_a_cpu_type_vulkan_device(monkeypatch):
+    """`--device auto` never picks a CPU-type Vulkan device (lavapipe): it names it in its skip line
+    and falls through to the CPU; a GPU listed after it is the one --device vulkan and auto use."""
+    from kinetic import devices
+    from kinetic.codegen.cuda import device as cuda_device
+    from kinetic.codegen.vulkan import device as vk_device
+    from kinetic.codegen.vulkan.device import PhysicalDevice, preferred_device
+
+    lavapipe = PhysicalDevice(0, "llvmpipe (LLVM 15.0.6, 256 bits)", "cpu", (1, 3, 230))
+    gpu = PhysicalDevice(1, "AMD Radeon", "discrete", (1, 3, 260))
+    old = PhysicalDevice(2, "Old GPU", "integrated", (1, 1, 0))
+    assert preferred_device([lavapipe, gpu]) == gpu and preferred_device([old, lavapipe]) == lavapipe
+    monkeypatch.setattr(cuda_device, "unavailable_reason", lambda: "no NVIDIA driver here")
+    for listed, want in (([lavapipe], "cpu"), ([lavapipe, gpu], "vulkan"), ([old], "cpu")):
+        monkeypatch.setattr(vk_device, "physical_devices", lambda listed=listed: listed)
+        lines: list[str] = []
+        assert devices.resolve_device("auto", lines.append) == want
+        assert lines[0] == "auto: skipping CUDA: no NVIDIA driver here"
+        assert len(lines) == (1 if want == "vulkan" else 2)
+        if listed == [lavapipe]:
+            assert lines[1] == ("auto: skipping Vulkan device llvmpipe (LLVM 15.0.6, 256 bits): a CPU-type device "
+                                "(lavapipe; --device cpu is faster)")
+    assert devices.resolve_device("cpu", lines.append) == "cpu"

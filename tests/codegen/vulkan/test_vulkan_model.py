@@ -147,3 +147,85 @@ def test_gemma3_with_split_weights_equals_the_reference(gemma_path, device):
         assert np.array_equal(got.view(np.uint32), ref.view(np.uint32))
     finally:
         model.close()
+
+
+
+REPEATING = [81, 278, 265, 253, 278, 265, 253, 278, 265, 253]  # "a b c a b c a b c a": the drafter guesses
+
+
+class FixedCosts:
+    """Pass costs that ignore the clock (as tests/runtime/test_speculative.py's), so the drafting
+    decisions do not depend on lavapipe's speed."""
+
+    def __new__(cls, beta: float | None = None):
+        from kinetic.runtime.drafting import PassCosts
+
+        costs = PassCosts() if beta is None else PassCosts(beta)
+        costs.observe = lambda guessed_rows, seconds: None
+        return costs
+
+
+def test_drafted_equals_plain_on_the_device(vulkan_engine):
+    """The identity gate on Vulkan: drafted greedy decoding (verify passes of draft rows with parents,
+    keep() committing the runner's new cache rows) gives plain greedy's tokens with guesses kept, and
+    leaves the cache bit for bit as plain decoding does."""
+    from kinetic.runtime.drafting import NgramIndex
+    from kinetic.runtime.speculative import GreedyPicker, SpeculativeDecoder, plain_decode
+
+    engine = vulkan_engine
+    plain_seq = engine.new_sequence()
+    plain = list(plain_decode(engine, plain_seq, REPEATING, 12, picker=GreedyPicker()))
+    decoder = SpeculativeDecoder(engine, max_rows=4, seen=NgramIndex(1 << 12, (4, 2)), costs=FixedCosts())
+    seq = engine.new_sequence()
+    drafted = list(decoder.generate(seq, REPEATING, 12, picker=GreedyPicker()))
+    assert drafted == plain
+    assert decoder.stats.accepted > 0 and decoder.stats.passes < len(plain) - 1
+    n = seq.cache.length
+    assert n == plain_seq.cache.length == len(REPEATING) + len(plain) - 1
+    for layer in (0, 29):
+        for got, want in ((seq.cache.k[layer], plain_seq.cache.k[layer]),
+                          (seq.cache.v[layer], plain_seq.cache.v[layer])):
+            assert np.array_equal(got[:n].view(np.uint16), want[:n].view(np.uint16))
+
+
+def test_a_draft_tree_row_equals_its_path_decoded_plainly(vulkan_engine):
+    """A verify pass of a tree with branches (rows see the committed cache and their ancestors only):
+    each row's logits are the bits its path gets decoded one token at a time."""
+    engine = vulkan_engine
+    prefix = REPEATING[:6]
+    # root 265, two children (253, 81), a grandchild under the first: parents [-1, 0, 0, 1]
+    tokens, parents = [265, 253, 81, 278], [-1, 0, 0, 1]
+    seq = engine.new_sequence()
+    engine.prefill(seq, prefix)
+    rows = PassRows(tokens=np.asarray(tokens, np.int32), positions=np.asarray([6, 7, 7, 8], np.int32),
+                    seqs=np.zeros(4, np.int32), parents=np.asarray(parents, np.int32),
+                    output_rows=np.arange(4, dtype=np.int32))
+    tree = engine.verify(seq, rows)
+    alone = engine.new_sequence()  # the same rows decoded one at a time along each path
+    engine.prefill(alone, prefix)
+    want = {0: engine.decode(alone, 265), 1: engine.decode(alone, 253), 3: engine.decode(alone, 278)}
+    engine.rollback(alone, 7)
+    want[2] = engine.decode(alone, 81)
+    for row in range(4):
+        assert np.array_equal(tree[row].view(np.uint32), want[row].view(np.uint32)), row
+    engine.keep(seq, [0, 2])  # the runner's cache rows of the kept path are plain decoding's
+    assert seq.tokens == alone.tokens == prefix + [265, 81]
+    for layer in (0, 29):
+        assert np.array_equal(seq.cache.k[layer][:8].view(np.uint16), alone.cache.k[layer][:8].view(np.uint16))
+        assert np.array_equal(seq.cache.v[layer][:8].view(np.uint16), alone.cache.v[layer][:8].view(np.uint16))
+
+
+def test_greedy_agrees_with_llama_cpp_golden(vulkan_engine):
+    """The golden greedy check (tests/runtime/test_conformance.py) on the device, for one SmolLM2
+    prompt and its first 8 tokens: teacher-forced in one pass (each row is what it gets alone, above),
+    the argmax at each row agrees with llama.cpp's greedy tokens up to near-ties."""
+    from kinetic.runtime.conformance import compare
+    from tests.conftest import load_golden
+
+    case = load_golden("smollm2-135m")["raw"][1]  # def fibonacci(n): ...
+    prompt, reference = case["prompt_ids"], case["ids"][:8]
+    rows = PassRows.chain(prompt + reference[:-1], 0, outputs="all")
+    rows.output_rows = np.arange(len(prompt) - 1, len(prompt) + len(reference) - 1, dtype=np.int32)
+    logits = vulkan_engine.forward(rows, {0: vulkan_engine.new_sequence()}, commit=False)
+    result = compare([int(t) for t in logits.argmax(axis=1)], reference, case["top2"])
+    assert result.ok, f"{result.agreed}/{result.total} agree, diverges at step {result.diverged_at} (gap {result.gap})"
