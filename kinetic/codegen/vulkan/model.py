@@ -5,14 +5,19 @@ reason otherwise), uploading the weights once (a weight over one binding in part
 one lookup or matmul per part, the parts' columns then put in place), and per pass: the buffers of each node, the rotary
 tables and visibility of the pass's rows, recording every node's dispatches into one command buffer
 (device.run puts a barrier before each dispatch that reads what an earlier one wrote), and reading
-back the logits and the pass's new cache rows. Does not own the cache (the runtime: the engine
-commits the returned rows, as with the reference interpreter; `in_place` is False) or the arithmetic
-(the renderers, through VulkanOps' kernel cache).
+back the logits. Does not own the cache's bookkeeping (the runtime's KVCache: length, positions,
+rollback) or the arithmetic (the renderers, through VulkanOps' kernel cache).
 
-The committed cache of the pass's sequence is copied into device buffers before each pass (a few MB
-for SmolLM2 at a few hundred tokens); the pass's keys and values are stored (rounded to f16) by
-the device into the rows after it, which attention then reads. A device-resident cache is the next
-step. One sequence per pass (a chain, or a draft tree of one sequence).
+The KV cache is resident on the device: each sequence's KVCache gets, on first use, a device copy of
+its keys and values per layer (capacity n_ctx, f16; `_Mirror`), kept while the KVCache lives. A pass's
+keys and values are stored (rounded to f16) by the device at slots length + i, attention reads them
+there, and only those new rows are copied back into the host KVCache in place (`in_place` is True, as
+the CPU step: the engine commits with commit_written / keep_written). The host arrays stay the source
+of truth: the only host change to committed rows outside a pass is keep_written moving a draft tree's
+kept rows down (or, for an engine that commits the returned rows, commit), both within the rows of the
+sequence's last pass, so the next pass copies those rows (at most the last pass's, usually one) to the
+device before it runs. Rollback needs nothing: the length governs what attention reads. One sequence
+per pass (a chain, or a draft tree of one sequence).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from __future__ import annotations
 import atexit
 import struct
 import sys
+import weakref
 
 import numpy as np
 from gguf import GGMLQuantizationType as Q
@@ -96,7 +102,7 @@ def open_runner(graph: Graph, weights: WeightSource) -> VulkanModel:
 class VulkanModel:
     """Runs passes of one graph on one device; the engine's executor for `--device vulkan`."""
 
-    in_place = False
+    in_place = True  # the pass's new cache rows are written into the host KVCache at slots length + i
 
     def __init__(self, graph: Graph, weights: WeightSource, device: VulkanDevice):
         reason = unsupported(graph)
@@ -110,6 +116,7 @@ class VulkanModel:
             if node.op is Op.PARAM:
                 self._upload(node, np.asarray(weights.tensor(node.attrs.tensor)))
         self._pool: dict[object, DeviceBuffer] = {}
+        self._mirrors: dict[int, _Mirror] = {}  # id(KVCache) -> its device copy
 
     def _upload(self, node: Node, raw: np.ndarray) -> None:
         """An f32 parameter as one buffer; a quantized weight as raw GGUF rows, split into parts of
@@ -131,14 +138,34 @@ class VulkanModel:
         if buf is None or buf.size < nbytes:
             if buf is not None:
                 self.device.free(buf)
-            buf = self._pool[key] = self.device.buffer(max(nbytes, 16) * (2 if key[0] == "cache" else 1))
+            buf = self._pool[key] = self.device.buffer(max(nbytes, 16))
         return buf
+
+    def mirror(self, cache) -> _Mirror:
+        """The device copy of a KVCache's keys and values, made on first use (the committed rows
+        uploaded), then brought up to date with the host rows changed since its last pass. The copies
+        of KVCaches that no longer exist are freed here."""
+        for key, m in list(self._mirrors.items()):
+            if m.cache() is None:
+                m.free(self.device)
+                del self._mirrors[key]
+        m = self._mirrors.get(id(cache))
+        if m is None:
+            m = self._mirrors[id(cache)] = _Mirror(self.device, cache)
+            m.upload(cache, 0, cache.length)
+        elif m.last is not None:
+            start, _ = m.last
+            if cache.length > start:
+                m.upload(cache, start, cache.length)
+        return m
 
     def close(self) -> None:
         parts = [b for bufs in self.parts.values() for _, _, b in bufs]
         for buf in [*self.weights.values(), *parts, *self._pool.values()]:
             self.device.free(buf)
-        self.weights, self.parts, self._pool = {}, {}, {}
+        for m in self._mirrors.values():
+            m.free(self.device)
+        self.weights, self.parts, self._pool, self._mirrors = {}, {}, {}, {}
 
     def close_device(self) -> None:
         """Free everything and close the device (at exit, for the runner open_runner made)."""
@@ -154,24 +181,68 @@ class VulkanModel:
         if len(seqs) > 1:
             raise Unsupported("one sequence per pass on Vulkan (several users' rows are not batched yet)")
         n_rows = {"T": len(rows.tokens), "R": len(rows.output_rows)}
-        plan = _Pass(self, rows, kv, int(seqs[0]) if len(seqs) else 0, n_rows)
+        seq = int(seqs[0]) if len(seqs) else 0
+        cache = kv.caches[seq]  # the engine's SequenceCaches: the KVCache whose copy the device keeps
+        cache.check_room(n_rows["T"])
+        mirror = self.mirror(cache)
+        plan = _Pass(self, rows, cache, mirror, n_rows)
         for node in graph.nodes:
             plan.node(node)
+        mirror.last = None  # (a failed pass writes no host rows: nothing to bring up to date)
         self.device.run(plan.dispatches)
         outputs = {name: plan.read(graph.node(nid)) for name, nid in graph.outputs}
-        return PassResult(outputs, plan.new_kv())
+        new_kv = plan.new_kv()
+        mirror.last = (cache.length, n_rows["T"])
+        return PassResult(outputs, new_kv)
+
+
+class _Mirror:
+    """One KVCache's keys and values on the device: per layer a buffer of n_ctx rows (f16) for each.
+    Rows [0, cache.length) equal the host's, except those of the last pass (`last`: its first slot
+    and row count), which the host may have moved or rewritten since (see mirror())."""
+
+    def __init__(self, device: VulkanDevice, cache):
+        self.cache = weakref.ref(cache)
+        self.k: dict[int, DeviceBuffer] = {}
+        self.v: dict[int, DeviceBuffer] = {}
+        self.last: tuple[int, int] | None = None
+        try:
+            for layer, host in cache.k.items():
+                if host.dtype != np.float16:
+                    raise Unsupported("the Vulkan runner keeps an f16 cache")
+                self.k[layer] = device.buffer(host.nbytes)
+                self.v[layer] = device.buffer(cache.v[layer].nbytes)
+        except Exception:
+            self.free(device)
+            raise
+
+    def upload(self, cache, start: int, end: int) -> None:
+        """Copy host rows [start, end) of every layer to the device."""
+        if end <= start:
+            return
+        for layer, buf in self.k.items():
+            row = cache.k[layer].strides[0]
+            buf.write(cache.k[layer][start:end], start * row)
+            self.v[layer].write(cache.v[layer][start:end], start * row)
+
+    def free(self, device: VulkanDevice) -> None:
+        for buf in [*self.k.values(), *self.v.values()]:
+            device.free(buf)
+        self.k, self.v = {}, {}
 
 
 class _Pass:
     """The buffers and dispatches of one pass, built node by node."""
 
-    def __init__(self, model: VulkanModel, rows: PassRows, kv: KVView, seq: int, n_rows: dict[str, int]):
-        self.model, self.ops, self.rows, self.kv, self.seq, self.n_rows = model, model.ops, rows, kv, seq, n_rows
+    def __init__(self, model: VulkanModel, rows: PassRows, cache, mirror: _Mirror, n_rows: dict[str, int]):
+        self.model, self.ops, self.rows, self.n_rows = model, model.ops, rows, n_rows
+        self.cache, self.mirror = cache, mirror
         self.dispatches: list[Dispatch] = []
         self.out: dict[int, DeviceBuffer] = {}
         self.caches: dict[int, tuple[DeviceBuffer, DeviceBuffer, int, int]] = {}  # layer -> k, v, n_committed, width
         self._visible: dict[int, DeviceBuffer] = {}
         self._rope: dict[tuple, tuple[DeviceBuffer, DeviceBuffer]] = {}
+        self._slots_key, self._slots = None, None
 
     def count(self, node: Node) -> int:
         return self.n_rows[node.type.shape[0]]
@@ -289,19 +360,19 @@ class _Pass:
         self.dispatch(k, [ins[0], cos_buf, sin_buf, out], n * a.n_head * (a.head_dim // 2), rope.WORKGROUP, n)
 
     def attention(self, node: Node, ins, out, n: int) -> None:
-        """Store the pass's keys and values after the committed ones, then attend."""
+        """Store the pass's keys and values after the committed ones (in the sequence's device-resident
+        cache), then attend."""
         a = node.attrs
         layer = self.model.graph.node(node.inputs[3]).attrs.layer
         width = a.n_kv_head * a.head_dim
-        ck, cv, cpos = self.kv.committed(self.seq, layer)
-        n_c = len(cpos)
-        kbuf = self.model.buffer(("cache", "k", layer), (n_c + n) * width * 2)
-        vbuf = self.model.buffer(("cache", "v", layer), (n_c + n) * width * 2)
-        if n_c:
-            kbuf.write(np.ascontiguousarray(ck, np.float16))
-            vbuf.write(np.ascontiguousarray(cv, np.float16))
+        n_c = self.cache.length
+        cpos = self.cache.positions[:n_c]
+        kbuf, vbuf = self.mirror.k[layer], self.mirror.v[layer]
         self.caches[layer] = (kbuf, vbuf, n_c, width)
-        slots = self.u32(("slots",), n_c + np.arange(n))
+        if ("slots", n_c) != self._slots_key:
+            self._slots_key = ("slots", n_c)
+            self._slots = self.u32(("slots",), n_c + np.arange(n))
+        slots = self._slots
         store = self.ops.kernel(("kv_store", width), lambda: gather.render_kv_store(width))
         self.dispatch(store, [ins[1], slots, kbuf], n * width // 2, gather.WORKGROUP, n)
         self.dispatch(store, [ins[2], slots, vbuf], n * width // 2, gather.WORKGROUP, n)
@@ -315,11 +386,14 @@ class _Pass:
                                         self.grid(n * a.n_head), struct.pack("<I", n_c + n)))
 
     def new_kv(self) -> dict[int, tuple[np.ndarray, np.ndarray]]:
-        """Each layer's keys and values of the pass's rows as the device stored them (f16)."""
+        """Each layer's keys and values of the pass's rows as the device stored them (f16), written into
+        the host KVCache at slots length + i (in place, as the CPU step) and returned as copies."""
         n = self.n_rows["T"]
         result = {}
         for layer, (kbuf, vbuf, n_c, width) in self.caches.items():
             words, offset = n * width // 2, n_c * width * 2
-            result[layer] = tuple(b.read(np.uint32, words, offset).view(np.float16).reshape(n, width)
-                                  for b in (kbuf, vbuf))
+            k, v = (b.read(np.uint32, words, offset).view(np.float16).reshape(n, width) for b in (kbuf, vbuf))
+            self.cache.k[layer][n_c : n_c + n] = k
+            self.cache.v[layer][n_c : n_c + n] = v
+            result[layer] = (k, v)
         return result

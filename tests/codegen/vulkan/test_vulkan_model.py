@@ -45,6 +45,7 @@ def vulkan_engine(smollm2, device):
     engine = Engine(graph, weights, n_ctx=64, device="reference")
     model = VulkanModel(graph, weights, device)
     engine.interpreter = model  # same contract as the interpreter: run(graph, rows, kv) -> PassResult
+    engine.in_place = model.in_place  # as Engine(device="vulkan"): commit_written / keep_written
     yield engine
     model.close()
 
@@ -213,6 +214,9 @@ def test_a_draft_tree_row_equals_its_path_decoded_plainly(vulkan_engine):
     for layer in (0, 29):
         assert np.array_equal(seq.cache.k[layer][:8].view(np.uint16), alone.cache.k[layer][:8].view(np.uint16))
         assert np.array_equal(seq.cache.v[layer][:8].view(np.uint16), alone.cache.v[layer][:8].view(np.uint16))
+    # the kept row 2 moved from slot 8 to slot 7 on the host; the device's copy of the cache follows it
+    after = engine.decode(seq, 278)
+    assert np.array_equal(after.view(np.uint32), engine.decode(alone, 278).view(np.uint32))
 
 
 def test_greedy_agrees_with_llama_cpp_golden(vulkan_engine):
@@ -229,3 +233,23 @@ def test_greedy_agrees_with_llama_cpp_golden(vulkan_engine):
     logits = vulkan_engine.forward(rows, {0: vulkan_engine.new_sequence()}, commit=False)
     result = compare([int(t) for t in logits.argmax(axis=1)], reference, case["top2"])
     assert result.ok, f"{result.agreed}/{result.total} agree, diverges at step {result.diverged_at} (gap {result.gap})"
+
+
+def test_the_device_cache_lives_as_long_as_its_sequence(vulkan_engine):
+    """Each sequence's cache is kept on the device between passes (uploaded once, then only the new
+    rows are written there) and freed with the sequence; a rollback needs no upload."""
+    import gc
+
+    engine = vulkan_engine
+    model = engine.interpreter
+    seq = engine.new_sequence()
+    first = engine.prefill(seq, PROMPT[:3])
+    assert list(model._mirrors) == [id(seq.cache)]
+    engine.rollback(seq, 0)
+    again = engine.prefill(seq, PROMPT[:3])
+    assert np.array_equal(first.view(np.uint32), again.view(np.uint32))
+    del seq
+    gc.collect()
+    other = engine.new_sequence()
+    engine.decode(other, PROMPT[0])
+    assert list(model._mirrors) == [id(other.cache)]
