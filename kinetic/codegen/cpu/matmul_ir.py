@@ -569,6 +569,18 @@ def _tile_block_interleaved(fn: Function, layout: Layout, variant: str, k: int, 
     return new
 
 
+def _column_chunks(fn: Function, step, body) -> None:
+    """body(c0, c1) for each chunk [c0, c1) of `step` columns of [n0, n1): rows loop over a chunk's
+    weights while they sit in L2."""
+
+    def chunk(c0: str, _c: list[str]) -> list[str]:
+        end = fn.v(f"add i64 {c0}, {step}")
+        body(c0, fn.v(f"select i1 {fn.v(f'icmp slt i64 {end}, %n1')}, i64 {end}, i64 %n1"))
+        return []
+
+    fn.loop("%n0", "%n1", [], chunk, step=step)
+
+
 def _tiles(fn: Function, layout: Layout, variant: str, k: int, tile: int, dxt: str, st: str | None,
            corr: str | None, inter: tuple[str, str | None] | None = None, start: str = "0") -> str:
     """All full tiles of `tile` rows from row `start` on, over [n0, n1), in column chunks; returns the
@@ -581,10 +593,7 @@ def _tiles(fn: Function, layout: Layout, variant: str, k: int, tile: int, dxt: s
     tiles = fn.v(f"udiv i64 {fn.v(f'sub i64 %m, {start}')}, {tile}")
     scalar = layout.float_order == "scalar"
 
-    def chunk_body(c0: str, _c: list[str]) -> list[str]:
-        end = fn.v(f"add i64 {c0}, {chunk}")
-        c1 = fn.v(f"select i1 {fn.v(f'icmp slt i64 {end}, %n1')}, i64 {end}, i64 %n1")
-
+    def chunk_body(c0: str, c1: str) -> None:
         def tile_body(tt: str, _c2: list[str]) -> list[str]:
             first = fn.v(f"add i64 {start}, {fn.v(f'mul i64 {tt}, {tile}')}")
             _transpose_scales(fn, "%xd", nb, first, tile, groups, dxt)
@@ -632,9 +641,8 @@ def _tiles(fn: Function, layout: Layout, variant: str, k: int, tile: int, dxt: s
             return []
 
         fn.loop(0, tiles, [], tile_body)
-        return []
 
-    fn.loop("%n0", "%n1", [], chunk_body, step=chunk)
+    _column_chunks(fn, chunk, chunk_body)
     return fn.v(f"add i64 {start}, {fn.v(f'mul i64 {tiles}, {tile}')}")
 
 
@@ -749,10 +757,7 @@ def _pairs(fn: Function, layout: Layout, variant: str, k: int, first_row: str, x
             e = fn.v(f"extractelement <2 x float> {y}, i64 {i}")
             fn.store("float", e, fn.gep(orow, n, "float"), 4)
 
-    def chunk(c0: str, _c: list[str]) -> list[str]:
-        end = fn.v(f"add i64 {c0}, {step}")
-        c1 = fn.v(f"select i1 {fn.v(f'icmp slt i64 {end}, %n1')}, i64 {end}, i64 %n1")
-
+    def chunk(c0: str, c1: str) -> None:
         def row(r: str, _c2: list[str]) -> list[str]:
             fill_scales(r)
             if offset:
@@ -763,9 +768,8 @@ def _pairs(fn: Function, layout: Layout, variant: str, k: int, first_row: str, x
             return []
 
         fn.loop(first_row, "%m", [], row)
-        return []
 
-    fn.loop("%n0", "%n1", [], chunk, step=step)
+    _column_chunks(fn, step, chunk)
 
 
 # ---- leftover rows of block-32 "scalar" types (IQ4_NL, MXFP4): four columns at a time ---------------
@@ -861,10 +865,7 @@ def _quads(fn: Function, layout: Layout, variant: str, k: int, first_row: str, c
             y = fn.v(f"extractelement <4 x float> {acc}, i64 {lane}")
             fn.store("float", y, fn.gep(orow, c, "float"), 4)
 
-    def chunk(c0: str, _c: list[str]) -> list[str]:
-        end = fn.v(f"add i64 {c0}, {step}")
-        c1 = fn.v(f"select i1 {fn.v(f'icmp slt i64 {end}, %n1')}, i64 {end}, i64 %n1")
-
+    def chunk(c0: str, c1: str) -> None:
         def row(r: str, _c2: list[str]) -> list[str]:
             if offset:
                 _fill_folded(fn, layout, variant, k, r, corr)
@@ -875,9 +876,8 @@ def _quads(fn: Function, layout: Layout, variant: str, k: int, first_row: str, c
             return []
 
         fn.loop(first_row, "%m", [], row)
-        return []
 
-    fn.loop("%n0", "%n1", [], chunk, step=step)
+    _column_chunks(fn, step, chunk)
 
 
 def render_matmul(wtype, k: int, variant: str, tile: int) -> tuple[str, str]:
