@@ -199,8 +199,7 @@ class Model:
         stats = self.last_stats = GenerationStats(prompt_tokens=len(ids), sampling=sampler.settings)
         stop = set(self.tokenizer.eot_ids)
         decoder = self.decoder()
-        decoder.draft = draft
-        tokens = decoder.generate(self.engine.new_sequence(), ids, max_tokens, stop=stop, picker=sampler)
+        tokens = decoder.generate(self.engine.new_sequence(), ids, max_tokens, stop=stop, picker=sampler, draft=draft)
         stats.stop_reason = "length"
         start = time.perf_counter()
         try:

@@ -154,7 +154,9 @@ class SpeculativeDecoder:
         self.stats = DraftStats()
 
     def generate(self, seq: Sequence, prompt: list[int], max_tokens: int | None,
-                 stop: Collection[int] = frozenset(), picker: Picker | None = None) -> Iterator[int]:
+                 stop: Collection[int] = frozenset(), picker: Picker | None = None,
+                 draft: bool | None = None) -> Iterator[int]:
+        """`draft` (default: the decoder's) turns drafting on or off for this call only."""
         engine, picker = self.engine, picker or GreedyPicker()
         self.stats = DraftStats()
         limit = generation_limit(engine, seq, prompt, max_tokens)
@@ -162,7 +164,7 @@ class SpeculativeDecoder:
             return
         seen = self.seen
         start = len(seq.tokens)
-        drafters = drafters_for(engine, seen) if self.draft else []
+        drafters = drafters_for(engine, seen) if (self.draft if draft is None else draft) else []
         policy = DraftPolicy(self.costs, self.max_rows)
         token = pick(picker, engine.prefill(seq, prompt))
         context, generated = list(seq.tokens), 1

@@ -355,12 +355,11 @@ class EngineWorker:
         if job.cancelled.is_set():
             return
         decoder = self.model.decoder()
-        decoder.draft = self.model.draft
         with decoder.seen.lock:  # the decoder indexes the tokens it saw fed; the earlier chunks go first
             decoder.seen.extend(ids[:last])
         picker = _Recording(sampler, lambda token, logits: self._info(token, logits, request))
         eot = set() if request.ignore_eos else set(self.model.tokenizer.eot_ids)
-        tokens = decoder.generate(seq, ids[last:], limit, stop=eot, picker=picker)
+        tokens = decoder.generate(seq, ids[last:], limit, stop=eot, picker=picker, draft=self.model.draft)
         try:
             for token in tokens:
                 job.n_prompt_processed = len(ids)
