@@ -10,8 +10,6 @@ DEVICE_NAMES = {
     "cuda": "the CUDA GPU",
 }
 
-CUDA_RUNS_MODELS = False  # --device cuda has kernels but no whole-model runtime yet (issue 10)
-
 
 def resolve_device(name: str, say=None) -> str:
     """The device `--device name` runs on: `name` itself, except `auto`, which tries CUDA, then a
@@ -28,8 +26,6 @@ def resolve_device(name: str, say=None) -> str:
     from kinetic.codegen.cuda.device import unavailable_reason
 
     reason = unavailable_reason()
-    if reason is None and not CUDA_RUNS_MODELS:
-        reason = "a CUDA GPU is here, but --device cuda has no runtime for whole models yet"
     if reason is None:
         return "cuda"
     say(f"auto: skipping CUDA: {reason}")

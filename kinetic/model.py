@@ -49,13 +49,15 @@ class Model:
 
     def __init__(self, path_or_name: str | os.PathLike, *, n_ctx: int = DEFAULT_CONTEXT,
                  chat_template_file: str | os.PathLike | None = None, options: Options | None = None,
-                 device: str = "cpu", threads: int | None = None, draft: bool = True):
+                 device: str = "cpu", threads: int | None = None, draft: bool = True,
+                 gpu_layers: int | None = None):
         self.path: Path = hub.resolve_model(path_or_name)
         self.ktc = load_if_ktc(self.path)  # a .ktc file: checked, its graph and profile used (kinetic/ktc/load.py)
         self.gguf = self.ktc.gguf if self.ktc else open_gguf(self.path)
         self.graph = self.ktc.graph(options) if self.ktc else _optimize(lower(self.gguf, options))
         run = self.ktc.engine_settings(device, threads) if self.ktc else {"threads": threads}
-        self.engine = Engine(self.graph, GGUFWeights(self.gguf), n_ctx=n_ctx, device=device, **run)
+        self.engine = Engine(self.graph, GGUFWeights(self.gguf), n_ctx=n_ctx, device=device, gpu_layers=gpu_layers,
+                             **run)
         self._chat_template_file = chat_template_file
         self._tokenizer = None
         self._template = None

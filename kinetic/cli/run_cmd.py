@@ -33,13 +33,36 @@ def add_parser(sub) -> None:
     p.add_argument("-c", "--ctx-size", type=int, default=4096, metavar="N", help="context size in tokens")
     p.add_argument("--chat-template-file", metavar="FILE", help="use this Jinja chat template")
     p.add_argument("-t", "--threads", type=int, metavar="N", help="CPU threads [default: every logical CPU]")
-    p.add_argument("--device", choices=("cpu", "reference", "cuda", "vulkan", "auto"), default="cpu",
-                   help="cpu: generated kernels; reference: the numpy reference interpreter; auto: CUDA, else a "
-                   "Vulkan GPU, else the CPU, saying why each is skipped [default: cpu]")
+    add_device_args(p)
     add_off_arg(p)
     p.add_argument("--receipt", metavar="FILE", help="also write a receipt of the answer to FILE (docs/receipts.md)")
     p.add_argument("--sign-key", metavar="FILE", help="sign the receipt with this Ed25519 secret key file")
     p.set_defaults(run=run, collect_words=_collect_words)
+
+
+def add_device_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--device", choices=("cpu", "reference", "cuda", "vulkan", "auto"),
+                   help="cpu: generated kernels; reference: the numpy reference interpreter; cuda: the CUDA GPU; "
+                   "vulkan: the first Vulkan GPU; auto: CUDA, else a Vulkan GPU, else the CPU, saying why each is "
+                   "skipped [default: cpu, or cuda with -ngl N > 0]")
+    p.add_argument("-ngl", "--gpu-layers", "--n-gpu-layers", dest="gpu_layers", type=int, metavar="N",
+                   help="most layers on the GPU, as llama.cpp's -ngl: 0 means --device cpu, any other N --device "
+                        "cuda with at most N layers on the GPU [default: all]")
+
+
+def device_choice(args: argparse.Namespace) -> str:
+    """The device --device and -ngl ask for together (then resolved by resolve_device for auto)."""
+    n = args.gpu_layers
+    if n is not None and n < 0:
+        raise KineticError(f"-ngl must be 0 or more, not {n}", "-ngl 99 puts every layer on the GPU; -ngl 0 none.")
+    if n == 0:
+        if args.device not in (None, "cpu", "auto"):
+            raise KineticError(f"-ngl 0 runs on the CPU, but --device {args.device} was asked for",
+                               "Drop one of the two.")
+        return "cpu"
+    if n is not None:
+        return args.device or "cuda"
+    return args.device or "cpu"
 
 
 def _collect_words(args: argparse.Namespace, words: list[str]) -> None:
@@ -70,9 +93,9 @@ def run(args: argparse.Namespace) -> int:
     changes = sampling_changes(args)
     key = _receipt_key(args)
     off = parse_off(args.off)
-    args.device = resolve_device(args.device)  # auto: the device it picks (the lines say why others were skipped)
+    args.device = resolve_device(device_choice(args))  # auto: the device it picks (lines say why others were skipped)
     model = Model(spec, n_ctx=args.ctx_size, chat_template_file=args.chat_template_file, device=args.device,
-                  threads=args.threads, draft="rad1" not in off)
+                  threads=args.threads, draft="rad1" not in off, gpu_layers=args.gpu_layers)
     if args.prompt_ids is not None:
         prompt_in, given = _parse_ids(args.prompt_ids), None  # the receipt's input: None for ids
     else:

@@ -13,13 +13,20 @@ import logging
 import sys
 from dataclasses import replace
 
-from kinetic.cli.run_cmd import add_off_arg, add_sampling_args, parse_off, sampling_changes
+from kinetic.cli.run_cmd import (
+    add_device_args,
+    add_off_arg,
+    add_sampling_args,
+    device_choice,
+    parse_off,
+    sampling_changes,
+)
 from kinetic.devices import DEVICE_NAMES, resolve_device
 from kinetic.errors import KineticError
 
 # llama-server flags Kinetic takes and ignores: (flags, takes a value)
 _IGNORED = (
-    (("-ngl", "--n-gpu-layers", "--gpu-layers"), True), (("-b", "--batch-size"), True),
+    (("-b", "--batch-size"), True),
     (("-ub", "--ubatch-size"), True),
     (("-tb", "--threads-batch"), True), (("--threads-http",), True), (("-to", "--timeout"), True),
     (("--cache-reuse",), True), (("--jinja",), False), (("--metrics",), False), (("--slots",), False),
@@ -70,9 +77,7 @@ def add_parser(sub) -> None:
     p.add_argument("-c", "--ctx-size", type=int, default=4096, metavar="N", help="context size per request, prompt "
                                                                                  "and answer [default: 4096]")
     p.add_argument("-t", "--threads", type=int, metavar="N", help="CPU threads [default: every logical CPU]")
-    p.add_argument("--device", choices=("cpu", "reference", "cuda", "vulkan", "auto"), default="cpu",
-                   help="cpu: generated kernels; reference: the numpy reference interpreter; auto: CUDA, else a "
-                   "Vulkan GPU, else the CPU, saying why each is skipped [default: cpu]")
+    add_device_args(p)
     p.add_argument("--chat-template-file", metavar="FILE", help="use this Jinja chat template")
     p.add_argument("-np", "--parallel", type=int, default=1, metavar="N",
                    help="accepted; requests take turns on the engine for now [default: 1]")
@@ -110,9 +115,9 @@ def run(args: argparse.Namespace) -> int:
         sys.stderr.write(f"kinetic: listening on {args.host} lets anyone who can reach this address use the model"
                          + ("" if args.api_key else "; pair it with --api-key") + "\n")
     sock = bind(args.host, port)
-    args.device = resolve_device(args.device)  # auto: the device it picks (the lines say why others were skipped)
+    args.device = resolve_device(device_choice(args))  # auto: the device it picks (lines say why others were skipped)
     model = Model(spec, n_ctx=args.ctx_size, chat_template_file=args.chat_template_file, device=args.device,
-                  threads=args.threads, draft="rad1" not in off)
+                  threads=args.threads, draft="rad1" not in off, gpu_layers=args.gpu_layers)
     options = ServerOptions(alias=args.alias, host=args.host, port=sock.getsockname()[1], api_key=args.api_key,
                             parallel=args.parallel, sampling=replace(model.sampling_defaults(), **changes),
                             device_name=DEVICE_NAMES[args.device])

@@ -22,7 +22,8 @@ DEFAULT_CONTEXT = 4096
 DEFAULT_BATCH = 128  # prompt rows per pass (measured: Gemma-3 pp512 +3.5% over 64, SmolLM2 even)
 
 
-def _executor(device: str, graph: Graph, weights: WeightSource, batch: int, threads: int | None):
+def _executor(device: str, graph: Graph, weights: WeightSource, batch: int, threads: int | None, n_ctx: int,
+              gpu_layers: int | None = None):
     """`cpu`: the compiled step (or, for a graph it cannot run yet, the generated matmul kernels
     called op by op); `reference`: the numpy interpreter alone."""
     if device == "reference":
@@ -35,13 +36,10 @@ def _executor(device: str, graph: Graph, weights: WeightSource, batch: int, thre
         from kinetic.codegen.cpu.executor import CpuInterpreter
 
         return CpuInterpreter(weights)
-    if device == "cuda":  # kernels exist (kinetic/codegen/cuda); the runtime that runs a model is issue 10
-        from kinetic.codegen.cuda.device import unavailable_reason
+    if device == "cuda":  # the graph's kernels on the GPU, the decode step one CUDA graph (docs/devices.md)
+        from kinetic.codegen.cuda.model import open_runner
 
-        reason = unavailable_reason()
-        if reason:
-            raise KineticError(f"--device cuda cannot run here: {reason}", "Use --device cpu.")
-        raise KineticError("--device cuda has kernels but no runtime for whole models yet", "Use --device cpu.")
+        return open_runner(graph, weights, n_ctx, gpu_layers)
     if device == "vulkan":  # the graph's ops in order on the first Vulkan device (docs/devices.md)
         from kinetic.codegen.vulkan.model import open_runner
 
@@ -60,12 +58,13 @@ class Sequence:
 
 class Engine:
     def __init__(self, graph: Graph, weights: WeightSource, *, n_ctx: int = DEFAULT_CONTEXT,
-                 batch: int = DEFAULT_BATCH, device: str = "cpu", threads: int | None = None):
+                 batch: int = DEFAULT_BATCH, device: str = "cpu", threads: int | None = None,
+                 gpu_layers: int | None = None):
         self.graph = graph
         self.n_ctx = n_ctx
         self.batch = batch
         self.device = device
-        self.interpreter = _executor(device, graph, weights, batch, threads)
+        self.interpreter = _executor(device, graph, weights, batch, threads, n_ctx, gpu_layers)
         self.in_place = getattr(self.interpreter, "in_place", False)
         self.kv_width: dict[int, int] = {}
         self.kv_dtype = np.float16

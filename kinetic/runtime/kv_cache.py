@@ -50,6 +50,10 @@ class KVCache:
         self.v = {layer: np.zeros((n_ctx, w), dtype) for layer, w in kv_width.items()}
         self.positions = np.zeros(n_ctx, np.int32)
         self.length = 0
+        # rows the host itself writes (commit, keep_written), for a device that keeps a copy: a count,
+        # and the lowest slot the latest of those writes touched
+        self.host_writes = 0
+        self.host_written_from = 0
         self._addresses: dict[tuple, np.ndarray] = {}
 
     def committed(self, layer: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -78,6 +82,7 @@ class KVCache:
         n = len(rows)
         self.check_room(n)
         end = self.length + n
+        self._host_write(self.length)
         for layer, (k, v) in new_kv.items():
             self.k[layer][self.length : end] = k[rows]
             self.v[layer][self.length : end] = v[rows]
@@ -103,11 +108,16 @@ class KVCache:
         moved = src != dst
         if moved.any():  # fancy indexing copies the sources out before any is overwritten
             src, dst = src[moved], dst[moved]
+            self._host_write(int(dst.min()))
             for layer in self.k:
                 self.k[layer][dst] = self.k[layer][src]
                 self.v[layer][dst] = self.v[layer][src]
         self.positions[self.length : self.length + n] = positions
         self.length += n
+
+    def _host_write(self, first_slot: int) -> None:
+        self.host_writes += 1
+        self.host_written_from = first_slot
 
     def truncate(self, length: int) -> None:
         """Roll back to the first `length` entries."""

@@ -108,13 +108,27 @@ def test_info_by_short_name(name, request):
     assert "architecture" in proc.stdout
 
 
-@pytest.mark.parametrize("device", ["cuda"])
-def test_a_device_without_a_model_runtime_fails_with_the_reason(smollm2_path, device):
-    """--device cuda exists as a choice and fails with a reason (no driver here, or no whole-model
-    runtime yet) and a hint, never a traceback. (--device vulkan runs: tests/codegen/vulkan.)"""
-    proc = kinetic("run", str(smollm2_path), "hi", "-n", "1", "--device", device)
-    assert_clean_failure(proc, f"--device {device}")
+@pytest.mark.parametrize("flags", [["--device", "cuda"], ["-ngl", "99"], ["--gpu-layers", "12"]])
+def test_cuda_without_a_gpu_fails_with_the_reason(smollm2_path, flags):
+    """--device cuda (and -ngl N > 0, which asks for it as llama.cpp's does) fails here with the reason
+    (no driver, no GPU) and a hint, never a traceback. On a GPU it runs (tests/codegen/cuda)."""
+    from kinetic.codegen.cuda.device import unavailable_reason
+
+    if unavailable_reason() is None:
+        pytest.skip("CUDA is usable here")
+    proc = kinetic("run", str(smollm2_path), "hi", "-n", "1", *flags)
+    assert_clean_failure(proc, "--device cuda cannot run here")
     assert "Use --device cpu." in proc.stderr
+
+
+def test_ngl_zero_runs_on_the_cpu_and_contradictions_are_refused(smollm2_path):
+    """-ngl 0 means the CPU (as llama.cpp's); with --device cuda it is a contradiction, said plainly;
+    a negative -ngl is refused."""
+    proc = kinetic("run", str(smollm2_path), "hi", "-n", "1", "--temp", "0", "-ngl", "0")
+    assert proc.returncode == 0, proc.stderr
+    assert_clean_failure(kinetic("run", str(smollm2_path), "hi", "-n", "1", "-ngl", "0", "--device", "cuda"),
+                         "-ngl 0 runs on the CPU")
+    assert_clean_failure(kinetic("run", str(smollm2_path), "hi", "-n", "1", "-ngl", "-2"), "-ngl must be 0 or more")
 
 
 def test_device_auto_runs_on_the_cpu_here_saying_why(smollm2_path):

@@ -1,10 +1,14 @@
-"""CUDA code generation: kernels rendered as header-free CUDA C, compiled with NVRTC, launched with CuPy.
+"""CUDA code generation and runtime: kernels rendered as header-free CUDA C, compiled with NVRTC,
+launched with CuPy, a whole model's passes recorded once and replayed as CUDA graphs.
 
 Modules: `prelude` (the lockstep macro language every kernel is written in, for CUDA and for the
 host), `kernel` (a kernel and a program's text), `gemv` (activation quantizers and quantized GEMVs),
-`pointwise` (RMS norm, elementwise ops, rotary), `attention` (f16-cache attention), `renderer` (IR
-nodes to kernels), `caps` (architectures and budgets as data), `nvrtc` (compiling and the cache),
-`emulator` (running the same text on the host), `device` (is CUDA usable; launching on a GPU),
-`bench` (GEMV bandwidth on a GPU). Every kernel sums in the IR reference's order, so it agrees with
-the reference interpreter bit for bit (RMS norm within one ulp). See docs/devices.md, "CUDA".
+`pointwise` (RMS norm, elementwise ops, rotary), `attention` (f16-cache attention), `gather`
+(embedding lookups, row gathers, KV cache stores), `renderer` (IR nodes to kernels), `caps`
+(architectures and budgets as data), `nvrtc` (compiling and the cache), `emulator` (running the same
+text on the host), `device` (is CUDA usable; launching on a GPU), `backends` (the device calls the
+runtime makes, on a GPU or on the emulation), `model` (the runtime: weights and the KV cache on the
+device, plans per pass shape, `--device cuda`), `bench` (GEMV bandwidth on a GPU). Every kernel sums
+in the IR reference's order, so it agrees with the reference interpreter bit for bit (RMS norm
+within one ulp). See docs/devices.md, "CUDA".
 """

@@ -4,6 +4,10 @@ Owns: the attention kernel for an f16 cache (keys and values as f16 bits, a visi
 and key, which the runtime derives from the pass's row table). Does not own: the cache's layout or
 which keys a row sees (the runtime), or the meaning (numerics.attention_online).
 
+The kernel reads the number of cached keys from device memory (meta[0]) and each row's mask at a
+fixed stride (`mask_stride`, a literal in its text: the cache's capacity), so one launch replays in a
+CUDA graph for every pass. Keys at or past meta[0] are never read, whatever the buffers hold there.
+
 The reference is ggml's CPU flash attention for one query row, and this kernel follows it exactly:
 one warp per (row, head); lane t holds head values 32i + t. Per visible key, in cache order:
 
@@ -26,18 +30,23 @@ from kinetic.codegen.cuda.kernel import Kernel, Param, f32_literal, name_tag
 HEADS_PER_BLOCK = 4  # one warp per head
 
 
-def attention(n_head: int, n_kv_head: int, head_dim: int, scale: float, softcap: float = 0.0) -> Kernel:
-    """out [rows, n_head*head_dim] from q f32 [rows, n_head*head_dim], keys and values as f16 bits
-    u16 [n_keys, n_kv_head*head_dim], mask u8 [rows, n_keys] (1: the row sees the key) and n_keys."""
+def attention(n_head: int, n_kv_head: int, head_dim: int, scale: float, softcap: float = 0.0, *,
+              mask_stride: int) -> Kernel:
+    """out f32 [rows, n_head*head_dim] from q f32 [rows, n_head*head_dim], keys and values as f16 bits
+    u16 [>= n_keys, n_kv_head*head_dim] (the cache, capacity rows), mask u8 [rows, mask_stride] (1: the
+    row sees the key) and meta i32 [n_keys, base_slot] (base_slot is kv_store's; only n_keys is read).
+    Keys past mask_stride are seen by no row (n_keys above it counts as mask_stride)."""
     if softcap:
         raise NotImplementedError("attention soft-capping (the reference calls the C library's tanhf)")
     if head_dim % 64:
         raise NotImplementedError(f"attention head size {head_dim}: only multiples of 64 (ggml's whole chunks)")
     if n_head % n_kv_head:
         raise ValueError(f"{n_head} heads do not share {n_kv_head} kv heads evenly")
+    if mask_stride < 1:
+        raise ValueError(f"attention mask stride {mask_stride}: a mask row holds at least one key")
     per_lane = head_dim // 32
     params = (Param("q", "const float*"), Param("keys", "const u16*"), Param("values", "const u16*"),
-              Param("mask", "const u8*"), Param("n_keys", "int"), Param("out", "float*"))
+              Param("mask", "const u8*"), Param("meta", "const int*"), Param("out", "float*"))
     decl = "".join(f"  LANE(float, q{i});\n  LANE(float, acc{i});\n" for i in range(per_lane))
     lanes = range(per_lane)
     load_q = "\n".join(f"      L(q{i}) = k_h2f(k_f2h(LD(float, q, qrow + {32 * i} + LANE_ID)));" for i in lanes)
@@ -54,9 +63,12 @@ def attention(n_head: int, n_kv_head: int, head_dim: int, scale: float, softcap:
   LANE(float, other);
   LANE(float, m);
   LANE(float, s_sum);
-  enum {{ NH = {n_head}, GROUP = {n_head // n_kv_head}, HD = {head_dim}, KVW = {n_kv_head * head_dim} }};
+  enum {{ NH = {n_head}, GROUP = {n_head // n_kv_head}, HD = {head_dim}, KVW = {n_kv_head * head_dim},
+         MASK_STRIDE = {mask_stride} }};
 BODY
   const int head = BX * {HEADS_PER_BLOCK} + WARP;
+  const int cached = LD(int, meta, 0);
+  const int n_keys = cached < MASK_STRIDE ? cached : MASK_STRIDE;
   if (head < NH) {{
     LANES {{
       const long qrow = (long)BY * NH * HD + (long)head * HD;
@@ -66,7 +78,7 @@ BODY
       L(s_sum) = 0.0f;
     }}
     for (int j = 0; j < n_keys; ++j) {{
-      if (!LD(u8, mask, (long)BY * n_keys + j)) continue;
+      if (!LD(u8, mask, (long)BY * MASK_STRIDE + j)) continue;
       LANES {{
         const long krow = (long)j * KVW + (long)(head / GROUP) * HD;
         float a0 = 0.0f, a1 = 0.0f;
@@ -93,5 +105,5 @@ BODY
     }}
   }}
 """
-    name = f"attention_h{n_head}_kv{n_kv_head}_d{head_dim}_s{name_tag(scale)}"
+    name = f"attention_h{n_head}_kv{n_kv_head}_d{head_dim}_s{name_tag(scale)}_m{mask_stride}"
     return Kernel(name, "attention", 32 * HEADS_PER_BLOCK, -(-n_head // HEADS_PER_BLOCK), params, body)

@@ -65,6 +65,7 @@ BUDGETS: dict[str, Budget] = {
     "pointwise": Budget(registers=64, shared=0),
     "rope": Budget(registers=64, shared=0),
     "attention": Budget(registers=64, shared=0),
+    "gather": Budget(registers=64, shared=0),
 }
 
 

@@ -2,12 +2,14 @@
 
 Owns: `Kernel` (name, launch shape, parameters, body in the lockstep language of prelude.py) and
 `program_source`, which puts the same kernel text after either prelude. Does not own: rendering
-(gemv.py, pointwise.py, attention.py), compiling (nvrtc.py, emulator.py) or launching.
+(gemv.py, pointwise.py, attention.py, gather.py), compiling (nvrtc.py, emulator.py) or launching.
 
 Every kernel is specialized to its shapes (widths, block counts and constants are literals in its
 text, as the CPU kernels are); only the number of rows of a pass varies, and it is the grid's y
 dimension: block (x, y) computes its share of row y, so a row's result never depends on how many
-other rows the launch has.
+other rows the launch has. Whatever else changes from pass to pass (token ids, gathered rows, the
+number of cached keys, where new keys go) is read from device memory (`const int*` parameters), never
+passed as a scalar, so a captured CUDA graph replays every pass with the same parameters.
 """
 
 from __future__ import annotations
@@ -19,8 +21,8 @@ import numpy as np
 from kinetic.codegen.cuda.prelude import prelude
 
 # parameter types a kernel may take, and whether the kernel writes through them
-POINTER_TYPES = {"const u8*": False, "const i8*": False, "const u16*": False, "const float*": False,
-                 "i8*": True, "float*": True}
+POINTER_TYPES = {"const u8*": False, "const i8*": False, "const u16*": False, "const int*": False,
+                 "const float*": False, "i8*": True, "u16*": True, "float*": True}
 SCALAR_TYPES = ("int", "float")
 
 
@@ -50,7 +52,7 @@ class Kernel:
     """One kernel: launched as a grid of (blocks_x, rows) blocks of `threads` threads."""
 
     name: str
-    kind: str  # "gemv", "quantize", "norm", "pointwise", "rope", "attention": what its limits are
+    kind: str  # "gemv", "quantize", "norm", "pointwise", "rope", "attention", "gather": its limits (caps.py)
     threads: int
     blocks_x: int
     params: tuple[Param, ...]

@@ -1,13 +1,13 @@
 """Helpers for the CUDA kernel tests: the kernel set under test, random weights, and running a matmul,
-norm, rotary or elementwise op through kernels on either the host emulation or a GPU (both have
-`launch(name, rows, *args)`; `xp` is numpy or cupy)."""
+norm, rotary, elementwise, attention or gather op through kernels on either the host emulation or a
+GPU (both have `launch(name, rows, *args)`; `xp` is numpy or cupy)."""
 
 from __future__ import annotations
 
 import numpy as np
 from gguf import GGMLQuantizationType as Q
 
-from kinetic.codegen.cuda import attention, gemv, pointwise
+from kinetic.codegen.cuda import attention, gather, gemv, pointwise
 from kinetic.ir import numerics
 
 # byte offsets of each layout's f16 scale fields; every other byte pattern is a valid encoding
@@ -25,6 +25,10 @@ SCALE_FACTOR = 0.3  # not a power of two: the product rounds
 NORMS = [(512, 1e-5, 0, True), (384, 1e-6, 64, False), (96, 1e-6, 32, True)]  # width, eps, group, weighted
 ROPES = [(4, 64, 64, True), (4, 64, 32, False), (3, 32, 16, True)]  # n_head, head_dim, n_rot, neox
 ATTENTIONS = [(4, 2, 64), (2, 1, 128), (3, 3, 256)]  # n_head, n_kv_head, head_dim (GQA, MHA, Gemma's 256)
+CACHE_CAPACITY = 48  # rows of the test KV cache, and so the attention kernels' mask stride
+EMBED_WIDTHS = (32, 288)  # one block of 32; more values than a thread block's 256, the last one partial
+TAKE_ROWS_WIDTHS = (300,)  # not a multiple of the 256 threads of a block
+KV_STORE_WIDTHS = (128, 300)  # n_kv_head * head_dim of the attention shapes, and one not filling a block
 QUANTIZE_WIDTHS = {"q8_0": (32, 352), "q8_1": (32, 352), "q8_k": (256, 768)}
 
 
@@ -36,13 +40,16 @@ def kernels_under_test() -> list:
     ks += [pointwise.elementwise(op, ELEMENTWISE_WIDTH, SCALE_FACTOR) for op in pointwise.ELEMENTWISE]
     ks += [pointwise.rms_norm(w, eps, g, weighted) for w, eps, g, weighted in NORMS]
     ks += [pointwise.rope(*r) for r in ROPES]
-    ks += [attention.attention(nh, nkv, hd, attention_scale(hd)) for nh, nkv, hd in ATTENTIONS]
+    ks += [attention.attention(nh, nkv, hd, attention_scale(hd), mask_stride=CACHE_CAPACITY)
+           for nh, nkv, hd in ATTENTIONS]
+    ks += [gather.embed_q8_0(w) for w in EMBED_WIDTHS]
+    ks += [gather.take_rows(w) for w in TAKE_ROWS_WIDTHS]
+    ks += [gather.kv_store(w) for w in KV_STORE_WIDTHS]
     return ks
 
 
 def attention_scale(head_dim: int) -> float:
     return float(np.float32(1 / np.sqrt(head_dim)))
-
 
 
 def random_weight(rng: np.random.Generator, wtype: Q, n: int, k: int) -> np.ndarray:
@@ -122,12 +129,17 @@ def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
     return a.shape == b.shape and np.array_equal(a.view(np.uint32), b.view(np.uint32))
 
 
-def kernel_attention(prog, xp, q, keys, values, visible, n_head, n_kv_head, head_dim):
-    """Attention of rows q over f16 keys/values [n, n_kv_head*head_dim] where visible [rows, n] says."""
-    kernel = attention.attention(n_head, n_kv_head, head_dim, attention_scale(head_dim))
+def kernel_attention(prog, xp, q, keys, values, visible, n_head, n_kv_head, head_dim, n_keys=None):
+    """Attention of rows q over the first n_keys (default: all) rows of f16 keys/values [n,
+    n_kv_head*head_dim] where visible [rows, <= CACHE_CAPACITY] says; the mask is padded with zeros
+    to the kernel's stride, meta is [n_keys, 0]."""
+    kernel = attention.attention(n_head, n_kv_head, head_dim, attention_scale(head_dim), mask_stride=CACHE_CAPACITY)
+    mask = np.zeros((q.shape[0], CACHE_CAPACITY), np.uint8)
+    mask[:, : visible.shape[1]] = visible
+    meta = np.array([keys.shape[0] if n_keys is None else n_keys, 0], np.int32)
     out = xp.zeros(q.shape, xp.float32)
     prog.launch(kernel.name, q.shape[0], xp.asarray(q), xp.asarray(keys.view(np.uint16)),
-                xp.asarray(values.view(np.uint16)), xp.asarray(visible.astype(np.uint8)), keys.shape[0], out)
+                xp.asarray(values.view(np.uint16)), xp.asarray(mask), xp.asarray(meta), out)
     return out
 
 
@@ -149,3 +161,71 @@ def attention_inputs(rng, rows: int, n_keys: int, n_head: int, n_kv_head: int, h
         visible[r, : n_keys - rows + r + 1] = True
     visible[rows - 1, 3] = False
     return q, keys, values, visible
+
+
+def cache_with_garbage(rng, keys, values, visible, capacity: int = CACHE_CAPACITY):
+    """The cache buffers of a runtime holding len(keys) keys: keys and values [capacity, width] whose
+    rows past the keys hold f16 garbage (random bits: NaNs, infinities, huge values), and a mask
+    [rows, capacity] that marks every garbage key visible. Attention must not read any of it."""
+    n, rows = keys.shape[0], visible.shape[0]
+    pad = [rng.integers(0, 65536, (capacity - n, keys.shape[1])).astype(np.uint16).view(np.float16)
+           for _ in range(2)]
+    mask = np.ones((rows, capacity), bool)
+    mask[:, :n] = visible
+    return np.concatenate([keys, pad[0]]), np.concatenate([values, pad[1]]), mask
+
+
+def random_q8_0_table(rng: np.random.Generator, n_rows: int, width: int) -> np.ndarray:
+    """u8 [n_rows, width/32*34]: random Q8_0 rows whose f16 scales are random finite bit patterns
+    (subnormals, signed zeros and the largest magnitudes included) in the first half of the rows and
+    N(0, 0.02) draws, like a real table's, in the second."""
+    table = random_weight(rng, Q.Q8_0, n_rows, width).reshape(n_rows, -1, 34)
+    bits = rng.integers(0, 65536, table.shape[:2]).astype(np.uint16)
+    bits[(bits & 0x7C00) == 0x7C00] &= 0x83FF  # infinities and NaNs become subnormals
+    bits.reshape(-1)[:4] = [0x0000, 0x8000, 0x0001, 0xFBFF]  # +0, -0, the smallest subnormal, -65504
+    half = n_rows // 2 or n_rows
+    table[:half, :, :2] = bits[:half].view(np.uint8).reshape(half, -1, 2)
+    return table.reshape(n_rows, -1)
+
+
+def kernel_embed(prog, xp, table, tokens):
+    """f32 [len(tokens), width]: the Q8_0 table's rows tokens, dequantized by the kernel."""
+    width = table.shape[1] // 34 * 32
+    out = xp.zeros((len(tokens), width), xp.float32)
+    prog.launch(gather.embed_q8_0(width).name, len(tokens), xp.asarray(table),
+                xp.asarray(np.asarray(tokens, np.int32)), out)
+    return out
+
+
+def kernel_take_rows(prog, xp, x, index):
+    out = xp.zeros((len(index), x.shape[1]), xp.float32)
+    prog.launch(gather.take_rows(x.shape[1]).name, len(index), xp.asarray(x), xp.asarray(np.asarray(index, np.int32)),
+                out)
+    return out
+
+
+def kernel_kv_store(prog, xp, x, cache, base_slot: int):
+    """The cache (u16 [capacity, width], copied) after the kernel stored x's rows from base_slot on."""
+    cache = xp.asarray(cache).copy()
+    meta = np.array([base_slot + x.shape[0], base_slot], np.int32)  # the keys the cache holds afterwards
+    prog.launch(gather.kv_store(x.shape[1]).name, x.shape[0], xp.asarray(x), xp.asarray(meta), cache)
+    return cache
+
+
+def f16_rounding_cases(width: int) -> np.ndarray:
+    """f32 [n, width]: for every finite f16 value of either sign the f32 midpoint to the next magnitude
+    (a tie, also between subnormals and into the overflow at 65520), each midpoint's neighbours one
+    f32 ulp either side, and edge values (f32 subnormals, the largest f16, overflow, infinities)."""
+    h = np.arange(0, 0x7C00, dtype=np.uint32)  # every non-negative finite f16 bit pattern
+    lo = h.astype(np.uint16).view(np.float16).astype(np.float64)
+    hi = (h + 1).astype(np.uint16).view(np.float16).astype(np.float64)  # 0x7C00 is infinity: use 65536
+    hi[-1] = 65536.0
+    mid = ((lo + hi) / 2).astype(np.float32)  # exact: a midpoint of two f16 values fits f32
+    bits = mid.view(np.uint32)
+    near = np.concatenate([mid, (bits - 1).view(np.float32), (bits + 1).view(np.float32)])
+    edges = np.array([0.0, 1e-40, 2.0**-25, 3 * 2.0**-25, 2.0**-24, 2.0**-14, 65504.0, 65519.99, 65520.0, 1e30,
+                      3.4e38, np.inf, 1.0, 0.1, 3.14159], np.float32)
+    values = np.concatenate([near, edges])
+    values = np.concatenate([values, -values])
+    pad = -len(values) % width
+    return np.concatenate([values, np.zeros(pad, np.float32)]).reshape(-1, width)

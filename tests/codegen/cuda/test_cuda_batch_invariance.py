@@ -7,15 +7,20 @@ import numpy as np
 import pytest
 from cuda_helpers import (
     ATTENTIONS,
+    EMBED_WIDTHS,
     GEMV_SHAPES,
+    KV_STORE_WIDTHS,
     NORMS,
     ROPES,
     TYPES,
     attention_inputs,
     kernel_attention,
+    kernel_embed,
+    kernel_kv_store,
     kernel_matmul,
     kernel_rms_norm,
     kernel_rope,
+    random_q8_0_table,
     random_weight,
     same_bits,
 )
@@ -74,3 +79,19 @@ def test_attention_row_alone_equals_row_in_batch(host):
     for at in (0, 3, BATCH - 1):
         alone = kernel_attention(host, np, q[at : at + 1].copy(), keys, values, visible[at : at + 1].copy(), *shape)
         assert same_bits(batch[at : at + 1], alone), f"row {at}"
+
+
+def test_gathers_row_alone_equals_row_in_batch(host):
+    """Embedding lookup and cache store: a row alone gives the bits it gets in a batch of 7, at any
+    position (the token's values; the cache row written for it)."""
+    rng = np.random.default_rng(24)
+    table = random_q8_0_table(rng, 20, EMBED_WIDTHS[-1])
+    tokens = np.array([4, 11, 0, 19, 4, 7, 2], np.int32)
+    batch = kernel_embed(host, np, table, tokens)
+    width = KV_STORE_WIDTHS[-1]
+    x = (rng.standard_normal((BATCH, width)) * 100).astype(np.float32)
+    cache = kernel_kv_store(host, np, x, np.zeros((BATCH + 2, width), np.uint16), 2)
+    for at in (0, 3, BATCH - 1):
+        assert same_bits(kernel_embed(host, np, table, tokens[at : at + 1]), batch[at : at + 1]), f"token {at}"
+        alone = kernel_kv_store(host, np, x[at : at + 1].copy(), np.zeros((BATCH + 2, width), np.uint16), 2 + at)
+        assert np.array_equal(alone[2 + at], cache[2 + at]), f"cache row {at}"

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from cuda_helpers import (
     ATTENTIONS,
+    CACHE_CAPACITY,
     ELEMENTWISE_WIDTH,
     GEMV_SHAPES,
     NORMS,
@@ -20,6 +21,7 @@ from cuda_helpers import (
     SCALE_FACTOR,
     TYPES,
     attention_inputs,
+    cache_with_garbage,
     edge_values,
     kernel_attention,
     kernel_elementwise,
@@ -149,3 +151,30 @@ def test_attention_thread_order_does_not_matter(host, host_forward):
     shape = ATTENTIONS[0]
     inputs = attention_inputs(rng, 2, 20, *shape)
     assert same_bits(kernel_attention(host, np, *inputs, *shape), kernel_attention(host_forward, np, *inputs, *shape))
+
+
+@pytest.mark.parametrize("n_head,n_kv_head,head_dim", ATTENTIONS)
+def test_attention_reads_only_the_cached_keys(host, host_forward, n_head, n_kv_head, head_dim):
+    """Over a cache of CACHE_CAPACITY rows holding fewer keys (meta[0] < capacity, the mask's stride
+    larger than the keys), attention equals the reference on the held keys in both thread orders:
+    rows past meta[0] (f16 garbage: NaNs, infinities) and their mask entries (all visible) do not
+    matter."""
+    rng = np.random.default_rng(11)
+    shape = (n_head, n_kv_head, head_dim)
+    q, keys, values, visible = attention_inputs(rng, 3, 29, *shape)
+    ref = reference_attention(q, keys, values, visible, *shape)
+    cache_k, cache_v, mask = cache_with_garbage(rng, keys, values, visible)
+    for prog in (host, host_forward):
+        assert same_bits(kernel_attention(prog, np, q, cache_k, cache_v, mask, *shape, n_keys=29), ref)
+
+
+def test_attention_sees_no_key_past_the_mask_stride(host):
+    """meta[0] above the mask's stride counts as the stride: the kernel stays inside its mask row and a
+    cache of CACHE_CAPACITY rows (the emulation would raise on any read past them) and gives the
+    result of a full cache."""
+    rng = np.random.default_rng(12)
+    shape = ATTENTIONS[0]
+    q, keys, values, visible = attention_inputs(rng, 2, CACHE_CAPACITY, *shape)
+    full = kernel_attention(host, np, q, keys, values, visible, *shape)
+    assert same_bits(full, reference_attention(q, keys, values, visible, *shape))
+    assert same_bits(kernel_attention(host, np, q, keys, values, visible, *shape, n_keys=CACHE_CAPACITY + 5), full)

@@ -9,29 +9,40 @@ import pytest
 from cuda_helpers import (
     ATTENTIONS,
     ELEMENTWISE_WIDTH,
+    EMBED_WIDTHS,
     GEMV_SHAPES,
+    KV_STORE_WIDTHS,
     NORMS,
     ROPES,
     SCALE_FACTOR,
+    TAKE_ROWS_WIDTHS,
     TYPES,
     attention_inputs,
+    cache_with_garbage,
     edge_values,
+    f16_rounding_cases,
     kernel_attention,
     kernel_elementwise,
+    kernel_embed,
+    kernel_kv_store,
     kernel_matmul,
     kernel_rms_norm,
     kernel_rope,
+    kernel_take_rows,
     kernels_under_test,
+    random_q8_0_table,
     random_weight,
     reference_attention,
     reference_matmul,
     same_bits,
 )
+from gguf import GGMLQuantizationType as Q
 
 from kinetic.codegen.cuda import device, pointwise
 from kinetic.ir import numerics
 from kinetic.ir.interpreter import _ELEMENTWISE, _rope
 from kinetic.ir.ops import Op, RopeAttrs, ScaleAttrs
+from kinetic.ir.quants import dequantize_rows
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(device.unavailable_reason() is not None, reason=device.unavailable_reason() or "")]
@@ -106,3 +117,46 @@ def test_gpu_attention_equals_reference(gpu, cp, n_head, n_kv_head, head_dim):
     q, keys, values, visible = attention_inputs(rng, 3, 37, n_head, n_kv_head, head_dim)
     got = cp.asnumpy(kernel_attention(gpu, cp, q, keys, values, visible, n_head, n_kv_head, head_dim))
     assert same_bits(got, reference_attention(q, keys, values, visible, n_head, n_kv_head, head_dim))
+
+
+@pytest.mark.parametrize("n_head,n_kv_head,head_dim", ATTENTIONS)
+def test_gpu_attention_reads_only_the_cached_keys(gpu, cp, n_head, n_kv_head, head_dim):
+    """On the GPU, attention over a cache holding fewer keys than its capacity (garbage rows past
+    meta[0], visible in the mask) equals the reference on the held keys."""
+    rng = np.random.default_rng(35)
+    shape = (n_head, n_kv_head, head_dim)
+    q, keys, values, visible = attention_inputs(rng, 3, 29, *shape)
+    cache_k, cache_v, mask = cache_with_garbage(rng, keys, values, visible)
+    got = cp.asnumpy(kernel_attention(gpu, cp, q, cache_k, cache_v, mask, *shape, n_keys=29))
+    assert same_bits(got, reference_attention(q, keys, values, visible, *shape))
+
+
+@pytest.mark.parametrize("width", EMBED_WIDTHS)
+def test_gpu_embed_equals_dequantize_rows(gpu, cp, width):
+    """On the GPU, the Q8_0 embedding lookup equals dequantize_rows bit for bit (scales of every
+    magnitude)."""
+    rng = np.random.default_rng(36)
+    table = random_q8_0_table(rng, 50, width)
+    tokens = np.array([0, 49, 7, 7, 3], np.int32)
+    got = cp.asnumpy(kernel_embed(gpu, cp, table, tokens))
+    assert same_bits(got, dequantize_rows(table, Q.Q8_0, tokens).reshape(len(tokens), -1))
+
+
+@pytest.mark.parametrize("width", TAKE_ROWS_WIDTHS)
+def test_gpu_take_rows_copies_the_indexed_rows(gpu, cp, width):
+    """On the GPU, take_rows copies the indexed rows' bits (NaN payloads included)."""
+    rng = np.random.default_rng(37)
+    x = rng.integers(0, 2**32, (9, width), dtype=np.uint32).view(np.float32)
+    index = np.array([8, 0, 4, 4, 2], np.int32)
+    assert same_bits(cp.asnumpy(kernel_take_rows(gpu, cp, x, index)), x[index])
+
+
+def test_gpu_kv_store_rounds_as_numpy(gpu, cp):
+    """On the GPU, the cache store (cvt.rn.f16.f32) is numpy's astype(float16) on every f16 tie, its
+    neighbours, subnormals and overflow, written from the base slot on and nowhere else."""
+    x = f16_rounding_cases(KV_STORE_WIDTHS[0])
+    base = 3
+    got = cp.asnumpy(kernel_kv_store(gpu, cp, x, np.zeros((base + x.shape[0], x.shape[1]), np.uint16), base))
+    with np.errstate(over="ignore"):
+        assert np.array_equal(got[base:], x.astype(np.float16).view(np.uint16))
+    assert not got[:base].any()

@@ -4,6 +4,7 @@ CUDA cannot be used here."""
 from __future__ import annotations
 
 import pytest
+from gguf import GGMLQuantizationType as Q
 
 from kinetic.codegen.cuda import device
 from kinetic.codegen.cuda.renderer import CudaRenderer
@@ -14,23 +15,31 @@ from kinetic.ir.ops import Op
 from kinetic.passes.pipeline import run_pipeline
 from tests.synthetic import synthetic_path
 
-# what has no CUDA kernel yet (the runtime's gathers, float-weight matmuls)
-NOT_YET = {Op.EMBED, Op.TAKE_ROWS}
-
 
 @pytest.mark.parametrize("family", ["llama", "gemma3"])
 def test_every_compute_op_of_a_model_has_kernels(family):
-    """After the pass pipeline, every norm, rotary, attention, elementwise op and quantized matmul of the
-    family's graph maps to kernels; what is left is the embedding lookup, row gathers and F16/BF16
-    matmuls, each named with its reason."""
+    """After the pass pipeline, every norm, rotary, attention, elementwise op, row gather, quantized
+    matmul and Q8_0 embedding lookup of the family's graph maps to kernels; what is left is embedding
+    tables of other types and F16/BF16 matmuls, each named with its reason."""
     graph = run_pipeline(lower(open_gguf(synthetic_path(family))))
     rendering = CudaRenderer().render(graph)
     for node_id, why in rendering.unsupported.items():
         node = graph.node(node_id)
         float_matmul = node.op is Op.MATMUL and graph.node(node.inputs[1]).type.dtype in ("f16", "bf16", "f32")
-        assert node.op in NOT_YET or float_matmul, why
+        other_table = node.op is Op.EMBED and graph.node(node.inputs[0]).type.ggml_type is not Q.Q8_0
+        assert float_matmul or other_table, why
     covered = {graph.node(i).op for i, ks in rendering.kernels.items() if ks}
-    assert {Op.MATMUL, Op.RMS_NORM, Op.ROPE, Op.ATTENTION, Op.ADD} <= covered
+    assert {Op.MATMUL, Op.RMS_NORM, Op.ROPE, Op.ATTENTION, Op.ADD, Op.TAKE_ROWS} <= covered
+
+
+def test_attention_kernels_take_the_mask_stride():
+    """An attention node becomes the cache store and the attention kernel, whose mask stride is the
+    renderer's (the runtime's cache capacity), named in the kernel."""
+    graph = run_pipeline(lower(open_gguf(synthetic_path("llama"))))
+    node = next(n for n in graph.nodes if n.op is Op.ATTENTION)
+    store, attend = CudaRenderer(mask_stride=640).node_kernels(node, graph)
+    assert store.kind == "gather" and store.name.startswith("kv_store_")
+    assert attend.kind == "attention" and attend.name.endswith("_m640")
 
 
 def test_device_cuda_fails_with_the_reason_when_unusable():

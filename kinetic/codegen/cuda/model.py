@@ -1,0 +1,456 @@
+"""A whole model's passes through the generated CUDA kernels: weights on the device, the KV cache on
+the device, each pass shape recorded once and replayed (a CUDA graph on a GPU).
+
+Owns: checking once that every op and weight of a graph has a CUDA kernel (refusing with the reason
+otherwise), uploading the weights once, and per pass shape (rows T, output rows R) a `_Plan`: its
+launches in graph order, its activation buffers (reused once a value is dead), and one staging
+buffer for everything that changes between passes of that shape (tokens, output rows, the rotary
+tables, the visibility masks, and `meta` = [keys, first new slot]), so a recorded plan replays
+unchanged: on a GPU one host-to-device copy, one graph launch, one copy back. Does not own the
+kernels (gemv.py, pointwise.py, attention.py, gather.py), the device calls (backends.py) or the
+cache's bookkeeping (the runtime's KVCache: length, positions, rollback).
+
+The KV cache: each sequence's KVCache gets, on first use, a device copy of its keys and values per
+layer (capacity n_ctx, f16; `_Mirror`). A pass stores its rows' keys and values (rounded to f16) at
+slots length + i on the device, attention reads them there, and the same rows come back in one copy
+(the keys' and values' f32 rows sit side by side in one buffer; the host rounds them to f16 exactly
+as the device did) and are written into the host KVCache in place (`in_place`, as the CPU step).
+The host arrays stay the source of truth: KVCache counts the writes the host makes itself
+(`host_writes`: keep_written moving a draft tree's kept rows, commit), and the next pass copies the
+rows from the lowest one written up to the device first. Rollback needs nothing: the length governs
+what attention reads.
+
+Exactness: every kernel computes its reference's value bit for bit (RMS norm: see pointwise.py), and
+a row's result never depends on the other rows of its launch, so a pass here equals the reference
+interpreter's, and a batch equals its rows alone. CI runs this module whole on the host emulation
+(backends.HostBackend) against the reference on both real models.
+"""
+
+from __future__ import annotations
+
+import atexit
+import itertools
+import weakref
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import numpy as np
+from gguf import GGMLQuantizationType as Q
+
+from kinetic.codegen.cuda import attention, gather, gemv, pointwise
+from kinetic.codegen.cuda.backends import ALIGN
+from kinetic.codegen.cuda.kernel import Kernel
+from kinetic.errors import KineticError
+from kinetic.ir import numerics
+from kinetic.ir.graph import Graph, Node
+from kinetic.ir.interpreter import KVView, PassResult, PassRows, WeightSource, _visibility
+from kinetic.ir.ops import Op
+
+F32 = np.float32
+ELEMENTWISE = {Op.ADD: "add", Op.MUL: "mul", Op.SCALE: "scale", Op.SILU: "silu", Op.GELU: "gelu",
+               Op.SWIGLU: "swiglu", Op.GEGLU: "geglu"}
+HANDLED = set(ELEMENTWISE) | {Op.INPUT, Op.PARAM, Op.STATE, Op.EMBED, Op.MATMUL, Op.RMS_NORM, Op.ROPE,
+                              Op.ATTENTION, Op.TAKE_ROWS}
+MAX_PLANS = 8  # pass shapes whose buffers are kept (decode, verification passes, prompt chunks)
+MAX_RECORDINGS = 16  # recorded plans (CUDA graphs) kept: a plan per sequence cache it writes
+
+
+def unsupported(graph: Graph) -> str | None:
+    """Why this graph cannot run on CUDA, or None."""
+    for node in graph.nodes:
+        a = node.attrs
+        if node.op not in HANDLED:
+            return f"{node.op.value} has no CUDA kernel yet"
+        if node.op is Op.MATMUL:
+            wtype = graph.node(node.inputs[1]).type.ggml_type
+            if a.activations != "q8":
+                return f"matmul with {a.activations} activations has no CUDA kernel (only q8)"
+            if wtype not in gemv.SUPPORTED:
+                return f"{wtype.name} weights have no CUDA matmul yet"
+        if node.op is Op.EMBED and graph.node(node.inputs[0]).type.ggml_type is not Q.Q8_0:
+            return f"embedding table of {graph.node(node.inputs[0]).type.ggml_type.name} (only Q8_0 has a kernel)"
+        if node.op is Op.ROPE and (a.yarn_ext_factor or a.llama3_factor):
+            return "rope with YaRN or llama3 scaling has no CUDA kernel"
+        if node.op is Op.ATTENTION and (a.kv_dtype != "f16" or a.softcap or a.head_dim % 64):
+            return "attention needs an f16 cache, no soft-capping and heads of 64k values on CUDA"
+    return None
+
+
+def open_runner(graph: Graph, weights: WeightSource, n_ctx: int, gpu_layers: int | None = None) -> CudaModel:
+    """The engine's executor for `--device cuda`: this graph's weights on the current GPU. No usable
+    GPU, an op or weight type without a kernel, a model that does not fit, or a --gpu-layers split
+    (not built yet) is a KineticError with the reason."""
+    from kinetic.codegen.cuda.backends import GpuBackend
+    from kinetic.codegen.cuda.device import unavailable_reason
+
+    reason = unsupported(graph)
+    if reason:
+        raise KineticError(f"--device cuda cannot run this model: {reason}", "Use --device cpu.")
+    reason = unavailable_reason()
+    if reason:
+        raise KineticError(f"--device cuda cannot run here: {reason}", "Use --device cpu.")
+    n_layers = sum(1 for n in graph.nodes if n.op is Op.ATTENTION)
+    if gpu_layers is not None and gpu_layers < n_layers:
+        raise KineticError(f"--gpu-layers {gpu_layers}: this model has {n_layers} layers, and splitting them between "
+                           "the GPU and the CPU is not built yet", "Use -ngl 99 (every layer on the GPU) or -ngl 0.")
+    backend = GpuBackend()
+    need = device_bytes(graph, weights, n_ctx)
+    free = backend.free_bytes()
+    if free is not None and need > free:
+        raise KineticError(f"the model and one {n_ctx}-token cache need {need / 2**30:.1f} GiB on {backend.name}, "
+                           f"which has {free / 2**30:.1f} GiB free", "Use a smaller context (-c N) or --device cpu.")
+    model = CudaModel(graph, weights, backend, n_ctx)
+    atexit.register(model.close)
+    return model
+
+
+def device_bytes(graph: Graph, weights: WeightSource, n_ctx: int) -> int:
+    """Bytes the weights and one sequence's f16 cache take on the device (activations not counted)."""
+    total = 0
+    for node in graph.nodes:
+        if node.op is Op.PARAM:
+            raw = weights.tensor(node.attrs.tensor)
+            total += raw.size * 4 if node.type.ggml_type is Q.F32 else raw.nbytes
+        elif node.op is Op.ATTENTION:
+            total += 2 * n_ctx * node.attrs.n_kv_head * node.attrs.head_dim * 2
+    return total
+
+
+@dataclass(frozen=True)
+class _Launch:
+    """One kernel launch of a plan; `args` hold device views and numbers, and ("k"|"v", layer) for
+    the sequence's cache, filled in when the plan is recorded for a sequence."""
+
+    kernel: str
+    rows: int
+    args: tuple
+
+
+class CudaModel:
+    """Runs passes of one graph on one backend; the engine's executor for `--device cuda`."""
+
+    in_place = True  # the pass's new cache rows are written into the host KVCache at slots length + i
+
+    def __init__(self, graph: Graph, weights: WeightSource, backend, n_ctx: int):
+        reason = unsupported(graph)
+        if reason:
+            raise KineticError(f"this model cannot run on CUDA: {reason}", "Use --device cpu.")
+        self.graph, self.backend, self.n_ctx = graph, backend, int(n_ctx)
+        self._kernels: dict[int, list[Kernel]] = {n.id: self.node_kernels(n) for n in graph.nodes}
+        backend.compile(list({k.name: k for ks in self._kernels.values() for k in ks}.values()))
+        self.weights: dict[str, object] = {}
+        for node in graph.nodes:
+            if node.op is Op.PARAM:
+                raw = np.asarray(weights.tensor(node.attrs.tensor))
+                raw = raw.astype(F32) if node.type.ggml_type is Q.F32 else raw
+                self.weights[node.attrs.tensor] = buf = backend.empty(raw.nbytes)
+                backend.write(buf, raw)
+        self.gelu = None
+        if any(n.op in (Op.GELU, Op.GEGLU) for n in graph.nodes):
+            table = numerics.gelu_table().view(np.uint16)
+            self.gelu = backend.empty(table.nbytes)
+            backend.write(self.gelu, table)
+        self.kv_layers = {graph.node(n.inputs[3]).attrs.layer: n for n in graph.nodes if n.op is Op.ATTENTION}
+        self._plans: OrderedDict[tuple[int, int], _Plan] = OrderedDict()
+        self._recordings: OrderedDict[tuple[int, int, int], object] = OrderedDict()
+        self._mirrors: dict[int, _Mirror] = {}
+
+    # ---- kernels ---------------------------------------------------------------------------------
+    def node_kernels(self, node: Node) -> list[Kernel]:
+        """The kernels a node launches, in order (none for leaves)."""
+        op, a, g = node.op, node.attrs, self.graph
+        if op in (Op.INPUT, Op.PARAM, Op.STATE):
+            return []
+        width = int(node.type.shape[-1])
+        if op is Op.EMBED:
+            return [gather.embed_q8_0(width)]
+        if op is Op.MATMUL:
+            w = g.node(node.inputs[1])
+            n_out, k = w.type.shape
+            return [gemv.quantize(gemv.activation_format(w.type.ggml_type), k), gemv.gemv(w.type.ggml_type, n_out, k)]
+        if op is Op.RMS_NORM:
+            return [pointwise.rms_norm(width, a.eps, a.group, weighted=len(node.inputs) == 2)]
+        if op is Op.ROPE:
+            return [pointwise.rope(a.n_head, a.head_dim, a.n_rot, a.neox)]
+        if op is Op.ATTENTION:
+            return [gather.kv_store(a.n_kv_head * a.head_dim),
+                    attention.attention(a.n_head, a.n_kv_head, a.head_dim, a.scale, a.softcap, mask_stride=self.n_ctx)]
+        if op is Op.TAKE_ROWS:
+            return [gather.take_rows(width)]
+        return [pointwise.elementwise(ELEMENTWISE[op], width, a.factor if op is Op.SCALE else 1.0)]
+
+    # ---- plans and recordings --------------------------------------------------------------------
+    def plan(self, n_rows: int, n_out: int) -> _Plan:
+        key = (n_rows, n_out)
+        plan = self._plans.pop(key, None) or _Plan(self, n_rows, n_out)
+        self._plans[key] = plan
+        while len(self._plans) > MAX_PLANS:
+            old, _ = self._plans.popitem(last=False)
+            for rkey in [r for r in self._recordings if r[:2] == old]:
+                del self._recordings[rkey]
+        return plan
+
+    def recording(self, plan: _Plan, mirror: _Mirror):
+        """The plan's launches for this sequence's cache, recorded once (a CUDA graph on a GPU)."""
+        key = (plan.n_rows, plan.n_out, mirror.serial)
+        replay = self._recordings.pop(key, None)
+        if replay is None:
+            caches = {"k": mirror.k, "v": mirror.v}
+            launches = [(x.kernel, x.rows, tuple(caches[a[0]][a[1]] if isinstance(a, tuple) else a for a in x.args))
+                        for x in plan.launches]
+            replay = self.backend.record(launches)
+        self._recordings[key] = replay
+        while len(self._recordings) > MAX_RECORDINGS:
+            self._recordings.popitem(last=False)
+        return replay
+
+    def mirror(self, cache) -> _Mirror:
+        """The device copy of a KVCache, made on first use, brought up to date with the rows the host
+        wrote since its last pass. The copies of KVCaches that no longer exist are dropped here."""
+        for key, m in list(self._mirrors.items()):
+            if m.cache() is None or (key == id(cache) and m.cache() is not cache):
+                self._drop(key)
+        m = self._mirrors.get(id(cache))
+        if m is None:
+            m = self._mirrors[id(cache)] = _Mirror(self.backend, cache)
+        m.sync(cache)
+        return m
+
+    def _drop(self, key: int) -> None:
+        serial = self._mirrors.pop(key).serial
+        for rkey in [r for r in self._recordings if r[2] == serial]:
+            del self._recordings[rkey]
+
+    # ---- one pass --------------------------------------------------------------------------------
+    def run(self, graph: Graph, rows: PassRows, kv: KVView) -> PassResult:
+        if graph is not self.graph:
+            raise ValueError("CudaModel runs the graph it was built for")
+        seqs = np.unique(rows.seqs)
+        if len(seqs) > 1:
+            raise KineticError("one sequence per pass on CUDA (several users' rows are not batched yet)")
+        seq = int(seqs[0]) if len(seqs) else 0
+        cache = kv.caches[seq]  # the engine's SequenceCaches: the KVCache whose copy the device keeps
+        n, r = len(rows.tokens), len(rows.output_rows)
+        cache.check_room(n)
+        if cache.n_ctx != self.n_ctx:
+            raise ValueError(f"the cache holds {cache.n_ctx} entries; this runner was built for {self.n_ctx}")
+        mirror = self.mirror(cache)
+        plan = self.plan(n, r)
+        plan.fill(rows, cache)
+        self.backend.write(plan.inputs, plan.staging[: plan.input_bytes])
+        self.recording(plan, mirror)()
+        outputs = {name: plan.read(self.graph.node(nid)) for name, nid in self.graph.outputs}
+        return PassResult(outputs, plan.new_kv(cache))
+
+    def close(self) -> None:
+        self._recordings.clear()
+        self._plans.clear()
+        self._mirrors.clear()
+        self.weights, self.gelu = {}, None
+        self.backend.close()
+
+
+class _Mirror:
+    """One KVCache's keys and values on the device: per layer a buffer of n_ctx rows (f16) for each.
+    Rows [0, cache.length) equal the host's once sync() has run."""
+
+    _serials = itertools.count()
+
+    def __init__(self, backend, cache):
+        self.backend = backend
+        self.serial = next(self._serials)  # names its recordings (ids of dead objects come back)
+        self.cache = weakref.ref(cache)
+        self.k = {layer: backend.empty(host.nbytes) for layer, host in cache.k.items()}
+        self.v = {layer: backend.empty(host.nbytes) for layer, host in cache.v.items()}
+        for host in cache.k.values():
+            if host.dtype != np.float16:
+                raise KineticError("the CUDA runner keeps an f16 cache")
+        self.seen = None  # the cache's host_writes when last in sync; None: nothing copied yet
+
+    def sync(self, cache) -> None:
+        writes = cache.host_writes
+        if writes == self.seen:
+            return
+        start = cache.host_written_from if self.seen is not None and writes == self.seen + 1 else 0
+        if cache.length > start:
+            for layer, buf in self.k.items():
+                row = cache.k[layer].strides[0]
+                self.backend.write(buf[start * row :], cache.k[layer][start : cache.length])
+                self.backend.write(self.v[layer][start * row :], cache.v[layer][start : cache.length])
+        self.seen = writes
+
+
+class _Plan:
+    """The launches and buffers of one pass shape: n_rows rows (T), n_out output rows (R)."""
+
+    def __init__(self, model: CudaModel, n_rows: int, n_out: int):
+        self.model, self.n_rows, self.n_out = model, n_rows, n_out
+        graph, backend = model.graph, model.backend
+        self.counts = {"T": n_rows, "R": n_out}
+        self._layout_inputs()
+        self.inputs = backend.empty(self.input_bytes)
+        self.staging = backend.host_empty(self.input_bytes)
+        # the keys' and values' f32 rows of every layer side by side, read back in one copy
+        self.kv_nodes: dict[int, tuple[int, int, int]] = {}  # layer -> k node, v node, width
+        for layer, node in model.kv_layers.items():
+            self.kv_nodes[layer] = (node.inputs[1], node.inputs[2], node.attrs.n_kv_head * node.attrs.head_dim)
+        kv_widths = [w for _, _, w in self.kv_nodes.values()]
+        self.kv_bytes = 2 * n_rows * sum(kv_widths) * 4
+        self.kv_rows = backend.empty(self.kv_bytes)
+        self.buffers: dict[int, object] = {}
+        self.launches: list[_Launch] = []
+        self._build(graph, backend)
+
+    # -- layout of what changes per pass
+    def _layout_inputs(self) -> None:
+        graph, t = self.model.graph, self.n_rows
+        fields = [("tokens", 4 * t), ("output_rows", 4 * max(self.n_out, 1)), ("meta", 8)]
+        self.rope_keys = sorted({(n.attrs.n_rot, float(n.attrs.theta), float(n.attrs.freq_scale))
+                                 for n in graph.nodes if n.op is Op.ROPE})
+        for key in self.rope_keys:
+            fields += [(("cos", key), 4 * t * (key[0] // 2)), (("sin", key), 4 * t * (key[0] // 2))]
+        self.windows = sorted({n.attrs.window for n in graph.nodes if n.op is Op.ATTENTION})
+        fields += [(("mask", w), t * self.model.n_ctx) for w in self.windows]
+        self.offsets: dict[object, tuple[int, int]] = {}
+        at = 0
+        for name, nbytes in fields:
+            self.offsets[name] = (at, nbytes)
+            at += -(-nbytes // ALIGN) * ALIGN
+        self.input_bytes = at
+
+    def input_view(self, name):
+        at, nbytes = self.offsets[name]
+        return self.inputs[at : at + max(nbytes, 4)]
+
+    def staged(self, name, dtype) -> np.ndarray:
+        at, nbytes = self.offsets[name]
+        return self.staging[at : at + nbytes].view(dtype)
+
+    # -- the launches, with buffers reused once their value is dead
+    def _build(self, graph: Graph, backend) -> None:
+        last_use = {}
+        for i, node in enumerate(graph.nodes):
+            for j in node.inputs:
+                last_use[j] = i
+        pinned = {nid for _, nid in graph.outputs}
+        kv_at, at = {}, 0
+        for _layer, (k_node, v_node, width) in sorted(self.kv_nodes.items()):
+            for nid in (k_node, v_node):
+                kv_at[nid] = self.kv_rows[at : at + self.n_rows * width * 4]
+                at += self.n_rows * width * 4
+        free: dict[int, list] = {}
+        scratch_of: dict[int, list] = {}  # node id -> buffers of its quantized copies (dead with it)
+        quantized: dict[tuple[int, str], tuple] = {}
+
+        def take(nbytes: int):
+            nbytes = max(-(-nbytes // ALIGN) * ALIGN, ALIGN)
+            pool = free.get(nbytes)
+            return pool.pop() if pool else backend.empty(nbytes)
+
+        def give(buf) -> None:
+            free.setdefault(buf.nbytes, []).append(buf)
+
+        for i, node in enumerate(graph.nodes):
+            if node.op in (Op.PARAM, Op.STATE):
+                continue
+            if node.op is Op.INPUT:
+                name = node.attrs.name
+                self.buffers[node.id] = self.input_view(name) if name in ("tokens", "output_rows") else None
+                continue
+            n = self.count(node)
+            width = int(node.type.shape[-1])
+            if node.id in kv_at:
+                out = kv_at[node.id]
+            else:
+                out = take(n * width * 4)
+            self.buffers[node.id] = out
+            if n:
+                self._launches(node, n, out, quantized, scratch_of, take)
+            for j in set(node.inputs):
+                if last_use.get(j) == i and j not in pinned and j not in kv_at and self.buffers.get(j) is not None \
+                        and graph.node(j).op not in (Op.INPUT, Op.PARAM, Op.STATE):
+                    give(self.buffers[j])
+                    for buf in scratch_of.pop(j, []):
+                        give(buf)
+
+    def count(self, node: Node) -> int:
+        return self.counts[node.type.shape[0]]
+
+    def _launches(self, node: Node, n: int, out, quantized, scratch_of, take) -> None:
+        model, graph, add = self.model, self.model.graph, self.launches.append
+        kernels = model._kernels[node.id]
+        ins = [self.buffers.get(j) for j in node.inputs]
+        op, a = node.op, node.attrs
+        if op is Op.EMBED:
+            add(_Launch(kernels[0].name, n, (model.weights[graph.node(node.inputs[0]).attrs.tensor], ins[1], out)))
+        elif op is Op.MATMUL:
+            quantize, gemv_kernel = kernels
+            w = graph.node(node.inputs[1])
+            fmt = gemv.activation_format(w.type.ggml_type)
+            k = int(w.type.shape[1])
+            key = (node.inputs[0], fmt)
+            if key not in quantized:  # q, k and v (gate and up) projections share one quantized input
+                block = 256 if fmt == "q8_k" else 32
+                acts = [take(n * k), take(n * (k // block) * 4)] + ([take(n * (k // 32) * 4)] if fmt == "q8_1" else [])
+                scratch_of.setdefault(node.inputs[0], []).extend(acts)
+                add(_Launch(quantize.name, n, (ins[0], *acts)))
+                quantized[key] = tuple(acts)
+            add(_Launch(gemv_kernel.name, n, (model.weights[w.attrs.tensor], *quantized[key], out)))
+        elif op is Op.RMS_NORM:
+            weight = (model.weights[graph.node(node.inputs[1]).attrs.tensor],) if len(ins) == 2 else ()
+            add(_Launch(kernels[0].name, n, (ins[0], *weight, out)))
+        elif op is Op.ROPE:
+            key = (a.n_rot, float(a.theta), float(a.freq_scale))
+            tables = (self.input_view(("cos", key)), self.input_view(("sin", key)))
+            add(_Launch(kernels[0].name, n, (ins[0], *tables, out)))
+        elif op is Op.ATTENTION:
+            store, attend = kernels
+            layer = graph.node(node.inputs[3]).attrs.layer
+            meta = self.input_view("meta")
+            add(_Launch(store.name, n, (ins[1], meta, ("k", layer))))
+            add(_Launch(store.name, n, (ins[2], meta, ("v", layer))))
+            add(_Launch(attend.name, n, (ins[0], ("k", layer), ("v", layer), self.input_view(("mask", a.window)),
+                                         meta, out)))
+        elif op is Op.TAKE_ROWS:
+            add(_Launch(kernels[0].name, n, (ins[0], ins[1], out)))
+        else:
+            table = (model.gelu,) if op in (Op.GELU, Op.GEGLU) else ()
+            add(_Launch(kernels[0].name, n, (*ins, *table, out)))
+
+    # -- per pass
+    def fill(self, rows: PassRows, cache) -> None:
+        """Write what this pass's launches read into the host staging buffer."""
+        t, n_c = self.n_rows, cache.length
+        self.staged("tokens", np.int32)[:] = rows.tokens
+        if self.n_out:
+            self.staged("output_rows", np.int32)[:] = rows.output_rows
+        self.staged("meta", np.int32)[:] = (n_c + t, n_c)
+        for key in self.rope_keys:
+            cos, sin = numerics.rope_cos_sin(rows.positions, key[0], key[1], key[2])
+            self.staged(("cos", key), F32)[:] = cos.reshape(-1)
+            self.staged(("sin", key), F32)[:] = sin.reshape(-1)
+        mine, cpos = np.arange(t), np.asarray(cache.positions[:n_c])
+        for w in self.windows:
+            mask = self.staged(("mask", w), np.uint8).reshape(t, self.model.n_ctx)
+            mask[:, : n_c + t] = _visibility(rows, mine, cpos, w)
+
+    def read(self, node: Node) -> np.ndarray:
+        count, width = self.count(node), int(node.type.shape[-1])
+        if count == 0:
+            return np.zeros((0, width), F32)
+        return self.model.backend.read(self.buffers[node.id], F32, count * width).reshape(count, width)
+
+    def new_kv(self, cache) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+        """Each layer's keys and values of the pass's rows, rounded to f16 as the device stored them,
+        written into the host KVCache at slots length + i (in place) and returned."""
+        t, n_c = self.n_rows, cache.length
+        flat = self.model.backend.read(self.kv_rows, F32, self.kv_bytes // 4).astype(np.float16)
+        result, at = {}, 0
+        for layer, (_, _, width) in sorted(self.kv_nodes.items()):
+            k = flat[at : at + t * width].reshape(t, width)
+            v = flat[at + t * width : at + 2 * t * width].reshape(t, width)
+            at += 2 * t * width
+            cache.k[layer][n_c : n_c + t] = k
+            cache.v[layer][n_c : n_c + t] = v
+            result[layer] = (k, v)
+        return result

@@ -1,0 +1,266 @@
+"""The whole CUDA runtime (kinetic/codegen/cuda/model.py) on the host emulation of its kernels, against
+the reference interpreter: weights uploaded once, the device KV cache, plans recorded once and
+replayed, the keys and values copied back. Every kernel is the reference bit for bit, so logits are
+compared bit for bit. The same runtime runs on a GPU through backends.GpuBackend (test_cuda_gpu.py
+runs these checks there).
+
+Kept to a few tokens: the emulation runs a SmolLM2 decode step in well under a second on 2 CPUs."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from kinetic.codegen.cuda import emulator
+from kinetic.errors import KineticError
+from kinetic.frontend.gguf_file import open_gguf
+from kinetic.frontend.lower import lower
+from kinetic.ir.interpreter import PassRows
+from kinetic.ir.ops import Op
+from kinetic.runtime.engine import Engine
+from kinetic.runtime.weights import GGUFWeights
+
+PROMPT = [504, 3575, 282, 4649, 314, 7042]  # "The capital of France is Paris"
+REPEATING = [81, 278, 265, 253, 278, 265, 253, 278, 265, 253]  # "a b c a b c a b c a": the drafter guesses
+N_CTX = 64
+
+
+def load(path):
+    """The graph `--device cuda` runs (lowered, then the default passes, as Model does) and its weights."""
+    from kinetic.model import _optimize
+
+    gguf = open_gguf(path)
+    return _optimize(lower(gguf)), GGUFWeights(gguf)
+
+
+@pytest.fixture(scope="module")
+def smollm2(smollm2_path):
+    return load(smollm2_path)
+
+
+@pytest.fixture(scope="module")
+def reference(smollm2):
+    graph, weights = smollm2
+    return Engine(graph, weights, n_ctx=N_CTX, device="reference")
+
+
+def cuda_engine(graph, weights, backend) -> Engine:
+    """An engine whose executor is the CUDA runtime on `backend` (Engine(device="cuda") builds the
+    same with the GPU backend)."""
+    from kinetic.codegen.cuda.model import CudaModel
+
+    engine = Engine(graph, weights, n_ctx=N_CTX, device="reference")
+    engine.interpreter = CudaModel(graph, weights, backend, N_CTX)
+    engine.in_place = engine.interpreter.in_place
+    return engine
+
+
+@pytest.fixture(scope="module")
+def emulated(smollm2):
+    reason = emulator.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    from kinetic.codegen.cuda.backends import HostBackend
+
+    engine = cuda_engine(*smollm2, HostBackend())
+    yield engine
+    engine.interpreter.close()
+
+
+def greedy(engine: Engine, prompt: list[int], n: int) -> tuple[list[int], list[np.ndarray], object]:
+    seq = engine.new_sequence()
+    logits = engine.prefill(seq, prompt)
+    tokens, seen = [], [logits]
+    for _ in range(n):
+        tokens.append(int(np.argmax(logits)))
+        logits = engine.decode(seq, tokens[-1])
+        seen.append(logits)
+    return tokens, seen, seq
+
+
+def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.shape == b.shape and np.array_equal(a.view(np.uint32), b.view(np.uint32))
+
+
+def test_greedy_tokens_and_logits_equal_the_reference(emulated, reference):
+    """Prompt then 3 greedy tokens: the same tokens, bit-identical logits at every step, and the same
+    cache bits; the decode shape is recorded once and replayed."""
+    got_tokens, got_logits, seq = greedy(emulated, PROMPT, 3)
+    ref_tokens, ref_logits, ref_seq = greedy(reference, PROMPT, 3)
+    assert got_tokens == ref_tokens
+    for got, ref in zip(got_logits, ref_logits, strict=True):
+        assert same_bits(got, ref)
+    n = seq.cache.length
+    for layer in (0, 17, 29):
+        assert np.array_equal(seq.cache.k[layer][:n].view(np.uint16), ref_seq.cache.k[layer][:n].view(np.uint16))
+        assert np.array_equal(seq.cache.v[layer][:n].view(np.uint16), ref_seq.cache.v[layer][:n].view(np.uint16))
+    model = emulated.interpreter
+    assert (1, 1) in model._plans and (len(PROMPT), 1) in model._plans
+    decode_recordings = [key for key in model._recordings if key[:2] == (1, 1)]
+    assert len(decode_recordings) == 1  # three decode steps, one recording
+
+
+def test_a_row_in_a_pass_equals_the_row_alone(emulated):
+    """Batch invariance on the device: the prompt in one pass gives each row the logits it gets one
+    token at a time, and the device stores the same cache bits either way."""
+    whole = emulated.new_sequence()
+    batched = emulated.forward(PassRows.chain(PROMPT[:4], 0, outputs="all"), {0: whole})
+    alone = emulated.new_sequence()
+    singles = np.stack([emulated.decode(alone, t) for t in PROMPT[:4]])
+    assert same_bits(batched, singles)
+    for layer in (0, 29):
+        assert np.array_equal(whole.cache.k[layer][:4].view(np.uint16), alone.cache.k[layer][:4].view(np.uint16))
+
+
+def test_passes_without_outputs_and_rollback(emulated, reference):
+    """A prompt chunk with no output rows (prefill's earlier chunks skip the output layer), then a
+    rollback: the next pass sees only the kept entries, as the reference does."""
+    seq, ref_seq = emulated.new_sequence(), reference.new_sequence()
+    for engine, s in ((emulated, seq), (reference, ref_seq)):
+        engine.feed(s, PROMPT[:3])
+        engine.forward(PassRows.chain([278, 265], s.cache.length), {0: s})
+        s.cache.truncate(3)  # forget the two
+    got = emulated.forward(PassRows.chain(PROMPT[3:], 3), {0: seq})
+    want = reference.forward(PassRows.chain(PROMPT[3:], 3), {0: ref_seq})
+    assert same_bits(got, want)
+
+
+class FixedCosts:
+    """Pass costs that ignore the clock, so drafting decisions do not depend on the emulation's speed."""
+
+    def __new__(cls):
+        from kinetic.runtime.drafting import PassCosts
+
+        costs = PassCosts()
+        costs.observe = lambda guessed_rows, seconds: None
+        return costs
+
+
+def test_drafted_equals_plain_on_the_device(emulated):
+    """The identity gate through the CUDA runtime: drafted greedy decoding (verify passes of draft rows,
+    keep() moving kept rows in the host cache, which the next pass copies to the device) gives plain
+    greedy's tokens, and leaves the cache bit for bit as plain decoding does."""
+    from kinetic.runtime.drafting import NgramIndex
+    from kinetic.runtime.speculative import GreedyPicker, SpeculativeDecoder, plain_decode
+
+    engine = emulated
+    plain_seq = engine.new_sequence()
+    plain = list(plain_decode(engine, plain_seq, REPEATING, 12, picker=GreedyPicker()))
+    decoder = SpeculativeDecoder(engine, max_rows=4, seen=NgramIndex(1 << 12, (4, 2)), costs=FixedCosts())
+    seq = engine.new_sequence()
+    drafted = list(decoder.generate(seq, REPEATING, 12, picker=GreedyPicker()))
+    assert drafted == plain
+    assert decoder.stats.accepted > 0 and decoder.stats.passes < len(plain) - 1
+    n = seq.cache.length
+    assert n == plain_seq.cache.length
+    for layer in (0, 29):
+        assert np.array_equal(seq.cache.k[layer][:n].view(np.uint16), plain_seq.cache.k[layer][:n].view(np.uint16))
+        assert np.array_equal(seq.cache.v[layer][:n].view(np.uint16), plain_seq.cache.v[layer][:n].view(np.uint16))
+
+
+def test_a_draft_tree_row_equals_its_path_decoded_plainly(emulated):
+    """A verify pass of a tree with branches (rows see the committed cache and their ancestors only),
+    keep() of a path that moves a row down in the host cache, then a decode step that must read the
+    moved row from the device: each bit as the path decoded one token at a time."""
+    engine, prefix = emulated, REPEATING[:6]
+    tokens, parents = [265, 253, 81, 278], [-1, 0, 0, 1]  # root, two children, a grandchild under the first
+    seq = engine.new_sequence()
+    engine.prefill(seq, prefix)
+    rows = PassRows(tokens=np.asarray(tokens, np.int32), positions=np.asarray([6, 7, 7, 8], np.int32),
+                    seqs=np.zeros(4, np.int32), parents=np.asarray(parents, np.int32),
+                    output_rows=np.arange(4, dtype=np.int32))
+    tree = engine.verify(seq, rows)
+    alone = engine.new_sequence()
+    engine.prefill(alone, prefix)
+    want = {0: engine.decode(alone, 265), 1: engine.decode(alone, 253), 3: engine.decode(alone, 278)}
+    engine.rollback(alone, 7)
+    want[2] = engine.decode(alone, 81)
+    for row in range(4):
+        assert same_bits(tree[row], want[row]), row
+    engine.keep(seq, [0, 2])  # row 2 moves from slot 8 to slot 7 on the host
+    assert seq.tokens == alone.tokens == prefix + [265, 81]
+    after = engine.decode(seq, 278)
+    assert same_bits(after, engine.decode(alone, 278))
+
+
+def test_unsupported_graphs_are_refused_with_the_reason(smollm2):
+    """A graph with an op or weight the CUDA kernels do not cover is refused naming it, before any
+    device work."""
+    from kinetic.codegen.cuda.model import unsupported
+
+    graph, _ = smollm2
+    assert unsupported(graph) is None
+    attention = next(n for n in graph.nodes if n.op is Op.ATTENTION)
+    capped = replace(graph, nodes=[replace(n, attrs=replace(n.attrs, softcap=30.0)) if n is attention else n
+                                   for n in graph.nodes])
+    assert "soft-capping" in unsupported(capped)
+
+
+def test_engine_device_cuda_without_a_gpu_says_why(smollm2):
+    """`Engine(device="cuda")` (what --device cuda builds) runs the runtime on the GPU; where CUDA is
+    not usable it is one KineticError naming the reason."""
+    from kinetic.codegen.cuda.device import unavailable_reason
+
+    reason = unavailable_reason()
+    if reason is None:
+        pytest.skip("CUDA is usable here: test_cuda_gpu.py runs the model")
+    graph, weights = smollm2
+    with pytest.raises(KineticError, match="--device cuda cannot run here") as err:
+        Engine(graph, weights, n_ctx=N_CTX, device="cuda")
+    assert reason in err.value.message
+
+
+def test_gemma3_equals_the_reference(gemma_path):
+    """Gemma 3 (sliding-window layers, per-head norms, GELU, Q4_K/Q6_K/Q5_0/Q8_0 weights): the prompt's
+    logits and 2 greedy tokens' logits are the reference interpreter's bits (about 20 s on 2 CPUs)."""
+    from kinetic.codegen.cuda.backends import HostBackend
+
+    graph, weights = load(gemma_path)
+    reference = Engine(graph, weights, n_ctx=N_CTX, device="reference")
+    engine = cuda_engine(graph, weights, HostBackend())
+    try:
+        prompt = [2, 818, 5279, 529, 7001, 563]  # "<bos>The capital of France is"
+        _, got, _ = greedy(engine, prompt, 2)
+        _, want, _ = greedy(reference, prompt, 2)
+        for g, w in zip(got, want, strict=True):
+            assert same_bits(g, w)
+    finally:
+        engine.interpreter.close()
+
+
+# ---- on a GPU (scripts/gpu_check.sh): the same checks through backends.GpuBackend -------------------
+
+def _gpu_reason() -> str | None:
+    from kinetic.codegen.cuda.device import unavailable_reason
+
+    return unavailable_reason()
+
+
+@pytest.fixture(scope="module")
+def on_gpu(smollm2):
+    graph, weights = smollm2
+    engine = Engine(graph, weights, n_ctx=N_CTX, device="cuda")  # open_runner: the GPU backend
+    yield engine
+    engine.interpreter.close()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(_gpu_reason() is not None, reason=f"CUDA is not usable here: {_gpu_reason()}")
+def test_gpu_greedy_logits_equal_the_reference(on_gpu, reference):
+    """The decode step as one CUDA graph, replayed: tokens and logits bit for bit the reference's."""
+    got_tokens, got_logits, _ = greedy(on_gpu, PROMPT, 8)
+    ref_tokens, ref_logits, _ = greedy(reference, PROMPT, 8)
+    assert got_tokens == ref_tokens
+    for got, ref in zip(got_logits, ref_logits, strict=True):
+        assert same_bits(got, ref)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(_gpu_reason() is not None, reason=f"CUDA is not usable here: {_gpu_reason()}")
+def test_gpu_batch_invariance_and_drafting(on_gpu):
+    """A row in a pass equals the row alone on the GPU, and drafted decoding equals plain."""
+    test_a_row_in_a_pass_equals_the_row_alone(on_gpu)
+    test_drafted_equals_plain_on_the_device(on_gpu)
+    test_a_draft_tree_row_equals_its_path_decoded_plainly(on_gpu)
