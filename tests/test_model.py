@@ -107,7 +107,8 @@ def test_drafting_never_changes_the_answer(model):
 
     schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
     prompt = model.apply_chat_template([{"role": "user", "content": "Repeat: 1 2 3 4 5 6 7 8 9 10"}])
-    cases = [{}, {"temperature": 0.9, "seed": 11}, {"temperature": 1.0, "seed": 3, "grammar": json_schema_grammar(schema)}]
+    cases = [{}, {"temperature": 0.9, "seed": 11},
+             {"temperature": 1.0, "seed": 3, "grammar": json_schema_grammar(schema)}]
     accepted = 0
     for kw in cases:
         plain = model.generate(prompt, max_tokens=24, return_tokens=True, draft=False, **kw)

@@ -47,7 +47,8 @@ def add_device_args(p: argparse.ArgumentParser) -> None:
                    "skipped [default: cpu, or cuda with -ngl N > 0]")
     p.add_argument("-ngl", "--gpu-layers", "--n-gpu-layers", dest="gpu_layers", type=int, metavar="N",
                    help="most layers on the GPU, as llama.cpp's -ngl: 0 means --device cpu, any other N --device "
-                        "cuda with at most N layers on the GPU [default: all]")
+                        "cuda with at most N layers (the last ones) on the GPU, the rest on the CPU "
+                        "[default: as many as fit]")
 
 
 def device_choice(args: argparse.Namespace) -> str:

@@ -159,7 +159,8 @@ def _mxfp4(blocks: np.ndarray) -> IntegerParts:
     return IntegerParts(Q.MXFP4, "scalar", 32, w, np.arange(32), e8m0_half(blocks[:, :, 0]))
 
 
-_DECODERS = {Q.Q4_0: _q4_0, Q.Q2_K: _q2_k, Q.Q3_K: _q3_k, Q.Q5_K: _q5_k, Q.IQ4_XS: _iq4_xs, Q.IQ4_NL: _iq4_nl, Q.MXFP4: _mxfp4}
+_DECODERS = {Q.Q4_0: _q4_0, Q.Q2_K: _q2_k, Q.Q3_K: _q3_k, Q.Q5_K: _q5_k, Q.IQ4_XS: _iq4_xs, Q.IQ4_NL: _iq4_nl,
+             Q.MXFP4: _mxfp4}
 _BLOCK_BYTES = {Q.Q4_0: 18, Q.Q2_K: 84, Q.Q3_K: 110, Q.Q5_K: 176, Q.IQ4_XS: 136, Q.IQ4_NL: 18, Q.MXFP4: 17}
 
 

@@ -39,7 +39,10 @@ def _executor(device: str, graph: Graph, weights: WeightSource, batch: int, thre
     if device == "cuda":  # the graph's kernels on the GPU, the decode step one CUDA graph (docs/devices.md)
         from kinetic.codegen.cuda.model import open_runner
 
-        return open_runner(graph, weights, n_ctx, gpu_layers)
+        def cpu_runner(head: Graph):  # the first layers of a model split between the CPU and the GPU
+            return _executor("cpu", head, weights, batch, threads, n_ctx)
+
+        return open_runner(graph, weights, n_ctx, gpu_layers, cpu_runner)
     if device == "vulkan":  # the graph's ops in order on the first Vulkan device (docs/devices.md)
         from kinetic.codegen.vulkan.model import open_runner
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import atexit
 import itertools
+import sys
 import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -45,6 +46,7 @@ from kinetic.ir import numerics
 from kinetic.ir.graph import Graph, Node
 from kinetic.ir.interpreter import KVView, PassResult, PassRows, WeightSource, _visibility
 from kinetic.ir.ops import Op
+from kinetic.passes.split import LayerSplit, layer_of_nodes, n_layers, split_layers
 
 F32 = np.float32
 ELEMENTWISE = {Op.ADD: "add", Op.MUL: "mul", Op.SCALE: "scale", Op.SILU: "silu", Op.GELU: "gelu",
@@ -71,15 +73,20 @@ def unsupported(graph: Graph) -> str | None:
             return f"embedding table of {graph.node(node.inputs[0]).type.ggml_type.name} (only Q8_0 has a kernel)"
         if node.op is Op.ROPE and (a.yarn_ext_factor or a.llama3_factor):
             return "rope with YaRN or llama3 scaling has no CUDA kernel"
+        if node.op in ELEMENTWISE and any(graph.node(i).type.shape != node.type.shape for i in node.inputs):
+            return f"{node.op.value} of operands of different shapes (a broadcast) has no CUDA kernel"
         if node.op is Op.ATTENTION and (a.kv_dtype != "f16" or a.softcap or a.head_dim % 64):
             return "attention needs an f16 cache, no soft-capping and heads of 64k values on CUDA"
     return None
 
 
-def open_runner(graph: Graph, weights: WeightSource, n_ctx: int, gpu_layers: int | None = None) -> CudaModel:
-    """The engine's executor for `--device cuda`: this graph's weights on the current GPU. No usable
-    GPU, an op or weight type without a kernel, a model that does not fit, or a --gpu-layers split
-    (not built yet) is a KineticError with the reason."""
+def open_runner(graph: Graph, weights: WeightSource, n_ctx: int, gpu_layers: int | None = None,
+                cpu_runner=None):
+    """The engine's executor for `--device cuda`: this graph's weights on the current GPU, or, for a
+    model larger than the GPU or --gpu-layers N below its layer count, its last layers there and the
+    first ones on the CPU (`cpu_runner(head_graph)` makes that executor). No usable GPU, an op or
+    weight type without a kernel, or a model whose every layer would not fit is a KineticError with
+    the reason; a split is one line on stderr."""
     from kinetic.codegen.cuda.backends import GpuBackend
     from kinetic.codegen.cuda.device import unavailable_reason
 
@@ -89,31 +96,82 @@ def open_runner(graph: Graph, weights: WeightSource, n_ctx: int, gpu_layers: int
     reason = unavailable_reason()
     if reason:
         raise KineticError(f"--device cuda cannot run here: {reason}", "Use --device cpu.")
-    n_layers = sum(1 for n in graph.nodes if n.op is Op.ATTENTION)
-    if gpu_layers is not None and gpu_layers < n_layers:
-        raise KineticError(f"--gpu-layers {gpu_layers}: this model has {n_layers} layers, and splitting them between "
-                           "the GPU and the CPU is not built yet", "Use -ngl 99 (every layer on the GPU) or -ngl 0.")
+    if gpu_layers is not None and gpu_layers <= 0:
+        raise KineticError(f"--gpu-layers {gpu_layers} puts no layer on the GPU", "Use --device cpu.")
     backend = GpuBackend()
-    need = device_bytes(graph, weights, n_ctx)
+    total = n_layers(graph)
     free = backend.free_bytes()
-    if free is not None and need > free:
-        raise KineticError(f"the model and one {n_ctx}-token cache need {need / 2**30:.1f} GiB on {backend.name}, "
-                           f"which has {free / 2**30:.1f} GiB free", "Use a smaller context (-c N) or --device cpu.")
-    model = CudaModel(graph, weights, backend, n_ctx)
+    on_gpu = min(gpu_layers or total, total)
+    fit = layers_that_fit(graph, weights, n_ctx, free) if free is not None else total
+    if fit < on_gpu:  # at most N layers: as many of the last ones as fit
+        if fit == 0:
+            raise KineticError(f"not even one layer of this model and its {n_ctx}-token cache fits in the "
+                               f"{free / 2**30:.1f} GiB free on {backend.name}",
+                               "Use a smaller context (-c N) or --device cpu.")
+        on_gpu = fit
+    model: CudaModel | SplitModel
+    if on_gpu == total:
+        model = CudaModel(graph, weights, backend, n_ctx)
+    else:
+        if cpu_runner is None:
+            raise KineticError(f"only {on_gpu} of {total} layers fit on {backend.name}", "Use --device cpu.")
+        split = split_layers(graph, total - on_gpu)
+        model = SplitModel(cpu_runner(split.head), CudaModel(graph, weights, backend, n_ctx, split=split), split)
+        print(f"kinetic: {on_gpu} of {total} layers on {backend.name}, the rest on the CPU", file=sys.stderr)
     atexit.register(model.close)
     return model
 
 
-def device_bytes(graph: Graph, weights: WeightSource, n_ctx: int) -> int:
-    """Bytes the weights and one sequence's f16 cache take on the device (activations not counted)."""
-    total = 0
+def layer_bytes(graph: Graph, weights: WeightSource, n_ctx: int) -> tuple[int, dict[int, int]]:
+    """Device bytes outside the layers (output layer, final norm; the embedding table when the output
+    layer reads it) and per layer (its weights and one sequence's f16 cache)."""
+    top = layer_of_nodes(graph)
+    users = graph.users()
+    fixed, per_layer = 0, dict.fromkeys(range(n_layers(graph)), 0)
     for node in graph.nodes:
         if node.op is Op.PARAM:
             raw = weights.tensor(node.attrs.tensor)
-            total += raw.size * 4 if node.type.ggml_type is Q.F32 else raw.nbytes
+            nbytes = raw.size * 4 if node.type.ggml_type is Q.F32 else raw.nbytes
+            if top[node.id] >= 0:
+                per_layer[top[node.id]] += nbytes
+            elif any(top[u] >= 0 or graph.node(u).op is not Op.EMBED for u in users[node.id]):
+                fixed += nbytes  # read after the layers (a tied output layer reads the embedding table)
         elif node.op is Op.ATTENTION:
-            total += 2 * n_ctx * node.attrs.n_kv_head * node.attrs.head_dim * 2
-    return total
+            per_layer[top[node.id]] += 2 * n_ctx * node.attrs.n_kv_head * node.attrs.head_dim * 2
+    return fixed, per_layer
+
+
+def layers_that_fit(graph: Graph, weights: WeightSource, n_ctx: int, free: int) -> int:
+    """How many of the last layers fit in `free` bytes with what runs after them, leaving room for
+    the activations (a twentieth of the memory, at least 256 MiB)."""
+    fixed, per_layer = layer_bytes(graph, weights, n_ctx)
+    room = free - max(256 << 20, free // 20) - fixed
+    count = 0
+    for layer in sorted(per_layer, reverse=True):
+        room -= per_layer[layer]
+        if room < 0:
+            break
+        count += 1
+    return count
+
+
+class SplitModel:
+    """A model's first layers on the CPU and the rest on the GPU: per pass the CPU runs the head graph
+    (writing its layers' cache rows in place), then the GPU runs the rest from the hidden state."""
+
+    in_place = True
+
+    def __init__(self, cpu, gpu: CudaModel, split: LayerSplit):
+        if not getattr(cpu, "in_place", False):
+            raise ValueError("the CPU part of a split must write its cache rows in place")
+        self.cpu, self.gpu, self.split = cpu, gpu, split
+
+    def run(self, graph: Graph, rows: PassRows, kv: KVView) -> PassResult:
+        hidden = self.cpu.run(self.split.head, rows, kv).outputs["hidden"]
+        return self.gpu.run(graph, rows, kv, hidden=hidden)
+
+    def close(self) -> None:
+        self.gpu.close()
 
 
 @dataclass(frozen=True)
@@ -131,26 +189,30 @@ class CudaModel:
 
     in_place = True  # the pass's new cache rows are written into the host KVCache at slots length + i
 
-    def __init__(self, graph: Graph, weights: WeightSource, backend, n_ctx: int):
+    def __init__(self, graph: Graph, weights: WeightSource, backend, n_ctx: int, split: LayerSplit | None = None):
         reason = unsupported(graph)
         if reason:
             raise KineticError(f"this model cannot run on CUDA: {reason}", "Use --device cpu.")
-        self.graph, self.backend, self.n_ctx = graph, backend, int(n_ctx)
-        self._kernels: dict[int, list[Kernel]] = {n.id: self.node_kernels(n) for n in graph.nodes}
+        self.graph, self.backend, self.n_ctx, self.split = graph, backend, int(n_ctx), split
+        # with a split, the first layers' nodes run elsewhere: their crossing value comes in as "hidden"
+        self.skip = split.head_ids if split else frozenset()
+        self._kernels = {n.id: self.node_kernels(n) for n in graph.nodes if n.id not in self.skip}
         backend.compile(list({k.name: k for ks in self._kernels.values() for k in ks}.values()))
+        used = {i for n in graph.nodes if n.id not in self.skip for i in n.inputs}
         self.weights: dict[str, object] = {}
         for node in graph.nodes:
-            if node.op is Op.PARAM:
+            if node.op is Op.PARAM and node.id in used:
                 raw = np.asarray(weights.tensor(node.attrs.tensor))
                 raw = raw.astype(F32) if node.type.ggml_type is Q.F32 else raw
                 self.weights[node.attrs.tensor] = buf = backend.empty(raw.nbytes)
                 backend.write(buf, raw)
         self.gelu = None
-        if any(n.op in (Op.GELU, Op.GEGLU) for n in graph.nodes):
+        if any(n.op in (Op.GELU, Op.GEGLU) for n in graph.nodes if n.id not in self.skip):
             table = numerics.gelu_table().view(np.uint16)
             self.gelu = backend.empty(table.nbytes)
             backend.write(self.gelu, table)
-        self.kv_layers = {graph.node(n.inputs[3]).attrs.layer: n for n in graph.nodes if n.op is Op.ATTENTION}
+        self.kv_layers = {graph.node(n.inputs[3]).attrs.layer: n for n in graph.nodes
+                          if n.op is Op.ATTENTION and n.id not in self.skip}
         self._plans: OrderedDict[tuple[int, int], _Plan] = OrderedDict()
         self._recordings: OrderedDict[tuple[int, int, int], object] = OrderedDict()
         self._mirrors: dict[int, _Mirror] = {}
@@ -212,7 +274,7 @@ class CudaModel:
                 self._drop(key)
         m = self._mirrors.get(id(cache))
         if m is None:
-            m = self._mirrors[id(cache)] = _Mirror(self.backend, cache)
+            m = self._mirrors[id(cache)] = _Mirror(self.backend, cache, sorted(self.kv_layers))
         m.sync(cache)
         return m
 
@@ -222,7 +284,8 @@ class CudaModel:
             del self._recordings[rkey]
 
     # ---- one pass --------------------------------------------------------------------------------
-    def run(self, graph: Graph, rows: PassRows, kv: KVView) -> PassResult:
+    def run(self, graph: Graph, rows: PassRows, kv: KVView, hidden: np.ndarray | None = None) -> PassResult:
+        """One pass; with a split, `hidden` is the first layers' output for the pass's rows."""
         if graph is not self.graph:
             raise ValueError("CudaModel runs the graph it was built for")
         seqs = np.unique(rows.seqs)
@@ -236,7 +299,9 @@ class CudaModel:
             raise ValueError(f"the cache holds {cache.n_ctx} entries; this runner was built for {self.n_ctx}")
         mirror = self.mirror(cache)
         plan = self.plan(n, r)
-        plan.fill(rows, cache)
+        if (hidden is None) != (self.split is None):
+            raise ValueError("a split runner takes the first layers' hidden state, and only a split one")
+        plan.fill(rows, cache, hidden)
         self.backend.write(plan.inputs, plan.staging[: plan.input_bytes])
         self.recording(plan, mirror)()
         outputs = {name: plan.read(self.graph.node(nid)) for name, nid in self.graph.outputs}
@@ -251,17 +316,18 @@ class CudaModel:
 
 
 class _Mirror:
-    """One KVCache's keys and values on the device: per layer a buffer of n_ctx rows (f16) for each.
+    """One KVCache's keys and values on the device (the runner's layers): per layer a buffer of n_ctx
+    rows (f16) for each.
     Rows [0, cache.length) equal the host's once sync() has run."""
 
     _serials = itertools.count()
 
-    def __init__(self, backend, cache):
+    def __init__(self, backend, cache, layers: list[int]):
         self.backend = backend
         self.serial = next(self._serials)  # names its recordings (ids of dead objects come back)
         self.cache = weakref.ref(cache)
-        self.k = {layer: backend.empty(host.nbytes) for layer, host in cache.k.items()}
-        self.v = {layer: backend.empty(host.nbytes) for layer, host in cache.v.items()}
+        self.k = {layer: backend.empty(cache.k[layer].nbytes) for layer in layers}
+        self.v = {layer: backend.empty(cache.v[layer].nbytes) for layer in layers}
         for host in cache.k.values():
             if host.dtype != np.float16:
                 raise KineticError("the CUDA runner keeps an f16 cache")
@@ -305,11 +371,15 @@ class _Plan:
     def _layout_inputs(self) -> None:
         graph, t = self.model.graph, self.n_rows
         fields = [("tokens", 4 * t), ("output_rows", 4 * max(self.n_out, 1)), ("meta", 8)]
+        split = self.model.split
+        if split:
+            fields.append(("hidden", 4 * t * int(graph.node(split.boundary).type.shape[-1])))
+        mine = [n for n in graph.nodes if n.id not in self.model.skip]
         self.rope_keys = sorted({(n.attrs.n_rot, float(n.attrs.theta), float(n.attrs.freq_scale))
-                                 for n in graph.nodes if n.op is Op.ROPE})
+                                 for n in mine if n.op is Op.ROPE})
         for key in self.rope_keys:
             fields += [(("cos", key), 4 * t * (key[0] // 2)), (("sin", key), 4 * t * (key[0] // 2))]
-        self.windows = sorted({n.attrs.window for n in graph.nodes if n.op is Op.ATTENTION})
+        self.windows = sorted({n.attrs.window for n in mine if n.op is Op.ATTENTION})
         fields += [(("mask", w), t * self.model.n_ctx) for w in self.windows]
         self.offsets: dict[object, tuple[int, int]] = {}
         at = 0
@@ -332,7 +402,8 @@ class _Plan:
         for i, node in enumerate(graph.nodes):
             for j in node.inputs:
                 last_use[j] = i
-        pinned = {nid for _, nid in graph.outputs}
+        skip, split = self.model.skip, self.model.split
+        pinned = {nid for _, nid in graph.outputs} | ({split.boundary} if split else set())
         kv_at, at = {}, 0
         for _layer, (k_node, v_node, width) in sorted(self.kv_nodes.items()):
             for nid in (k_node, v_node):
@@ -351,11 +422,14 @@ class _Plan:
             free.setdefault(buf.nbytes, []).append(buf)
 
         for i, node in enumerate(graph.nodes):
-            if node.op in (Op.PARAM, Op.STATE):
+            if split and node.id == split.boundary:
+                self.buffers[node.id] = self.input_view("hidden")
                 continue
             if node.op is Op.INPUT:
                 name = node.attrs.name
                 self.buffers[node.id] = self.input_view(name) if name in ("tokens", "output_rows") else None
+                continue
+            if node.op in (Op.PARAM, Op.STATE) or node.id in skip:
                 continue
             n = self.count(node)
             width = int(node.type.shape[-1])
@@ -418,9 +492,11 @@ class _Plan:
             add(_Launch(kernels[0].name, n, (*ins, *table, out)))
 
     # -- per pass
-    def fill(self, rows: PassRows, cache) -> None:
+    def fill(self, rows: PassRows, cache, hidden: np.ndarray | None = None) -> None:
         """Write what this pass's launches read into the host staging buffer."""
         t, n_c = self.n_rows, cache.length
+        if hidden is not None:
+            self.staged("hidden", F32)[:] = np.ascontiguousarray(hidden, F32).reshape(-1)
         self.staged("tokens", np.int32)[:] = rows.tokens
         if self.n_out:
             self.staged("output_rows", np.int32)[:] = rows.output_rows

@@ -205,7 +205,8 @@ def test_the_tape_embedding_equals_the_reference_dequantization(wtype):
     rng = np.random.default_rng(7)
     values = (rng.standard_normal((50, 96)) * rng.choice([1e-3, 1.0, 300.0], (50, 1))).astype(np.float32)
     qtype = Q[wtype]
-    table = gguf_quants.quantize(values, qtype) if qtype is Q.Q8_0 else values.astype(np.float16 if qtype is Q.F16 else np.float32)
+    table = (gguf_quants.quantize(values, qtype) if qtype is Q.Q8_0
+             else values.astype(np.float16 if qtype is Q.F16 else np.float32))
     table = np.ascontiguousarray(table)
     tokens = np.array([3, 49, 0, 3, 17], np.int32)
     want = dequantize(table[tokens], qtype)

@@ -19,6 +19,7 @@ from kinetic.frontend.gguf_file import open_gguf
 from kinetic.frontend.lower import lower
 from kinetic.ir.interpreter import PassRows
 from kinetic.ir.ops import Op
+from kinetic.passes import PassOptions, run_pipeline
 from kinetic.runtime.engine import Engine
 from kinetic.runtime.weights import GGUFWeights
 
@@ -29,10 +30,8 @@ N_CTX = 64
 
 def load(path):
     """The graph `--device cuda` runs (lowered, then the default passes, as Model does) and its weights."""
-    from kinetic.model import _optimize
-
     gguf = open_gguf(path)
-    return _optimize(lower(gguf)), GGUFWeights(gguf)
+    return run_pipeline(lower(gguf), PassOptions()), GGUFWeights(gguf)
 
 
 @pytest.fixture(scope="module")
@@ -228,6 +227,82 @@ def test_gemma3_equals_the_reference(gemma_path):
             assert same_bits(g, w)
     finally:
         engine.interpreter.close()
+
+
+# ---- a model split between the CPU and the GPU (--gpu-layers N below the layer count) ---------------
+
+@pytest.fixture(scope="module")
+def split_engine(smollm2):
+    """SmolLM2's first 20 layers on the CPU (the compiled step), the last 10 on the CUDA runtime."""
+    reason = emulator.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    from kinetic.codegen.cpu.step import CompiledStep
+    from kinetic.codegen.cuda.backends import HostBackend
+    from kinetic.codegen.cuda.model import CudaModel, SplitModel
+    from kinetic.passes.split import split_layers
+
+    graph, weights = smollm2
+    split = split_layers(graph, 20)
+    engine = Engine(graph, weights, n_ctx=N_CTX, device="reference")
+    engine.interpreter = SplitModel(CompiledStep(split.head, weights, threads=2),
+                                    CudaModel(graph, weights, HostBackend(), N_CTX, split=split), split)
+    engine.in_place = True
+    yield engine
+    engine.interpreter.close()
+
+
+def test_split_model_equals_the_reference(split_engine, reference):
+    """Layers 0-19 on the CPU, 20-29 through the CUDA runtime, one hidden state per row crossing: the
+    greedy tokens, every step's logits and both halves of the cache are the reference's bits; the
+    device holds only its own layers' cache."""
+    got_tokens, got_logits, seq = greedy(split_engine, PROMPT, 3)
+    ref_tokens, ref_logits, ref_seq = greedy(reference, PROMPT, 3)
+    assert got_tokens == ref_tokens
+    for got, ref in zip(got_logits, ref_logits, strict=True):
+        assert same_bits(got, ref)
+    n = seq.cache.length
+    for layer in (0, 19, 20, 29):
+        assert np.array_equal(seq.cache.k[layer][:n].view(np.uint16), ref_seq.cache.k[layer][:n].view(np.uint16))
+    gpu = split_engine.interpreter.gpu
+    assert sorted(gpu.kv_layers) == list(range(20, 30))
+    assert all(sorted(m.k) == list(range(20, 30)) for m in gpu._mirrors.values())
+    assert not any(name.startswith(f"blk.{i}.") for i in range(20) for name in gpu.weights)
+
+
+def test_split_model_drafts_a_tree_exactly(split_engine):
+    """A draft tree through both halves, keep() moving a row in both, then a decode step: the bits of
+    the path decoded plainly."""
+    test_a_draft_tree_row_equals_its_path_decoded_plainly(split_engine)
+
+
+def test_split_layers_finds_the_hidden_state_and_refuses_what_is_not_a_split(smollm2):
+    from kinetic.passes.split import layer_of_nodes, split_layers
+
+    graph, _ = smollm2
+    split = split_layers(graph, 12)
+    assert [name for name, _ in split.head.outputs] == ["hidden"]
+    assert graph.node(split.boundary).op is Op.ADD  # the residual stream after layer 11
+    assert {n.attrs.layer for n in split.head.nodes if n.op is Op.STATE} == set(range(12))
+    assert all(layer_of_nodes(graph)[n.id] < 12 for n in split.head.nodes)
+    for bad in (0, 30):
+        with pytest.raises(ValueError, match="between 1 and 29"):
+            split_layers(graph, bad)
+
+
+def test_the_layers_that_fit_are_the_last_ones(smollm2):
+    """As many of the last layers as fit in the free memory, after what runs behind them and a margin
+    for the activations; none when even one does not."""
+    from kinetic.codegen.cuda.model import layer_bytes, layers_that_fit
+
+    graph, weights = smollm2
+    fixed, per_layer = layer_bytes(graph, weights, N_CTX)
+    assert fixed > 0 and len(per_layer) == 30 and len(set(per_layer.values())) == 1
+    one = per_layer[0]
+    margin = 256 << 20
+    assert layers_that_fit(graph, weights, N_CTX, margin + fixed + 30 * one) == 30
+    assert layers_that_fit(graph, weights, N_CTX, margin + fixed + 7 * one + one // 2) == 7
+    assert layers_that_fit(graph, weights, N_CTX, margin + fixed + one // 2) == 0
 
 
 # ---- on a GPU (scripts/gpu_check.sh): the same checks through backends.GpuBackend -------------------
