@@ -91,7 +91,7 @@ timeout 120 "$PY" -m kinetic.codegen.cuda.bench 2>&1 | tee "$out/gemv-bench.txt"
     timeout 300 "$PY" benchmarks/cuda_runtime.py --make 3b --type Q4_0 --tokens 32 -ngl 14 || status=1
 } 2>&1 | tee "$out/runtime.txt"
 for name in $models; do
-    timeout 300 "$PY" -m kinetic bench "$name" --device cuda -r 3 --edit-tokens 0 2>&1 | tee -a "$out/bench.txt" \
+    timeout 300 "$PY" -m kinetic.cli.main bench "$name" --device cuda -r 3 --edit-tokens 0 2>&1 | tee -a "$out/bench.txt" \
         || status=1
 done
 exit $status

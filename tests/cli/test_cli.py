@@ -121,6 +121,26 @@ def test_cuda_without_a_gpu_fails_with_the_reason(smollm2_path, flags):
     assert "Use --device cpu." in proc.stderr
 
 
+@pytest.mark.parametrize("flags", [["--device", "cuda"], ["-ngl", "10"]], ids=["whole", "split"])
+def test_device_cuda_end_to_end_on_the_emulation(smollm2_path, monkeypatch, flags):
+    """`kinetic run --device cuda` through the whole CUDA path (Model, the runtime, drafting, the
+    sampler) on the host emulation of its kernels (KINETIC_CUDA_EMULATE), whole and split with -ngl 10
+    (20 layers on the CPU): the same answer as --device cpu, and one line saying where it ran."""
+    from kinetic.codegen.cuda import emulator
+
+    if emulator.unavailable_reason():
+        pytest.skip(emulator.unavailable_reason())
+    args = ("run", str(smollm2_path), "--raw", "The capital of France is", "-n", "4", "--temp", "0")
+    cpu = kinetic(*args, "--device", "cpu")
+    monkeypatch.setenv("KINETIC_CUDA_EMULATE", "1")
+    cuda = kinetic(*args, *flags)
+    assert cpu.returncode == 0 and cuda.returncode == 0, cuda.stderr
+    assert cuda.stdout == cpu.stdout
+    assert "host emulation of its kernels" in cuda.stderr
+    if "-ngl" in flags:
+        assert "10 of 30 layers on the host emulation of the CUDA kernels, the rest on the CPU" in cuda.stderr
+
+
 def test_ngl_zero_runs_on_the_cpu_and_contradictions_are_refused(smollm2_path):
     """-ngl 0 means the CPU (as llama.cpp's); with --device cuda it is a contradiction, said plainly;
     a negative -ngl is refused."""

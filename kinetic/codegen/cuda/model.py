@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import atexit
 import itertools
+import os
 import sys
 import weakref
 from collections import OrderedDict
@@ -53,6 +54,7 @@ ELEMENTWISE = {Op.ADD: "add", Op.MUL: "mul", Op.SCALE: "scale", Op.SILU: "silu",
                Op.SWIGLU: "swiglu", Op.GEGLU: "geglu"}
 HANDLED = set(ELEMENTWISE) | {Op.INPUT, Op.PARAM, Op.STATE, Op.EMBED, Op.MATMUL, Op.RMS_NORM, Op.ROPE,
                               Op.ATTENTION, Op.TAKE_ROWS}
+EMULATE_ENV = "KINETIC_CUDA_EMULATE"  # set (not 0): --device cuda runs on the host emulation (development, CI)
 MAX_PLANS = 8  # pass shapes whose buffers are kept (decode, verification passes, prompt chunks)
 MAX_RECORDINGS = 16  # recorded plans (CUDA graphs) kept: a plan per sequence cache it writes
 
@@ -87,18 +89,23 @@ def open_runner(graph: Graph, weights: WeightSource, n_ctx: int, gpu_layers: int
     first ones on the CPU (`cpu_runner(head_graph)` makes that executor). No usable GPU, an op or
     weight type without a kernel, or a model whose every layer would not fit is a KineticError with
     the reason; a split is one line on stderr."""
-    from kinetic.codegen.cuda.backends import GpuBackend
+    from kinetic.codegen.cuda import emulator
+    from kinetic.codegen.cuda.backends import GpuBackend, HostBackend
     from kinetic.codegen.cuda.device import unavailable_reason
 
     reason = unsupported(graph)
     if reason:
         raise KineticError(f"--device cuda cannot run this model: {reason}", "Use --device cpu.")
-    reason = unavailable_reason()
+    emulate = os.environ.get(EMULATE_ENV, "") not in ("", "0")
+    reason = emulator.unavailable_reason() if emulate else unavailable_reason()
     if reason:
         raise KineticError(f"--device cuda cannot run here: {reason}", "Use --device cpu.")
     if gpu_layers is not None and gpu_layers <= 0:
         raise KineticError(f"--gpu-layers {gpu_layers} puts no layer on the GPU", "Use --device cpu.")
-    backend = GpuBackend()
+    if emulate:
+        print(f"kinetic: --device cuda is running on the host emulation of its kernels ({EMULATE_ENV}; exact, "
+              "but far slower than --device cpu)", file=sys.stderr)
+    backend = HostBackend() if emulate else GpuBackend()
     total = n_layers(graph)
     free = backend.free_bytes()
     on_gpu = min(gpu_layers or total, total)
