@@ -79,3 +79,22 @@ BODY
   }}
 """
     return Kernel(f"kv_store_w{width}", "gather", GATHER_THREADS, _blocks(width), params, body)
+
+
+def kv_store_pair(width: int) -> Kernel:
+    """kv_store for a layer's keys and values in one launch: k into kcache, v into vcache (same slots)."""
+    params = (Param("k", "const float*"), Param("v", "const float*"), Param("meta", "const int*"),
+              Param("kcache", "u16*"), Param("vcache", "u16*"))
+    body = f"""\
+  enum {{ W = {width} }};
+BODY
+  LANES {{
+    const int i = BX * {GATHER_THREADS} + TID;
+    if (i < W) {{
+      const long slot = (long)LD(int, meta, 1) + BY;
+      ST(u16, kcache, slot * W + i, k_f2h(LD(float, k, (long)BY * W + i)));
+      ST(u16, vcache, slot * W + i, k_f2h(LD(float, v, (long)BY * W + i)));
+    }}
+  }}
+"""
+    return Kernel(f"kv_store_pair_w{width}", "gather", GATHER_THREADS, _blocks(width), params, body)

@@ -39,9 +39,9 @@ from dataclasses import dataclass
 import numpy as np
 from gguf import GGMLQuantizationType as Q
 
-from kinetic.codegen.cuda import attention, gather, gemv, pointwise
+from kinetic.codegen.cuda import gemv
 from kinetic.codegen.cuda.backends import ALIGN
-from kinetic.codegen.cuda.kernel import Kernel
+from kinetic.codegen.cuda.renderer import CudaRenderer
 from kinetic.errors import KineticError
 from kinetic.ir import numerics
 from kinetic.ir.graph import Graph, Node
@@ -50,36 +50,14 @@ from kinetic.ir.ops import Op
 from kinetic.passes.split import LayerSplit, layer_of_nodes, n_layers, split_layers
 
 F32 = np.float32
-ELEMENTWISE = {Op.ADD: "add", Op.MUL: "mul", Op.SCALE: "scale", Op.SILU: "silu", Op.GELU: "gelu",
-               Op.SWIGLU: "swiglu", Op.GEGLU: "geglu"}
-HANDLED = set(ELEMENTWISE) | {Op.INPUT, Op.PARAM, Op.STATE, Op.EMBED, Op.MATMUL, Op.RMS_NORM, Op.ROPE,
-                              Op.ATTENTION, Op.TAKE_ROWS}
 EMULATE_ENV = "KINETIC_CUDA_EMULATE"  # set (not 0): --device cuda runs on the host emulation (development, CI)
 MAX_PLANS = 8  # pass shapes whose buffers are kept (decode, verification passes, prompt chunks)
 MAX_RECORDINGS = 16  # recorded plans (CUDA graphs) kept: a plan per sequence cache it writes
 
 
 def unsupported(graph: Graph) -> str | None:
-    """Why this graph cannot run on CUDA, or None."""
-    for node in graph.nodes:
-        a = node.attrs
-        if node.op not in HANDLED:
-            return f"{node.op.value} has no CUDA kernel yet"
-        if node.op is Op.MATMUL:
-            wtype = graph.node(node.inputs[1]).type.ggml_type
-            if a.activations != "q8":
-                return f"matmul with {a.activations} activations has no CUDA kernel (only q8)"
-            if wtype not in gemv.SUPPORTED:
-                return f"{wtype.name} weights have no CUDA matmul yet"
-        if node.op is Op.EMBED and graph.node(node.inputs[0]).type.ggml_type is not Q.Q8_0:
-            return f"embedding table of {graph.node(node.inputs[0]).type.ggml_type.name} (only Q8_0 has a kernel)"
-        if node.op is Op.ROPE and (a.yarn_ext_factor or a.llama3_factor):
-            return "rope with YaRN or llama3 scaling has no CUDA kernel"
-        if node.op in ELEMENTWISE and any(graph.node(i).type.shape != node.type.shape for i in node.inputs):
-            return f"{node.op.value} of operands of different shapes (a broadcast) has no CUDA kernel"
-        if node.op is Op.ATTENTION and (a.kv_dtype != "f16" or a.softcap or a.head_dim % 64):
-            return "attention needs an f16 cache, no soft-capping and heads of 64k values on CUDA"
-    return None
+    """Why this graph cannot run on CUDA (the first node without a kernel, and why), or None."""
+    return next(iter(CudaRenderer().render(graph).unsupported.values()), None)
 
 
 def open_runner(graph: Graph, weights: WeightSource, n_ctx: int, gpu_layers: int | None = None,
@@ -203,7 +181,8 @@ class CudaModel:
         self.graph, self.backend, self.n_ctx, self.split = graph, backend, int(n_ctx), split
         # with a split, the first layers' nodes run elsewhere: their crossing value comes in as "hidden"
         self.skip = split.head_ids if split else frozenset()
-        self._kernels = {n.id: self.node_kernels(n) for n in graph.nodes if n.id not in self.skip}
+        rendering = CudaRenderer(mask_stride=self.n_ctx).render(graph, self.skip)
+        self.fused, self._kernels = rendering.fused, rendering.kernels
         backend.compile(list({k.name: k for ks in self._kernels.values() for k in ks}.values()))
         used = {i for n in graph.nodes if n.id not in self.skip for i in n.inputs}
         self.weights: dict[str, object] = {}
@@ -223,30 +202,12 @@ class CudaModel:
         self._plans: OrderedDict[tuple[int, int], _Plan] = OrderedDict()
         self._recordings: OrderedDict[tuple[int, int, int], object] = OrderedDict()
         self._mirrors: dict[int, _Mirror] = {}
+        self._rope: dict[tuple, _RopeTables] = {}
 
-    # ---- kernels ---------------------------------------------------------------------------------
-    def node_kernels(self, node: Node) -> list[Kernel]:
-        """The kernels a node launches, in order (none for leaves)."""
-        op, a, g = node.op, node.attrs, self.graph
-        if op in (Op.INPUT, Op.PARAM, Op.STATE):
-            return []
-        width = int(node.type.shape[-1])
-        if op is Op.EMBED:
-            return [gather.embed_q8_0(width)]
-        if op is Op.MATMUL:
-            w = g.node(node.inputs[1])
-            n_out, k = w.type.shape
-            return [gemv.quantize(gemv.activation_format(w.type.ggml_type), k), gemv.gemv(w.type.ggml_type, n_out, k)]
-        if op is Op.RMS_NORM:
-            return [pointwise.rms_norm(width, a.eps, a.group, weighted=len(node.inputs) == 2)]
-        if op is Op.ROPE:
-            return [pointwise.rope(a.n_head, a.head_dim, a.n_rot, a.neox)]
-        if op is Op.ATTENTION:
-            return [gather.kv_store(a.n_kv_head * a.head_dim),
-                    attention.attention(a.n_head, a.n_kv_head, a.head_dim, a.scale, a.softcap, mask_stride=self.n_ctx)]
-        if op is Op.TAKE_ROWS:
-            return [gather.take_rows(width)]
-        return [pointwise.elementwise(ELEMENTWISE[op], width, a.factor if op is Op.SCALE else 1.0)]
+    def rope_tables(self, key: tuple) -> _RopeTables:
+        if key not in self._rope:
+            self._rope[key] = _RopeTables(*key)
+        return self._rope[key]
 
     # ---- plans and recordings --------------------------------------------------------------------
     def plan(self, n_rows: int, n_out: int) -> _Plan:
@@ -320,6 +281,59 @@ class CudaModel:
         self._mirrors.clear()
         self.weights, self.gelu = {}, None
         self.backend.close()
+
+
+class _RopeTables:
+    """cos and sin [rows, n_rot/2] of one rotary key's angles per position, as numerics.rope_cos_sin
+    computes them (the C library's cosf / sinf), made a block of positions at a time: through the CPU
+    JIT's map over an array when it is there (a decode step's new position costs nothing then), else
+    numerics' own call per value."""
+
+    BLOCK = 256
+
+    def __init__(self, n_rot: int, theta: float, freq_scale: float):
+        self.n_rot, self.theta, self.freq_scale = n_rot, theta, freq_scale
+        self.blocks: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+    def rows(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        first = positions // self.BLOCK
+        for b in np.unique(first).tolist():
+            if b not in self.blocks:
+                self.blocks[b] = self._block(b)
+        if len(positions) == 1:
+            cos, sin = self.blocks[int(first[0])]
+            at = int(positions[0]) % self.BLOCK
+            return cos[at : at + 1], sin[at : at + 1]
+        return tuple(np.stack([self.blocks[int(p) // self.BLOCK][i][int(p) % self.BLOCK] for p in positions])
+                     for i in (0, 1))
+
+    def _block(self, b: int) -> tuple[np.ndarray, np.ndarray]:
+        angles = numerics.rope_angles(np.arange(b * self.BLOCK, (b + 1) * self.BLOCK), self.n_rot, self.theta,
+                                      self.freq_scale)
+        return _libm_map("cosf", angles), _libm_map("sinf", angles)
+
+
+def _libm_map(name: str, x: np.ndarray) -> np.ndarray:
+    """The C library's float function over an array (numerics.libm_f32's values), compiled once."""
+    try:
+        import ctypes
+
+        from kinetic.codegen.cpu.jit import default_jit
+        from kinetic.codegen.cpu.libm_ir import render_libm_map
+
+        fn = _LIBM_MAPS.get(name)
+        if fn is None:
+            address = default_jit().address(*render_libm_map(name))
+            fn = _LIBM_MAPS[name] = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)(address)
+    except Exception:  # no LLVM here: the reference's own path
+        return numerics.libm_f32(name, x)
+    x = np.ascontiguousarray(x, F32)
+    out = np.empty_like(x)
+    fn(x.ctypes.data, out.ctypes.data, x.size)
+    return out
+
+
+_LIBM_MAPS: dict[str, object] = {}
 
 
 class _Mirror:
@@ -440,11 +454,16 @@ class _Plan:
                 continue
             n = self.count(node)
             width = int(node.type.shape[-1])
+            if node.id in self.buffers:  # a norm its add's launch computes (fused_norms)
+                continue
             if node.id in kv_at:
                 out = kv_at[node.id]
             else:
                 out = take(n * width * 4)
             self.buffers[node.id] = out
+            if node.id in self.model.fused:
+                norm = self.model.fused[node.id]
+                self.buffers[norm] = kv_at[norm] if norm in kv_at else take(n * width * 4)
             if n:
                 self._launches(node, n, out, quantized, scratch_of, take)
             for j in set(node.inputs):
@@ -488,12 +507,15 @@ class _Plan:
             store, attend = kernels
             layer = graph.node(node.inputs[3]).attrs.layer
             meta = self.input_view("meta")
-            add(_Launch(store.name, n, (ins[1], meta, ("k", layer))))
-            add(_Launch(store.name, n, (ins[2], meta, ("v", layer))))
+            add(_Launch(store.name, n, (ins[1], ins[2], meta, ("k", layer), ("v", layer))))
             add(_Launch(attend.name, n, (ins[0], ("k", layer), ("v", layer), self.input_view(("mask", a.window)),
                                          meta, out)))
         elif op is Op.TAKE_ROWS:
             add(_Launch(kernels[0].name, n, (ins[0], ins[1], out)))
+        elif node.id in model.fused:
+            norm = graph.node(model.fused[node.id])
+            weight = (model.weights[graph.node(norm.inputs[1]).attrs.tensor],) if len(norm.inputs) == 2 else ()
+            add(_Launch(kernels[0].name, n, (ins[0], ins[1], *weight, out, self.buffers[norm.id])))
         else:
             table = (model.gelu,) if op in (Op.GELU, Op.GEGLU) else ()
             add(_Launch(kernels[0].name, n, (*ins, *table, out)))
@@ -509,7 +531,7 @@ class _Plan:
             self.staged("output_rows", np.int32)[:] = rows.output_rows
         self.staged("meta", np.int32)[:] = (n_c + t, n_c)
         for key in self.rope_keys:
-            cos, sin = numerics.rope_cos_sin(rows.positions, key[0], key[1], key[2])
+            cos, sin = self.model.rope_tables(key).rows(np.asarray(rows.positions))
             self.staged(("cos", key), F32)[:] = cos.reshape(-1)
             self.staged(("sin", key), F32)[:] = sin.reshape(-1)
         mine, cpos = np.arange(t), np.asarray(cache.positions[:n_c])

@@ -73,17 +73,24 @@ BODY
     return Kernel(name, "pointwise", POINTWISE_THREADS, blocks, tuple(params), body)
 
 
-def rms_norm(width: int, eps: float, group: int = 0, weighted: bool = True) -> Kernel:
+def rms_norm(width: int, eps: float, group: int = 0, weighted: bool = True, residual: bool = False) -> Kernel:
     """out [rows, width] = x / sqrt(mean(x^2 per group) + eps) (then times weight [group]): one block
-    per group of a row (numerics.rms_norm; the weight multiplies afterwards, as ggml_mul does)."""
+    per group of a row (numerics.rms_norm; the weight multiplies afterwards, as ggml_mul does).
+
+    residual: a fused chain for the residual stream, an add and the norm of its result in one launch:
+    takes x and y, writes s = x + y (as the add kernel computes it) to `sum` and the norm of s to
+    `out`, each value as the two kernels alone give it."""
     g = group or width
     if width % g:
         raise ValueError(f"rms_norm group {g} does not divide {width}")
     threads = 32 * NORM_WARPS
-    params = [Param("x", "const float*")]
+    params = [Param("x", "const float*")] + ([Param("y", "const float*")] if residual else [])
     if weighted:
         params.append(Param("weight", "const float*"))
+    params += [Param("sum", "float*")] if residual else []
     params.append(Param("out", "float*"))
+    value = "k_add(LD(float, x, base + i), LD(float, y, base + i))" if residual else "LD(float, x, base + i)"
+    keep = "ST(float, sum, base + i, v);" if residual else ""
     weigh = "v = k_mul(v, LD(float, weight, i));" if weighted else ""
     partials = "k_dadd(k_dadd(part[0], part[1]), k_dadd(part[2], part[3]))"
     assert NORM_WARPS == 4, "the sum of the warp partials below is written for 4 warps"
@@ -97,7 +104,8 @@ BODY
     const long base = (long)BY * W + (long)BX * G;
     double acc = 0.0;
     for (int i = TID; i < G; i += {threads}) {{
-      const float v = LD(float, x, base + i);
+      const float v = {value};
+      {keep}
       acc = k_dadd(acc, (double)k_mul(v, v));
     }}
     L(s) = acc;
@@ -110,13 +118,14 @@ BODY
     const float mean = k_d2f(k_ddiv({partials}, (double)G));
     const float scale = k_div(1.0f, k_sqrt(k_add(mean, {f32_literal(eps)})));
     for (int i = TID; i < G; i += {threads}) {{
-      float v = k_mul(LD(float, x, base + i), scale);
+      float v = k_mul({value}, scale);
       {weigh}
       ST(float, out, base + i, v);
     }}
   }}
 """
-    name = f"rms_norm_w{width}_g{g}_{'weighted' if weighted else 'plain'}_eps{name_tag(eps)}"
+    kind = "weighted" if weighted else "plain"
+    name = f"{'add_' if residual else ''}rms_norm_w{width}_g{g}_{kind}_eps{name_tag(eps)}"
     return Kernel(name, "norm", threads, width // g, tuple(params), body, shared_bytes=8 * NORM_WARPS)
 
 

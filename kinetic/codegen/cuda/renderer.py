@@ -1,8 +1,9 @@
 """The CUDA renderer: which kernels a graph's ops become, with the device's capabilities as data.
 
-Owns: mapping IR nodes to kernels (gemv.py, pointwise.py, attention.py, gather.py), and saying
-plainly which nodes have no CUDA kernel yet. Does not own: scheduling them, buffers or launches (the
-CUDA runtime, issue 10 part 2), or compiling (nvrtc.py).
+Owns: mapping IR nodes to kernels (gemv.py, pointwise.py, attention.py, gather.py), the chains
+fused into one launch (an add of the residual stream and the norm of its result; a layer's key and
+value stores), and saying plainly which nodes have no CUDA kernel yet. Does not own: scheduling
+them, buffers or launches (the runtime, model.py), or compiling (nvrtc.py).
 
 One renderer serves every listed architecture: the kernels are plain CUDA C without architecture-
 specific instructions (dp4a exists on all of them), so the same text compiles for each; what differs
@@ -34,6 +35,7 @@ class Rendering:
 
     kernels: dict[int, list[Kernel]] = field(default_factory=dict)
     unsupported: dict[int, str] = field(default_factory=dict)  # node id -> why
+    fused: dict[int, int] = field(default_factory=dict)  # add id -> the norm its launch also computes
 
     def distinct(self) -> list[Kernel]:
         seen: dict[str, Kernel] = {}
@@ -67,11 +69,16 @@ class CudaRenderer:
         n_out, k = weight.type.shape
         return [gemv.quantize(gemv.activation_format(wtype), k), gemv.gemv(wtype, n_out, k)]
 
-    def node_kernels(self, node: Node, graph: Graph) -> list[Kernel]:
-        """The kernels one node runs; NotImplementedError saying what is missing."""
+    def node_kernels(self, node: Node, graph: Graph, fused: dict[int, int] | None = None) -> list[Kernel]:
+        """The kernels one node runs; NotImplementedError saying what is missing. An add in `fused`
+        runs the norm of its result in the same launch (pointwise.rms_norm(residual=True))."""
         a = node.attrs
         if node.op in _NO_KERNEL:
             return []
+        if fused and node.id in fused:
+            norm = graph.node(fused[node.id])
+            return [pointwise.rms_norm(node.type.shape[1], norm.attrs.eps, norm.attrs.group,
+                                       weighted=len(norm.inputs) == 2, residual=True)]
         if node.op is Op.MATMUL:
             return self.matmul(node, graph)
         width = node.type.shape[1] if len(node.type.shape) == 2 else None
@@ -91,20 +98,44 @@ class CudaRenderer:
         if node.op is Op.ATTENTION:
             if a.kv_dtype != "f16":
                 raise NotImplementedError(f"a {a.kv_dtype} KV cache")
-            # the pass's new keys and values go into the cache, then the rows attend over it
-            return [gather.kv_store(a.n_kv_head * a.head_dim),
+            # the pass's new keys and values go into the cache (one launch for both), then the rows
+            # attend over it
+            return [gather.kv_store_pair(a.n_kv_head * a.head_dim),
                     attention.attention(a.n_head, a.n_kv_head, a.head_dim, a.scale, a.softcap,
                                         mask_stride=self.mask_stride)]
         if node.op in _ELEMENTWISE_OPS:
+            if any(graph.node(i).type.shape != node.type.shape for i in node.inputs):
+                raise NotImplementedError("operands of different shapes (a broadcast)")
             factor = a.factor if node.op is Op.SCALE else 1.0
             return [pointwise.elementwise(_ELEMENTWISE_OPS[node.op], width, factor)]
         raise NotImplementedError(f"op {node.op.value}")
 
-    def render(self, graph: Graph) -> Rendering:
-        out = Rendering()
+    def render(self, graph: Graph, skip: frozenset[int] = frozenset()) -> Rendering:
+        """Every node's kernels but those in `skip` (a split's first layers, which run elsewhere)."""
+        out = Rendering(fused=fused_norms(graph, skip))
+        fused_away = set(out.fused.values())
         for node in graph.nodes:
+            if node.id in skip:
+                continue
             try:
-                out.kernels[node.id] = self.node_kernels(node, graph)
+                out.kernels[node.id] = [] if node.id in fused_away else self.node_kernels(node, graph, out.fused)
             except NotImplementedError as e:
                 out.unsupported[node.id] = f"{node.op.value}: {e}"
         return out
+
+
+def fused_norms(graph: Graph, skip: frozenset[int] = frozenset()) -> dict[int, int]:
+    """add id -> id of an RMS norm of its result over whole rows (the residual stream's add and the
+    next layer's norm), which one launch computes with the add."""
+    fused: dict[int, int] = {}
+    users = graph.users()
+    for node in graph.nodes:
+        if node.op is not Op.ADD or node.id in skip:
+            continue
+        for uid in users[node.id]:
+            user = graph.node(uid)
+            if (user.op is Op.RMS_NORM and user.inputs[0] == node.id and uid not in skip
+                    and user.attrs.group in (0, node.type.shape[-1]) and user.type.shape == node.type.shape):
+                fused[node.id] = uid
+                break
+    return fused

@@ -229,6 +229,46 @@ def test_gemma3_equals_the_reference(gemma_path):
         engine.interpreter.close()
 
 
+def test_the_real_models_kernels_compile_within_budget(smollm2, gemma_path, tmp_path):
+    """Every kernel the runtime launches for SmolLM2 and Gemma 3 (their exact shapes, the fused chains,
+    the mask stride of a 4096-token cache) compiles for every listed architecture within its kind's
+    budget (test_cuda_compile.py holds the test shapes to the same)."""
+    from kinetic.codegen.cuda import nvrtc
+    from kinetic.codegen.cuda.caps import ARCHS, violations
+    from kinetic.codegen.cuda.kernel import program_source
+    from kinetic.codegen.cuda.renderer import CudaRenderer
+
+    if nvrtc.unavailable_reason():
+        pytest.skip(nvrtc.unavailable_reason())
+    kernels = {}
+    for graph in (smollm2[0], load(gemma_path)[0]):
+        rendering = CudaRenderer(mask_stride=4096).render(graph)
+        assert not rendering.unsupported and rendering.fused
+        kernels.update({k.name: k for k in rendering.distinct()})
+    source = program_source(list(kernels.values()), "cuda")
+    for arch in sorted(ARCHS):
+        compiled = nvrtc.compile_program(source, arch, cache_dir=tmp_path)
+        problems = [p for k in kernels.values() for p in violations(k, compiled.resources[k.name], ARCHS[arch])]
+        assert not problems, "\n".join(problems)
+
+
+def test_rotary_tables_are_the_reference_values():
+    """The runtime's cos/sin per position (a block of positions at a time, through the compiled map of
+    the C library's cosf/sinf) are numerics.rope_cos_sin's bits, for one row and for many, across
+    blocks, for both of Gemma 3's bases."""
+    from kinetic.codegen.cuda.model import _RopeTables
+    from kinetic.ir import numerics
+
+    for n_rot, theta in ((64, 100000.0), (256, 10000.0), (256, 1000000.0)):
+        tables = _RopeTables(n_rot, theta, 1.0)
+        for positions in ([7], [255, 256, 257], [0, 1000, 5000, 300]):
+            positions = np.asarray(positions)
+            got = tables.rows(positions)
+            want = numerics.rope_cos_sin(positions, n_rot, theta, 1.0)
+            for g, w in zip(got, want, strict=True):
+                assert same_bits(np.ascontiguousarray(g), w)
+
+
 # ---- a model split between the CPU and the GPU (--gpu-layers N below the layer count) ---------------
 
 @pytest.fixture(scope="module")
