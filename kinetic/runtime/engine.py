@@ -77,6 +77,7 @@ class Engine:
             if node.op is Op.ATTENTION and node.attrs.kv_dtype == "f32":
                 self.kv_dtype = np.float32
         self.n_vocab = graph.output("logits").type.shape[1]
+        self.passes = 0  # forward passes run (prompt chunks, decode steps, verification passes)
 
     def new_sequence(self) -> Sequence:
         check_cache_fits(self.n_ctx, sum(self.kv_width.values()), np.dtype(self.kv_dtype).itemsize)
@@ -91,6 +92,7 @@ class Engine:
                 s.cache.check_room(int(np.count_nonzero(rows.seqs == sid)))
         caches = SequenceCaches({sid: s.cache for sid, s in seqs.items()})
         result = self.interpreter.run(self.graph, rows, caches)
+        self.passes += 1
         if commit and rows.chain_seq >= 0 and self.in_place:  # one sequence's chain: every row is its own
             s = seqs[rows.chain_seq]
             s.cache.commit_written(rows.positions)
@@ -130,6 +132,7 @@ class Engine:
         place at slot length + i."""
         seq.cache.check_room(len(rows.tokens))
         result = self.interpreter.run(self.graph, rows, SequenceCaches({0: seq.cache}))
+        self.passes += 1
         seq.pending = (rows, result.new_kv, seq.cache.length)
         return result.outputs["logits"]
 

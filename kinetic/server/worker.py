@@ -304,7 +304,7 @@ class EngineWorker:
         fed = released = 0
         tokens: list[int] = []
         stop_type, word = "limit", ""
-        t0 = time.perf_counter()
+        t0, passes = time.perf_counter(), engine.passes
         steps = self._tokens(job, ids, limit, sampler)
         prompt_seconds = 0.0
         for token, info in steps:
@@ -335,7 +335,7 @@ class EngineWorker:
             tail = scanner.feed(decoder.flush())[0] + scanner.flush()
             job.post(Piece(tail, pending.take_all()))
         generate_seconds = time.perf_counter() - t0 if tokens else 0.0
-        self._count(len(ids), prompt_seconds, len(tokens), generate_seconds)
+        self._count(len(ids), prompt_seconds, len(tokens), generate_seconds, engine.passes - passes)
         return Finished("length" if stop_type == "limit" else "stop", stop_type, word, len(ids), len(tokens), tokens,
                         prompt_seconds, generate_seconds, sampler.settings)
 
@@ -381,12 +381,13 @@ class EngineWorker:
         tokenizer = self.model.tokenizer
         return tokenizer.piece(token) if token < tokenizer.vocab_size else b""
 
-    def _count(self, prompt: int, prompt_seconds: float, generated: int, generate_seconds: float) -> None:
+    def _count(self, prompt: int, prompt_seconds: float, generated: int, generate_seconds: float,
+               passes: int) -> None:
         with self.lock:
             c = self.counters
             c.prompt_tokens_total += prompt
             c.prompt_seconds_total += prompt_seconds
             c.tokens_predicted_total += generated
             c.tokens_predicted_seconds_total += generate_seconds
-            c.n_decode_total += (1 if prompt else 0) + max(generated - 1, 0)
+            c.n_decode_total += passes  # engine passes: prompt chunks, decode steps, drafted verifications
             c.n_tokens_max = max(c.n_tokens_max, prompt + generated)

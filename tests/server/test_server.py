@@ -184,6 +184,24 @@ def test_llama_server_tokenize_detokenize_props_slots_metrics(http, model):
         assert f"\nllamacpp:{name} " in "\n" + metrics
 
 
+def test_metrics_count_engine_passes(model):
+    """n_decode_total is the engine's passes (prompt chunks, decode steps, drafted verifications), as
+    llama-server counts its llama_decode calls, not the tokens."""
+    from litestar.testing import TestClient
+
+    from kinetic.server import ServerOptions, create_app
+
+    def passes(c) -> int:
+        line = next(x for x in c.get("/metrics").text.splitlines() if x.startswith("llamacpp:n_decode_total "))
+        return int(float(line.split()[1]))
+
+    with TestClient(create_app(model, ServerOptions()), base_url="http://127.0.0.1:8080") as c:
+        before, engine_before = passes(c), model.engine.passes
+        body = {"prompt": "a b c a b c a b c a b c a b", "n_predict": 12, "temperature": 0}
+        assert c.post("/completion", json=body).json()["tokens_predicted"] == 12
+        assert passes(c) - before == model.engine.passes - engine_before >= 2
+
+
 def test_ollama_chat_streamed_and_whole(http, greedy_chat):
     """/api/chat answers as the OpenAI route does, whole or as NDJSON lines ending with done."""
     body = {"model": "any", "messages": QUESTION, "options": {"temperature": 0, "num_predict": 8}}
