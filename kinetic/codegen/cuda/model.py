@@ -203,6 +203,8 @@ class CudaModel:
         self._recordings: OrderedDict[tuple[int, int, int], object] = OrderedDict()
         self._mirrors: dict[int, _Mirror] = {}
         self._rope: dict[tuple, _RopeTables] = {}
+        tables = [graph.node(n.inputs[0]) for n in graph.nodes if n.op is Op.EMBED and n.id not in self.skip]
+        self.vocab = int(tables[0].type.shape[0]) if tables else None  # rows the embedding lookup reads
 
     def rope_tables(self, key: tuple) -> _RopeTables:
         if key not in self._rope:
@@ -263,6 +265,9 @@ class CudaModel:
         cache = kv.caches[seq]  # the engine's SequenceCaches: the KVCache whose copy the device keeps
         n, r = len(rows.tokens), len(rows.output_rows)
         cache.check_room(n)
+        if self.vocab is not None and n and not (0 <= int(rows.tokens.min()) and int(rows.tokens.max()) < self.vocab):
+            raise KineticError(f"a token id is outside the vocabulary (0..{self.vocab - 1})",
+                               "Check the token ids of the prompt.")
         if cache.n_ctx != self.n_ctx:
             raise ValueError(f"the cache holds {cache.n_ctx} entries; this runner was built for {self.n_ctx}")
         mirror = self.mirror(cache)

@@ -184,6 +184,16 @@ def test_a_draft_tree_row_equals_its_path_decoded_plainly(emulated):
     assert same_bits(after, engine.decode(alone, 278))
 
 
+def test_token_ids_outside_the_vocabulary_are_refused(emulated):
+    """The embedding lookup reads the table by token id: an id outside it is a clear error before any
+    launch (on a GPU it would read outside the table), and the sequence is untouched."""
+    seq = emulated.new_sequence()
+    for bad in ([5, 49152], [-1]):
+        with pytest.raises(KineticError, match="outside the vocabulary"):
+            emulated.prefill(seq, bad)
+    assert seq.cache.length == 0 and seq.tokens == []
+
+
 def test_unsupported_graphs_are_refused_with_the_reason(smollm2):
     """A graph with an op or weight the CUDA kernels do not cover is refused naming it, before any
     device work."""
