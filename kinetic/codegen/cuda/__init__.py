@@ -2,7 +2,8 @@
 launched with CuPy, a whole model's passes recorded once and replayed as CUDA graphs.
 
 Modules: `prelude` (the lockstep macro language every kernel is written in, for CUDA and for the
-host), `kernel` (a kernel and a program's text), `gemv` (activation quantizers and quantized GEMVs),
+host), `kernel` (a kernel and a program's text), `quantize` (activation quantizers), `gemv` (quantized
+GEMVs and row-tiled GEMMs),
 `pointwise` (RMS norm, elementwise ops, rotary), `attention` (f16-cache attention), `gather`
 (embedding lookups, row gathers, KV cache stores), `renderer` (IR nodes to kernels), `caps`
 (architectures and budgets as data), `nvrtc` (compiling and the cache), `emulator` (running the same

@@ -1,9 +1,11 @@
-"""`python -m kinetic.codegen.cuda.bench`: time the GEMV kernels of one decode row on the GPU here.
+"""`python -m kinetic.codegen.cuda.bench`: time the matmul kernels on the GPU here.
 
-Owns: a quick bandwidth reading per weight format (random weights of a 7B-class projection, one
-activation row, the best of many launches timed with CUDA events), printed as microseconds, GB/s of
-weight bytes read and the share of the `--peak` bandwidth. Does not own: model benchmarks (`kinetic
-bench`, once the CUDA runtime exists). Needs a GPU; says why not otherwise.
+Owns: a quick reading per weight format (random weights of a 7B-class projection, the best of many
+launches timed with CUDA events): the GEMV on one decode row, printed as microseconds, GB/s of weight
+bytes read and the share of the `--peak` bandwidth; and a prompt of PROMPT_ROWS rows through the GEMV
+(every row reads every weight) and through the GEMM (a tile of rows per weight read), in microseconds.
+Does not own: model benchmarks (`kinetic bench`, `benchmarks/cuda_runtime.py`). Needs a GPU; says
+why not otherwise.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import numpy as np
 from kinetic.codegen.cuda import device, gemv
 
 SHAPES = [(4096, 4096), (14336, 4096), (4096, 14336)]
+PROMPT_ROWS = 128
 
 
 def _time(program, kernel, rows, args, repeats: int) -> float:
@@ -32,6 +35,18 @@ def _time(program, kernel, rows, args, repeats: int) -> float:
     return best
 
 
+def _activations(rng, wtype, k: int, rows: int) -> list:
+    """Quantized activation rows as the matmul kernels read them: xq, xd (and Q8_1's xs), on the GPU."""
+    import cupy
+
+    fmt = gemv.activation_format(wtype)
+    acts = [cupy.asarray(rng.integers(-127, 128, (rows, k), dtype=np.int8)),
+            cupy.full((rows, k // (256 if fmt == "q8_k" else 32)), 0.01, cupy.float32)]
+    if fmt == "q8_1":
+        acts.append(cupy.zeros((rows, k // 32), cupy.float32))
+    return acts
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--peak", type=float, default=4800.0, help="the GPU's memory bandwidth in GB/s [H200: 4800]")
@@ -44,24 +59,25 @@ def main(argv: list[str] | None = None) -> int:
     import cupy
 
     types = sorted(gemv.SUPPORTED, key=lambda t: t.name)
-    kernels = [gemv.gemv(t, n, k) for t in types for n, k in SHAPES]
+    kernels = [make(t, n, k) for make in (gemv.gemv, gemv.gemm) for t in types for n, k in SHAPES]
     program = device.GpuProgram(kernels)
     rng = np.random.default_rng(0)
-    print(f"{'type':6} {'n_out x k':>12} {'us':>8} {'GB/s':>8} {'of peak':>8}")
+    rows = PROMPT_ROWS
+    print(f"{'type':6} {'n_out x k':>12} {'us':>8} {'GB/s':>8} {'of peak':>8} {f'GEMV {rows} us':>13} "
+          f"{f'GEMM {rows} us':>13}")
     for t in types:
         block = 256 if t in gemv.SUPERBLOCK else 32
         block_bytes = gemv.SUPERBLOCK.get(t) or gemv.BLOCK32[t].block_bytes
         for n, k in SHAPES:
             raw = cupy.asarray(rng.integers(0, 256, (n, k // block * block_bytes), dtype=np.uint8))
-            fmt = gemv.activation_format(t)
-            xq = cupy.asarray(rng.integers(-127, 128, (1, k), dtype=np.int8))
-            acts = [xq, cupy.full((1, k // (256 if fmt == "q8_k" else 32)), 0.01, cupy.float32)]
-            if fmt == "q8_1":
-                acts.append(cupy.zeros((1, k // 32), cupy.float32))
-            y = cupy.zeros((1, n), cupy.float32)
-            us = _time(program, gemv.gemv(t, n, k), 1, [raw, *acts, y], args.repeats)
+            one, prompt = _activations(rng, t, k, 1), _activations(rng, t, k, rows)
+            y = cupy.zeros((rows, n), cupy.float32)
+            us = _time(program, gemv.gemv(t, n, k), 1, [raw, *one, y[:1]], args.repeats)
+            gemv_us = _time(program, gemv.gemv(t, n, k), rows, [raw, *prompt, y], args.repeats)
+            gemm_us = _time(program, gemv.gemm(t, n, k), rows, [raw, *prompt, y, rows], args.repeats)
             gbs = raw.nbytes / us / 1e3
-            print(f"{t.name:6} {f'{n}x{k}':>12} {us:8.1f} {gbs:8.0f} {gbs / args.peak:8.0%}")
+            print(f"{t.name:6} {f'{n}x{k}':>12} {us:8.1f} {gbs:8.0f} {gbs / args.peak:8.0%} {gemv_us:13.1f} "
+                  f"{gemm_us:13.1f}")
     return 0
 
 

@@ -57,9 +57,11 @@ class Budget:
 
 # Registers: 64 per thread keeps 32 warps resident per SM on every listed architecture (65536 / 64 /
 # 32), which a bandwidth-bound GEMV needs to hide memory latency; every kind gets the same (measured
-# today: at most 52, a GEMV on sm_75). No kind may spill or keep a stack frame.
+# today: at most 52, a GEMV on sm_75). The GEMM holds its tile's accumulators too (gemv.GEMM_ROWS is
+# chosen to fit: at most 62, Q6_K on sm_75). No kind may spill or keep a stack frame.
 BUDGETS: dict[str, Budget] = {
     "gemv": Budget(registers=64, shared=0),
+    "gemm": Budget(registers=64, shared=0),
     "quantize": Budget(registers=64, shared=0),
     "norm": Budget(registers=64, shared=1024),
     "pointwise": Budget(registers=64, shared=0),

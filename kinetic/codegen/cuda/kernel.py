@@ -6,10 +6,12 @@ Owns: `Kernel` (name, launch shape, parameters, body in the lockstep language of
 
 Every kernel is specialized to its shapes (widths, block counts and constants are literals in its
 text, as the CPU kernels are); only the number of rows of a pass varies, and it is the grid's y
-dimension: block (x, y) computes its share of row y, so a row's result never depends on how many
-other rows the launch has. Whatever else changes from pass to pass (token ids, gathered rows, the
-number of cached keys, where new keys go) is read from device memory (`const int*` parameters), never
-passed as a scalar, so a captured CUDA graph replays every pass with the same parameters.
+dimension: block (x, y) computes its share of row y (of rows y*R .. y*R + R-1 for a kernel with
+`rows_per_block` R, the GEMM), and a row's result never depends on how many other rows the launch has.
+Whatever else changes from pass to pass (token ids, gathered rows, the number of cached keys, where new
+keys go) is read from device memory (`const int*` parameters), never passed as a scalar, so a captured
+CUDA graph replays every pass with the same parameters. The one scalar that varies, a GEMM's
+`n_rows`, is the pass's row count: it changes only with the grid, that is with the pass's shape.
 """
 
 from __future__ import annotations
@@ -49,23 +51,27 @@ class Param:
 
 @dataclass(frozen=True)
 class Kernel:
-    """One kernel: launched as a grid of (blocks_x, rows) blocks of `threads` threads."""
+    """One kernel: launched as a grid of (blocks_x, ceil(rows / rows_per_block)) blocks of `threads`
+    threads; block (x, y) computes its share of rows y * rows_per_block .. (y + 1) * rows_per_block - 1."""
 
     name: str
-    kind: str  # "gemv", "quantize", "norm", "pointwise", "rope", "attention", "gather": its limits (caps.py)
+    kind: str  # "gemv", "gemm", "quantize", "norm", "pointwise", "rope", "attention", "gather": its limits (caps.py)
     threads: int
     blocks_x: int
     params: tuple[Param, ...]
     body: str  # LANE/SHARED declarations, BODY, the statements (no KERNEL line, no END_KERNEL)
     shared_bytes: int = 0  # static shared memory the body declares
+    rows_per_block: int = 1  # activation rows one block computes (a GEMM's tile; 1 for every other kernel)
 
     def __post_init__(self) -> None:
         if self.threads % 32 or not 32 <= self.threads <= 1024:
             raise ValueError(f"{self.name}: {self.threads} threads is not a whole number of warps up to 1024")
+        if self.rows_per_block < 1:
+            raise ValueError(f"{self.name}: {self.rows_per_block} rows per block")
         _check_barriers(self.name, self.body)
 
     def grid(self, rows: int) -> tuple[int, int]:
-        return self.blocks_x, rows
+        return self.blocks_x, -(-rows // self.rows_per_block)
 
     def source(self) -> str:
         params = ", ".join(p.declaration() for p in self.params)
@@ -104,3 +110,20 @@ def f32_literal(value: float) -> str:
 def name_tag(value: float) -> str:
     """A float32 constant as part of a C name: the shortest text that reads back to it, e.g. 1em05."""
     return str(np.float32(value)).replace("-", "m").replace("+", "p").replace(".", "d")
+
+
+# ---- text helpers for kernel bodies ----
+
+
+def indent(code: str, spaces: int) -> str:
+    return "\n".join(" " * spaces + line if line else line for line in code.splitlines())
+
+
+def butterfly(var: str, combine: str, masks: tuple[int, ...], indent: int, other: str = "other") -> str:
+    """Shuffle `var` with lane ^ m into `other` and combine, for each mask in order (uniform code)."""
+    steps = (f"SHFL_XOR({other}, {var}, {m}); LANES {{ L({var}) = {combine}; }}" for m in masks)
+    return "\n".join(" " * indent + s for s in steps)
+
+
+def int_sum(var: str, masks: tuple[int, ...], indent: int = 4) -> str:
+    return butterfly(var, f"L({var}) + L(itmp)", masks, indent, other="itmp") + "\n"

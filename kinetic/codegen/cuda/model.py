@@ -489,7 +489,7 @@ class _Plan:
         if op is Op.EMBED:
             add(_Launch(kernels[0].name, n, (model.weights[graph.node(node.inputs[0]).attrs.tensor], ins[1], out)))
         elif op is Op.MATMUL:
-            quantize, gemv_kernel = kernels
+            quantize, one_row, tiled = kernels
             w = graph.node(node.inputs[1])
             fmt = gemv.activation_format(w.type.ggml_type)
             k = int(w.type.shape[1])
@@ -500,7 +500,11 @@ class _Plan:
                 scratch_of.setdefault(node.inputs[0], []).extend(acts)
                 add(_Launch(quantize.name, n, (ins[0], *acts)))
                 quantized[key] = tuple(acts)
-            add(_Launch(gemv_kernel.name, n, (model.weights[w.attrs.tensor], *quantized[key], out)))
+            weight = model.weights[w.attrs.tensor]
+            if n == 1:
+                add(_Launch(one_row.name, n, (weight, *quantized[key], out)))
+            else:  # each weight block read once per tile of rows; every row's result the GEMV's
+                add(_Launch(tiled.name, n, (weight, *quantized[key], out, n)))
         elif op is Op.RMS_NORM:
             weight = (model.weights[graph.node(node.inputs[1]).attrs.tensor],) if len(ins) == 2 else ()
             add(_Launch(kernels[0].name, n, (ins[0], *weight, out)))

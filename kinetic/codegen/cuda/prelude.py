@@ -19,6 +19,11 @@ blocks of per-thread code. Values that live across a uniform statement are decla
       BARRIER();                         block barrier; only at the top level of BODY
     END_KERNEL
 
+A LANE value may be a small array, `LANE(float, acc[8])`, read `L(acc[r])` and shuffled as `acc[r]`
+(the GEMM's per-row sums); indexed only by loop counters of fully unrolled loops (`#pragma unroll`,
+constant bounds), so that CUDA keeps it in registers (the compile test fails a kernel with a stack
+frame).
+
 On CUDA the macros vanish (`L(x)` is `x`, `LANES` is nothing, `SHFL_XOR` is `__shfl_xor_sync`).
 On the host (emulator.py) the grid's blocks run one after another; between two barriers each warp
 runs alone, its 32 lanes in lockstep: every `LANES` block is a loop over the 32 lanes, every

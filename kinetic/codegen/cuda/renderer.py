@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from gguf import GGMLQuantizationType as Q
 
-from kinetic.codegen.cuda import attention, gather, gemv, pointwise
+from kinetic.codegen.cuda import attention, gather, gemv, pointwise, quantize
 from kinetic.codegen.cuda.caps import ARCHS, BUDGETS, Arch, Budget
 from kinetic.codegen.cuda.kernel import Kernel
 from kinetic.ir.graph import Graph, Node
@@ -67,7 +67,9 @@ class CudaRenderer:
         if wtype not in gemv.SUPPORTED:
             raise NotImplementedError(f"{wtype.name} weights")
         n_out, k = weight.type.shape
-        return [gemv.quantize(gemv.activation_format(wtype), k), gemv.gemv(wtype, n_out, k)]
+        # the runtime launches the quantizer, then the GEMV for one row or the row-tiled GEMM for more
+        return [quantize.quantize(gemv.activation_format(wtype), k), gemv.gemv(wtype, n_out, k),
+                gemv.gemm(wtype, n_out, k)]
 
     def node_kernels(self, node: Node, graph: Graph, fused: dict[int, int] | None = None) -> list[Kernel]:
         """The kernels one node runs; NotImplementedError saying what is missing. An add in `fused`

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 from gguf import GGMLQuantizationType as Q
 
-from kinetic.codegen.cuda import attention, gather, gemv, pointwise
+from kinetic.codegen.cuda import attention, gather, gemv, pointwise, quantize
 from kinetic.ir import numerics
 
 # byte offsets of each layout's f16 scale fields; every other byte pattern is a valid encoding
@@ -20,6 +20,7 @@ TYPES = sorted(gemv.SUPPORTED, key=lambda t: t.name)
 # one block and several
 GEMV_SHAPES = {t: [(1, 32), (16, 64), (37, 352)] for t in gemv.BLOCK32} | {
     t: [(1, 256), (4, 256), (13, 768)] for t in gemv.SUPERBLOCK}
+GEMM_SENTINEL = 0x7FC0DEAD  # the bits of a NaN no kernel computes: y rows a GEMM must not write
 ELEMENTWISE_WIDTH = 300  # not a multiple of the 256 threads of a block
 SCALE_FACTOR = 0.3  # not a power of two: the product rounds
 NORMS = [(512, 1e-5, 0, True), (384, 1e-6, 64, False), (96, 1e-6, 32, True)]  # width, eps, group, weighted
@@ -35,8 +36,9 @@ QUANTIZE_WIDTHS = {"q8_0": (32, 352), "q8_1": (32, 352), "q8_k": (256, 768)}
 def kernels_under_test() -> list:
     """Every kernel the tests run, at the shapes above."""
     ks = [gemv.gemv(t, n, k) for t in TYPES for n, k in GEMV_SHAPES[t]]
-    ks += [gemv.quantize(fmt, k) for fmt, widths in QUANTIZE_WIDTHS.items() for k in widths]
-    ks += [gemv.quantize(gemv.activation_format(t), k) for t in TYPES for _, k in GEMV_SHAPES[t]]
+    ks += [gemv.gemm(t, n, k) for t in TYPES for n, k in GEMV_SHAPES[t]]
+    ks += [quantize.quantize(fmt, k) for fmt, widths in QUANTIZE_WIDTHS.items() for k in widths]
+    ks += [quantize.quantize(gemv.activation_format(t), k) for t in TYPES for _, k in GEMV_SHAPES[t]]
     ks += [pointwise.elementwise(op, ELEMENTWISE_WIDTH, SCALE_FACTOR) for op in pointwise.ELEMENTWISE]
     ks += [pointwise.rms_norm(w, eps, g, weighted) for w, eps, g, weighted in NORMS]
     ks += [pointwise.rope(*r) for r in ROPES]
@@ -74,16 +76,39 @@ def quantize_rows(prog, xp, x, fmt: str):
     outs = [xp.zeros((rows, k), xp.int8), xp.zeros((rows, k // block), xp.float32)]
     if fmt == "q8_1":
         outs.append(xp.zeros((rows, k // 32), xp.float32))
-    prog.launch(gemv.quantize(fmt, k).name, rows, xp.asarray(x), *outs)
+    prog.launch(quantize.quantize(fmt, k).name, rows, xp.asarray(x), *outs)
     return outs
 
 
 def kernel_matmul(prog, xp, x, raw, wtype: Q):
     """f32 [rows, n_out]: the quantizer kernel, then the GEMV kernel."""
-    rows, k = x.shape
-    acts = quantize_rows(prog, xp, x, gemv.activation_format(wtype))
+    return kernel_gemv(prog, xp, quantize_rows(prog, xp, x, gemv.activation_format(wtype)), raw, wtype)
+
+
+def kernel_gemv(prog, xp, acts, raw, wtype: Q):
+    """f32 [rows, n_out]: the GEMV kernel on quantized rows acts (quantize_rows' outputs)."""
+    rows, k = acts[0].shape
     y = xp.zeros((rows, raw.shape[0]), xp.float32)
     prog.launch(gemv.gemv(wtype, raw.shape[0], k).name, rows, xp.asarray(raw), *acts, y)
+    return y
+
+
+def gemm_rows(wtype: Q) -> tuple[int, ...]:
+    """Row counts for a GEMM test: one row, a tile less one, a tile, a tile and one, two tiles and
+    three (a partial last tile)."""
+    tile = gemv.GEMM_ROWS[wtype]
+    return 1, tile - 1, tile, tile + 1, 2 * tile + 3
+
+
+def kernel_gemm(prog, xp, acts, raw, wtype: Q):
+    """f32 [whole tiles, n_out]: the GEMM kernel on quantized rows acts (quantize_rows' outputs, their
+    row count n_rows) into a y padded to whole tiles and filled with GEMM_SENTINEL's bits, so rows
+    n_rows.. show whether anything was written there."""
+    kernel = gemv.gemm(wtype, raw.shape[0], acts[0].shape[1])
+    n_rows = acts[0].shape[0]
+    tiles = -(-n_rows // kernel.rows_per_block)
+    y = xp.full((tiles * kernel.rows_per_block, raw.shape[0]), GEMM_SENTINEL, xp.uint32).view(xp.float32)
+    prog.launch(kernel.name, n_rows, xp.asarray(raw), *acts, y, n_rows)
     return y
 
 

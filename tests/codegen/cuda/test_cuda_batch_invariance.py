@@ -16,23 +16,28 @@ from cuda_helpers import (
     attention_inputs,
     kernel_attention,
     kernel_embed,
+    kernel_gemm,
     kernel_kv_store,
     kernel_matmul,
     kernel_rms_norm,
     kernel_rope,
+    quantize_rows,
     random_q8_0_table,
     random_weight,
     same_bits,
 )
 
+from kinetic.codegen.cuda import gemv
+
 BATCH = 7
 
 
-def _batches(rng, width):
-    """One row alone, and batches holding it at the first, a middle and the last position."""
+def _batches(rng, width, size=BATCH, positions=(0, 3, BATCH - 1)):
+    """One row alone, and batches of `size` holding it at each position (by default the first, a
+    middle and the last)."""
     row = rng.standard_normal((1, width)).astype(np.float32)
-    others = (rng.standard_normal((BATCH - 1, width)) * 5).astype(np.float32)
-    return row, [np.concatenate([others[:at], row, others[at:]]) for at in (0, 3, BATCH - 1)], (0, 3, BATCH - 1)
+    others = (rng.standard_normal((size - 1, width)) * 5).astype(np.float32)
+    return row, [np.concatenate([others[:at], row, others[at:]]) for at in positions], positions
 
 
 @pytest.mark.parametrize("wtype", TYPES, ids=lambda t: t.name)
@@ -45,6 +50,21 @@ def test_gemv_row_alone_equals_row_in_batch(host, wtype):
     alone = kernel_matmul(host, np, row, raw, wtype)
     for batch, at in zip(batches, positions, strict=True):
         assert same_bits(kernel_matmul(host, np, batch, raw, wtype)[at : at + 1], alone), f"row at {at}"
+
+
+@pytest.mark.parametrize("wtype", TYPES, ids=lambda t: t.name)
+def test_gemm_row_alone_equals_row_in_batch(host, wtype):
+    """Quantizer + GEMM (tiles of R rows): a row's outputs alone (a tile of one row) equal its outputs
+    in a batch of 2R+3, first or last in a full tile, first or last in the partial last tile."""
+    rng = np.random.default_rng(25)
+    n, k = GEMV_SHAPES[wtype][-1]
+    raw, tile = random_weight(rng, wtype, n, k), gemv.GEMM_ROWS[wtype]
+    row, batches, positions = _batches(rng, k, 2 * tile + 3, (0, tile - 1, tile, 2 * tile, 2 * tile + 2))
+    fmt = gemv.activation_format(wtype)
+    alone = kernel_gemm(host, np, quantize_rows(host, np, row, fmt), raw, wtype)[:1]
+    for batch, at in zip(batches, positions, strict=True):
+        got = kernel_gemm(host, np, quantize_rows(host, np, batch, fmt), raw, wtype)
+        assert same_bits(got[at : at + 1], alone), f"row at {at}"
 
 
 @pytest.mark.parametrize("width,eps,group,weighted", NORMS)
