@@ -2,13 +2,13 @@
 # The CUDA checks for a machine with an NVIDIA GPU (issue 10). Two steps:
 #
 #   scripts/gpu_check.sh --fetch-wheels   here, with PyPI: the packages the GPU machine's image lacks
-#                                         (gguf; the image has numpy, CuPy, NVRTC, llvmlite, pytest) as
+#                                         (gguf, pyyaml; the image has numpy, CuPy, NVRTC, llvmlite, pytest) as
 #                                         wheels in .whl/ (git-ignored through .git/info/exclude); carry
 #                                         .whl to the GPU machine
 #   scripts/gpu_check.sh                  on the GPU machine: installs what is missing (from .whl/ when
 #                                         present, else from PyPI), then, in order:
-#     1. the CUDA tests (the GPU ones compare every kernel, and the whole runtime on SmolLM2, with the
-#        IR reference, bit for bit; the whole-model ones need the real models in Kinetic's models
+#     1. the CUDA tests marked gpu (every kernel, and the whole runtime on SmolLM2, against the IR
+#        reference, bit for bit; the whole-model ones need the real models in Kinetic's models
 #        folder and are left out, saying so, where they are not: the device machine cannot download
 #        them, and a working tree over 64 MiB does not travel);
 #     2. the GEMV bandwidth benchmark (python -m kinetic.codegen.cuda.bench);
@@ -27,7 +27,7 @@ if [[ "${1:-}" == "--fetch-wheels" ]]; then
     mkdir -p .whl
     grep -qx '/.whl/' .git/info/exclude 2>/dev/null || echo '/.whl/' >>.git/info/exclude
     exec "$PY" -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-        --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d .whl "gguf>=0.17,<0.30"
+        --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d .whl "gguf>=0.17,<0.30" pyyaml
 fi
 
 if ! nvidia-smi -L >/dev/null 2>&1; then
@@ -74,8 +74,9 @@ if [[ -z "$models" ]]; then
          "left out; step 3 checks the runtime on generated models"
     skip=(--ignore tests/codegen/cuda/test_cuda_model.py)
 fi
-timeout 400 "$PY" -m pytest -q -p no:cacheprovider -rs tests/codegen/cuda "${skip[@]}" 2>&1 | tee "$out/pytest.txt" \
-    || status=1
+# the GPU tests only: CI already runs everything else (the emulation) on every commit
+timeout 400 "$PY" -m pytest -q -p no:cacheprovider -rs -m gpu tests/codegen/cuda "${skip[@]}" 2>&1 \
+    | tee "$out/pytest.txt" || status=1
 timeout 120 "$PY" -m kinetic.codegen.cuda.bench 2>&1 | tee "$out/gemv-bench.txt" || status=1
 {
     for t in Q4_0 Q4_1 Q5_0 Q8_0 Q4_K Q6_K; do
