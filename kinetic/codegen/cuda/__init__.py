@@ -9,7 +9,7 @@ GEMVs and row-tiled GEMMs),
 (architectures and budgets as data), `nvrtc` (compiling and the cache), `emulator` (running the same
 text on the host), `device` (is CUDA usable; launching on a GPU), `backends` (the device calls the
 runtime makes, on a GPU or on the emulation), `model` (the runtime: weights and the KV cache on the
-device, plans per pass shape, `--device cuda`), `bench` (GEMV bandwidth on a GPU). Every kernel sums
+device, `--device cuda`, layer splits), `plan` (one pass shape's launches and buffers), `bench` (GEMV bandwidth on a GPU). Every kernel sums
 in the IR reference's order, so it agrees with the reference interpreter bit for bit (RMS norm
 within one ulp). See docs/devices.md, "CUDA".
 """

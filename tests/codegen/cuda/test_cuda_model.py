@@ -266,11 +266,11 @@ def test_rotary_tables_are_the_reference_values():
     """The runtime's cos/sin per position (a block of positions at a time, through the compiled map of
     the C library's cosf/sinf) are numerics.rope_cos_sin's bits, for one row and for many, across
     blocks, for both of Gemma 3's bases."""
-    from kinetic.codegen.cuda.model import _RopeTables
+    from kinetic.codegen.cuda.plan import RopeTables
     from kinetic.ir import numerics
 
     for n_rot, theta in ((64, 100000.0), (256, 10000.0), (256, 1000000.0)):
-        tables = _RopeTables(n_rot, theta, 1.0)
+        tables = RopeTables(n_rot, theta, 1.0)
         for positions in ([7], [255, 256, 257], [0, 1000, 5000, 300]):
             positions = np.asarray(positions)
             got = tables.rows(positions)
