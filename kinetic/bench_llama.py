@@ -72,26 +72,29 @@ def find_llama_bench(given: str | None) -> Path:
 
 
 def llama_bench_command(
-    exe: Path, model: Path, *, threads: int, repetitions: int, n_prompt: int, n_gen: int
+    exe: Path, model: Path, *, threads: int, repetitions: int, n_prompt: int, n_gen: int, gpu: bool = False
 ) -> list[str]:
-    """llama-bench on the CPU with flash attention on, spelling flags as this build's --help does."""
+    """llama-bench with flash attention on, on the CPU (-ngl 0 -dev none), or with every layer on the
+    GPU (-ngl 99) when Kinetic ran on one, spelling flags as this build's --help does."""
     try:
         shown = subprocess.run([str(exe), "--help"], capture_output=True, text=True, timeout=30)
         helptext = shown.stdout + shown.stderr
     except (OSError, subprocess.SubprocessError):
         helptext = ""
     flash = "on" if "<on|off|auto>" in helptext else "1"
-    flags = f"-t {threads} -r {repetitions} -p {n_prompt} -n {n_gen} -fa {flash} -ngl 0 -o json"
+    flags = f"-t {threads} -r {repetitions} -p {n_prompt} -n {n_gen} -fa {flash} -ngl {99 if gpu else 0} -o json"
     cmd = [str(exe), "-m", str(model), *flags.split()]
-    if "--device" in helptext:
+    if "--device" in helptext and not gpu:
         cmd += ["-dev", "none"]
     return cmd
 
 
 def run_llama_bench(
-    exe: Path, model: Path, *, threads: int, repetitions: int, n_prompt: int = 512, n_gen: int = 128
+    exe: Path, model: Path, *, threads: int, repetitions: int, n_prompt: int = 512, n_gen: int = 128,
+    gpu: bool = False,
 ) -> LlamaBenchResult:
-    cmd = llama_bench_command(exe, model, threads=threads, repetitions=repetitions, n_prompt=n_prompt, n_gen=n_gen)
+    cmd = llama_bench_command(exe, model, threads=threads, repetitions=repetitions, n_prompt=n_prompt, n_gen=n_gen,
+                              gpu=gpu)
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True)
     except OSError as exc:
@@ -171,17 +174,20 @@ def spec_types(helptext: str) -> list[str]:
 
 
 def llama_server_command(
-    exe: Path, model: Path, helptext: str, *, threads: int, n_ctx: int, port: int, spec_type: str
+    exe: Path, model: Path, helptext: str, *, threads: int, n_ctx: int, port: int, spec_type: str, gpu: bool = False
 ) -> list[str]:
-    """llama-server on the CPU (-ngl 0, no device), one slot, flash attention on, as llama-bench runs."""
-    flags = f"-t {threads} -c {n_ctx} -np 1 -ngl 0 -fa on --host 127.0.0.1 --port {port} --spec-type {spec_type}"
+    """llama-server on the CPU (-ngl 0, no device) or the GPU (-ngl 99), one slot, flash attention on,
+    as llama-bench runs."""
+    ngl = 99 if gpu else 0
+    flags = f"-t {threads} -c {n_ctx} -np 1 -ngl {ngl} -fa on --host 127.0.0.1 --port {port} --spec-type {spec_type}"
     cmd = [str(exe), "-m", str(model), *flags.split()]
-    cmd += ["-dev", "none"] if "--device" in helptext else []
+    cmd += ["-dev", "none"] if "--device" in helptext and not gpu else []
     return cmd + (["--no-webui"] if "--no-webui" in helptext else [])
 
 
 def run_llama_edit(
-    exe: Path | None, model: Path, *, threads: int, repetitions: int, n_edit: int, spec_type: str = LLAMA_SPEC_DEFAULT
+    exe: Path | None, model: Path, *, threads: int, repetitions: int, n_edit: int, spec_type: str = LLAMA_SPEC_DEFAULT,
+    gpu: bool = False,
 ) -> LlamaEditResult:
     """The edit request to llama-server `repetitions` times, a fresh server each run (so no run drafts from
     an earlier answer, as Kinetic's runs do not); a missing server or mode, or a failure, is `not_run`."""
@@ -199,7 +205,8 @@ def run_llama_edit(
     try:
         for _ in range(repetitions):
             cmd = llama_server_command(
-                exe, model, helptext, threads=threads, n_ctx=1024 + n_edit, port=_free_port(), spec_type=spec_type
+                exe, model, helptext, threads=threads, n_ctx=1024 + n_edit, port=_free_port(), spec_type=spec_type,
+                gpu=gpu,
             )
             with llama_server(cmd) as url:
                 text, count, seconds, result.prompt_tokens = stream_edit(url, n_edit)

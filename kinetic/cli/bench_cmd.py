@@ -112,9 +112,9 @@ def run(args: argparse.Namespace) -> int:
         return code
     if not args.json:
         print(bench.table(result) + "\n", flush=True)
-    theirs = bench_llama.run_llama_bench(
-        exe, result.path, threads=result.threads, repetitions=args.repetitions, n_prompt=args.n_prompt, n_gen=args.n_gen
-    )
+    gpu = result.device in ("cuda", "vulkan")  # llama.cpp on the same device: every layer on its GPU
+    theirs = bench_llama.run_llama_bench(exe, result.path, threads=result.threads, repetitions=args.repetitions,
+                                         n_prompt=args.n_prompt, n_gen=args.n_gen, gpu=gpu)
     edit = None
     if result.edit is not None:  # llama.cpp's edit test, one llama-server at a time, after llama-bench
         edit = bench_llama.run_llama_edit(
@@ -124,6 +124,7 @@ def run(args: argparse.Namespace) -> int:
             repetitions=args.repetitions,
             n_edit=args.edit_tokens,
             spec_type=args.llama_spec,
+            gpu=gpu,
         )
     print(
         json.dumps(bench_llama.card_json(result, theirs, edit), indent=2)

@@ -364,3 +364,21 @@ def test_llama_server_stopped_on_ctrl_c(monkeypatch, tmp_path):
     pid = int((tmp_path / "server_pid").read_text())
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+def test_llama_cpp_runs_on_the_gpu_when_kinetic_did(tmp_path):
+    """--compare with --device cuda or vulkan gives llama.cpp every layer on its GPU (-ngl 99, no
+    `-dev none`), as the card compares the same device; on the CPU it is -ngl 0 -dev none."""
+    from kinetic import bench_llama
+
+    exe = tmp_path / "llama-bench"
+    exe.write_text("#!/bin/sh\necho '  -dev, --device <dev1/dev2/..>'\n")
+    exe.chmod(0o755)
+    model = tmp_path / "m.gguf"
+    cpu = bench_llama.llama_bench_command(exe, model, threads=2, repetitions=1, n_prompt=8, n_gen=4)
+    gpu = bench_llama.llama_bench_command(exe, model, threads=2, repetitions=1, n_prompt=8, n_gen=4, gpu=True)
+    assert cpu[-4:] == ["-o", "json", "-dev", "none"] and "-ngl" in cpu and cpu[cpu.index("-ngl") + 1] == "0"
+    assert gpu[gpu.index("-ngl") + 1] == "99" and "-dev" not in gpu
+    server = bench_llama.llama_server_command(exe, model, "--device", threads=2, n_ctx=64, port=1, spec_type="x",
+                                              gpu=True)
+    assert server[server.index("-ngl") + 1] == "99" and "-dev" not in server
