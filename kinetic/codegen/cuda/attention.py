@@ -107,3 +107,131 @@ BODY
 """
     name = f"attention_h{n_head}_kv{n_kv_head}_d{head_dim}_s{name_tag(scale)}_m{mask_stride}"
     return Kernel(name, "attention", 32 * HEADS_PER_BLOCK, -(-n_head // HEADS_PER_BLOCK), params, body)
+
+
+PAR_WARPS = 8  # warps per block of attention_rows
+PAR_THREADS = 32 * PAR_WARPS
+
+
+def attention_rows(n_head: int, n_kv_head: int, head_dim: int, scale: float, softcap: float = 0.0, *,
+                   mask_stride: int) -> Kernel:
+    """attention() for passes of few rows (decode, drafted verification), where one warp per (row,
+    head) leaves the GPU idle and each key costs a chain of dependent steps: one block of 8 warps per
+    (row, head), the same values in three phases, with a scratch f32 [rows, n_head, 2, mask_stride]:
+
+    1. every key's score, the 8 warps on different keys (each score in attention()'s order);
+    2. the softmax factors of every key in parallel: the running maximum before key j is the maximum
+       of the earlier visible scores, which each thread gets for its segment of keys from the other
+       segments' maxima (max is exact, whatever the grouping), so `new_max`, expf's argument and
+       (ms, vs) are attention()'s values, key by key;
+    3. the accumulation, the one chain that stays sequential: thread d < head_dim runs value d's
+       f16 chain over the keys in order, and every thread the sum S (the same operations as before).
+
+    The output is attention()'s bit for bit; the per-key chain is an fma and two roundings instead of
+    a dot product, a butterfly and expf."""
+    if softcap:
+        raise NotImplementedError("attention soft-capping (the reference calls the C library's tanhf)")
+    if head_dim % 64 or head_dim > PAR_THREADS:
+        raise NotImplementedError(f"attention head size {head_dim}: only multiples of 64 up to {PAR_THREADS}")
+    if n_head % n_kv_head:
+        raise ValueError(f"{n_head} heads do not share {n_kv_head} kv heads evenly")
+    if mask_stride < 1:
+        raise ValueError(f"attention mask stride {mask_stride}: a mask row holds at least one key")
+    per_lane = head_dim // 32
+    params = (Param("q", "const float*"), Param("keys", "const u16*"), Param("values", "const u16*"),
+              Param("mask", "const u8*"), Param("meta", "const int*"), Param("scratch", "float*"),
+              Param("out", "float*"))
+    lanes = range(per_lane)
+    decl = "".join(f"  LANE(float, q{i});\n" for i in lanes)
+    load_q = "\n".join(f"    L(q{i}) = k_h2f(k_f2h(LD(float, q, qrow + {32 * i} + LANE_ID)));" for i in lanes)
+    dot = "\n".join(f"      a0 = k_fma(L(q{2 * c}), k_h2f(LD(u16, keys, krow + {64 * c} + LANE_ID)), a0);\n"
+                    f"      a1 = k_fma(L(q{2 * c + 1}), k_h2f(LD(u16, keys, krow + {64 * c + 32} + LANE_ID)), a1);"
+                    for c in range(per_lane // 2))
+    # uniform values each stretch between barriers declares again, in a block of its own (the emulation
+    # runs the stretches apart; on CUDA they share one scope)
+    setup = """\
+  const int head = BX;
+  const int cached = LD(int, meta, 0);
+  const int n_keys = cached < MASK_STRIDE ? cached : MASK_STRIDE;
+  const long mrow = (long)BY * MASK_STRIDE;
+  const long base = ((long)BY * NH + head) * 2 * MASK_STRIDE;  // scores, then ms; vs at + MASK_STRIDE
+"""
+    body = f"""\
+{decl}  LANE(float, score);
+  LANE(float, other);
+  SHARED(float, segmax, {PAR_THREADS});
+  enum {{ NH = {n_head}, GROUP = {n_head // n_kv_head}, HD = {head_dim}, KVW = {n_kv_head * head_dim},
+         MASK_STRIDE = {mask_stride}, THREADS = {PAR_THREADS} }};
+BODY
+  {{
+{setup}  LANES {{
+    const long qrow = (long)BY * NH * HD + (long)head * HD;
+{load_q}
+  }}
+  for (int j = WARP; j < n_keys; j += {PAR_WARPS}) {{
+    if (!LD(u8, mask, mrow + j)) continue;
+    LANES {{
+      const long krow = (long)j * KVW + (long)(head / GROUP) * HD;
+      float a0 = 0.0f, a1 = 0.0f;
+{dot}
+      L(score) = k_add(a0, a1);
+    }}
+""" + "".join(f"    SHFL_XOR(other, score, {m}); LANES {{ L(score) = k_add(L(score), L(other)); }}\n"
+              for m in (16, 8, 4, 2, 1)) + f"""\
+    LANES {{ if (LANE_ID == 0) ST(float, scratch, base + j, k_mul(L(score), {f32_literal(scale)})); }}
+  }}
+  }}
+  BARRIER();
+  {{
+{setup}  LANES {{
+    const int seg = (n_keys + THREADS - 1) / THREADS;
+    const int first = TID * seg, last = first + seg < n_keys ? first + seg : n_keys;
+    float top = k_bits2f(0xff800000u);
+    for (int j = first; j < last; ++j) {{
+      if (!LD(u8, mask, mrow + j)) continue;
+      const float s = LD(float, scratch, base + j);
+      if (s > top) top = s;
+    }}
+    segmax[TID] = top;
+  }}
+  }}
+  BARRIER();
+  {{
+{setup}  LANES {{
+    const int seg = (n_keys + THREADS - 1) / THREADS;
+    const int first = TID * seg, last = first + seg < n_keys ? first + seg : n_keys;
+    float m = k_bits2f(0xff800000u);
+    for (int u = 0; u < TID; ++u) {{
+      if (segmax[u] > m) m = segmax[u];
+    }}
+    for (int j = first; j < last; ++j) {{
+      if (!LD(u8, mask, mrow + j)) continue;
+      const float s = LD(float, scratch, base + j);
+      const bool new_max = s > m;
+      const float e = k_expf_libc(new_max ? k_sub(m, s) : k_sub(s, m));
+      if (new_max) m = s;
+      ST(float, scratch, base + j, new_max ? e : 1.0f);
+      ST(float, scratch, base + MASK_STRIDE + j, new_max ? 1.0f : e);
+    }}
+  }}
+  }}
+  BARRIER();
+  {{
+{setup}  LANES {{
+    if (TID < HD) {{
+      const long vcol = (long)(head / GROUP) * HD + TID;
+      float acc = 0.0f, s_sum = 0.0f;
+      for (int j = 0; j < n_keys; ++j) {{
+        if (!LD(u8, mask, mrow + j)) continue;
+        const float ms = LD(float, scratch, base + j), vs = LD(float, scratch, base + MASK_STRIDE + j);
+        acc = k_h2f(k_f2h(k_fma(k_h2f(LD(u16, values, (long)j * KVW + vcol)), vs, k_h2f(k_f2h(k_mul(acc, ms))))));
+        s_sum = k_fma(s_sum, ms, vs);
+      }}
+      const float inv = s_sum == 0.0f ? 0.0f : k_div(1.0f, s_sum);
+      ST(float, out, (long)BY * NH * HD + (long)head * HD + TID, k_mul(acc, inv));
+    }}
+  }}
+  }}
+"""
+    name = f"attention_rows_h{n_head}_kv{n_kv_head}_d{head_dim}_s{name_tag(scale)}_m{mask_stride}"
+    return Kernel(name, "attention", PAR_THREADS, n_head, params, body, shared_bytes=4 * PAR_THREADS)

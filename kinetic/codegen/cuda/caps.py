@@ -66,7 +66,7 @@ BUDGETS: dict[str, Budget] = {
     "norm": Budget(registers=64, shared=1024),
     "pointwise": Budget(registers=64, shared=0),
     "rope": Budget(registers=64, shared=0),
-    "attention": Budget(registers=64, shared=0),
+    "attention": Budget(registers=64, shared=1024),  # attention_rows: one f32 per thread (segment maxima)
     "gather": Budget(registers=64, shared=0),
 }
 

@@ -23,6 +23,7 @@ from kinetic.ir.interpreter import PassRows, _visibility
 from kinetic.ir.ops import Op
 
 F32 = np.float32
+PARALLEL_ATTENTION_ROWS = 16  # passes of at most this many rows attend with attention_rows
 
 
 @dataclass(frozen=True)
@@ -107,6 +108,7 @@ class Plan:
         self.kv_rows = backend.empty(self.kv_bytes)
         self.buffers: dict[int, object] = {}
         self.launches: list[Launch] = []
+        self._scratch = None
         self._build(graph, backend)
 
     # -- layout of what changes per pass
@@ -194,6 +196,14 @@ class Plan:
                     for buf in scratch_of.pop(j, []):
                         give(buf)
 
+    def attention_scratch(self, heads: int):
+        """attention_rows' scratch f32 [rows, heads, 2, n_ctx], one for every layer of the pass (their
+        launches run one after another)."""
+        nbytes = heads * 2 * self.model.n_ctx * 4
+        if self._scratch is None or self._scratch.nbytes < nbytes:
+            self._scratch = self.model.backend.empty(nbytes)
+        return self._scratch
+
     def count(self, node: Node) -> int:
         return self.counts[node.type.shape[0]]
 
@@ -229,12 +239,15 @@ class Plan:
             tables = (self.input_view(("cos", key)), self.input_view(("sin", key)))
             add(Launch(kernels[0].name, n, (ins[0], *tables, out)))
         elif op is Op.ATTENTION:
-            store, attend = kernels
+            store, one_warp, parallel = kernels
             layer = graph.node(node.inputs[3]).attrs.layer
             meta = self.input_view("meta")
             add(Launch(store.name, n, (ins[1], ins[2], meta, ("k", layer), ("v", layer))))
-            add(Launch(attend.name, n, (ins[0], ("k", layer), ("v", layer), self.input_view(("mask", a.window)),
-                                         meta, out)))
+            cache = (ins[0], ("k", layer), ("v", layer), self.input_view(("mask", a.window)), meta)
+            if n <= PARALLEL_ATTENTION_ROWS:  # few rows: 8 warps per (row, head), a scratch of their factors
+                add(Launch(parallel.name, n, (*cache, self.attention_scratch(n * a.n_head), out)))
+            else:
+                add(Launch(one_warp.name, n, (*cache, out)))
         elif op is Op.TAKE_ROWS:
             add(Launch(kernels[0].name, n, (ins[0], ins[1], out)))
         elif node.id in model.fused:

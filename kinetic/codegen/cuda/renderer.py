@@ -101,10 +101,11 @@ class CudaRenderer:
             if a.kv_dtype != "f16":
                 raise NotImplementedError(f"a {a.kv_dtype} KV cache")
             # the pass's new keys and values go into the cache (one launch for both), then the rows
-            # attend over it
+            # attend over it: one warp per (row, head) for many rows, 8 warps per (row, head) for few
+            shape = (a.n_head, a.n_kv_head, a.head_dim, a.scale, a.softcap)
             return [gather.kv_store_pair(a.n_kv_head * a.head_dim),
-                    attention.attention(a.n_head, a.n_kv_head, a.head_dim, a.scale, a.softcap,
-                                        mask_stride=self.mask_stride)]
+                    attention.attention(*shape, mask_stride=self.mask_stride),
+                    attention.attention_rows(*shape, mask_stride=self.mask_stride)]
         if node.op in _ELEMENTWISE_OPS:
             if any(graph.node(i).type.shape != node.type.shape for i in node.inputs):
                 raise NotImplementedError("operands of different shapes (a broadcast)")

@@ -42,8 +42,8 @@ def kernels_under_test() -> list:
     ks += [pointwise.elementwise(op, ELEMENTWISE_WIDTH, SCALE_FACTOR) for op in pointwise.ELEMENTWISE]
     ks += [pointwise.rms_norm(w, eps, g, weighted) for w, eps, g, weighted in NORMS]
     ks += [pointwise.rope(*r) for r in ROPES]
-    ks += [attention.attention(nh, nkv, hd, attention_scale(hd), mask_stride=CACHE_CAPACITY)
-           for nh, nkv, hd in ATTENTIONS]
+    ks += [kind(nh, nkv, hd, attention_scale(hd), mask_stride=CACHE_CAPACITY)
+           for nh, nkv, hd in ATTENTIONS for kind in (attention.attention, attention.attention_rows)]
     ks += [gather.embed_q8_0(w) for w in EMBED_WIDTHS]
     ks += [gather.take_rows(w) for w in TAKE_ROWS_WIDTHS]
     ks += [gather.kv_store(w) for w in KV_STORE_WIDTHS]

@@ -33,13 +33,16 @@ def test_every_compute_op_of_a_model_has_kernels(family):
 
 
 def test_attention_kernels_take_the_mask_stride():
-    """An attention node becomes the cache store and the attention kernel, whose mask stride is the
-    renderer's (the runtime's cache capacity), named in the kernel."""
+    """An attention node becomes the cache store and the attention kernels (one warp per (row, head)
+    for many rows, eight for few), whose mask stride is the renderer's (the runtime's cache capacity),
+    named in the kernel."""
     graph = run_pipeline(lower(open_gguf(synthetic_path("llama"))))
     node = next(n for n in graph.nodes if n.op is Op.ATTENTION)
-    store, attend = CudaRenderer(mask_stride=640).node_kernels(node, graph)
+    store, attend, parallel = CudaRenderer(mask_stride=640).node_kernels(node, graph)
     assert store.kind == "gather" and store.name.startswith("kv_store_")
     assert attend.kind == "attention" and attend.name.endswith("_m640")
+    assert parallel.kind == "attention" and parallel.name.startswith("attention_rows_")
+    assert parallel.name.endswith("_m640")
 
 
 def test_device_cuda_fails_with_the_reason_when_unusable():

@@ -1,0 +1,119 @@
+"""attention.attention_rows (8 warps per (row, head): scores in parallel, the softmax factors in
+parallel, the accumulation alone sequential) against attention() and the IR reference, bit for bit,
+on the host emulation in both thread orders: causal rows with a hole, a draft tree's mask, more keys
+than threads (several keys per segment), keys past n_keys holding garbage, and a scale that rounds."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from cuda_helpers import attention_inputs, attention_scale, reference_attention
+
+from kinetic.codegen.cuda import attention, device, emulator
+
+STRIDE = 640  # the mask stride (cache capacity) of these kernels: more keys than the 256 threads
+SHAPES = [(9, 3, 64), (4, 1, 256), (2, 2, 128)]  # n_head, n_kv_head, head_dim: SmolLM2's, Gemma 3's, MHA
+
+
+def _kernels() -> list:
+    ks = []
+    for n_head, n_kv, hd in SHAPES:
+        scale = attention_scale(hd)
+        ks += [attention.attention(n_head, n_kv, hd, scale, mask_stride=STRIDE),
+               attention.attention_rows(n_head, n_kv, hd, scale, mask_stride=STRIDE)]
+    return ks
+
+
+@pytest.fixture(scope="module", params=[False, True], ids=["reverse", "forward"])
+def host(request, tmp_path_factory):
+    if emulator.unavailable_reason():
+        pytest.skip(emulator.unavailable_reason())
+    return emulator.HostProgram(_kernels(), forward=request.param, cache_dir=tmp_path_factory.mktemp("attn-rows"))
+
+
+def _run(host, kernel, q, keys, values, visible, n_keys, scratch: bool):
+    rows = q.shape[0]
+    cache_k = np.zeros((STRIDE, keys.shape[1]), np.uint16)
+    cache_v = np.zeros_like(cache_k)
+    rng = np.random.default_rng(7)
+    cache_k[:] = rng.integers(0, 65536, cache_k.shape)  # garbage past n_keys: must not be read into results
+    cache_v[:] = rng.integers(0, 65536, cache_v.shape)
+    cache_k[:n_keys], cache_v[:n_keys] = keys.view(np.uint16), values.view(np.uint16)
+    mask = np.ones((rows, STRIDE), np.uint8)  # every key past n_keys marked visible: n_keys must bound it
+    mask[:, :n_keys] = visible
+    meta = np.array([n_keys, 0], np.int32)
+    out = np.full(q.shape, np.nan, np.float32)
+    extra = [np.full((rows, kernel_heads(kernel), 2, STRIDE), np.nan, np.float32)] if scratch else []
+    host.launch(kernel.name, rows, q, cache_k, cache_v, mask, meta, *extra, out)
+    return out
+
+
+def kernel_heads(kernel) -> int:
+    return kernel.blocks_x
+
+
+@pytest.mark.parametrize("n_head,n_kv,hd", SHAPES)
+@pytest.mark.parametrize("rows,n_keys", [(1, 1), (1, 37), (3, 300), (2, 600)])
+def test_parallel_phases_equal_the_one_warp_kernel_and_the_reference(host, n_head, n_kv, hd, rows, n_keys):
+    rng = np.random.default_rng(n_keys * 31 + rows)
+    q, keys, values, visible = attention_inputs(rng, rows, n_keys, n_head, n_kv, hd) if n_keys > 3 else (
+        (rng.standard_normal((rows, n_head * hd)) * 2).astype(np.float32),
+        rng.standard_normal((n_keys, n_kv * hd)).astype(np.float16),
+        rng.standard_normal((n_keys, n_kv * hd)).astype(np.float16),
+        np.ones((rows, n_keys), bool))
+    scale = attention_scale(hd)
+    one_warp = _run(host, attention.attention(n_head, n_kv, hd, scale, mask_stride=STRIDE), q, keys, values,
+                    visible, n_keys, scratch=False)
+    parallel = _run(host, attention.attention_rows(n_head, n_kv, hd, scale, mask_stride=STRIDE), q, keys, values,
+                    visible, n_keys, scratch=True)
+    assert np.array_equal(parallel.view(np.uint32), one_warp.view(np.uint32))
+    want = reference_attention(q, keys, values, visible, n_head, n_kv, hd)
+    assert np.array_equal(parallel.view(np.uint32), want.view(np.uint32))
+
+
+def test_a_draft_trees_mask(host):
+    """Rows of a tree see the committed keys and their ancestors only (not their siblings)."""
+    n_head, n_kv, hd = SHAPES[0]
+    rng = np.random.default_rng(3)
+    committed, parents = 20, [-1, 0, 0, 1]
+    n_keys = committed + len(parents)
+    q = (rng.standard_normal((4, n_head * hd)) * 2).astype(np.float32)
+    keys = rng.standard_normal((n_keys, n_kv * hd)).astype(np.float16)
+    values = rng.standard_normal((n_keys, n_kv * hd)).astype(np.float16)
+    visible = np.zeros((4, n_keys), bool)
+    visible[:, :committed] = True
+    for r in range(4):
+        a = r
+        while a >= 0:
+            visible[r, committed + a] = True
+            a = parents[a]
+    scale = attention_scale(hd)
+    got = _run(host, attention.attention_rows(n_head, n_kv, hd, scale, mask_stride=STRIDE), q, keys, values,
+               visible, n_keys, scratch=True)
+    want = reference_attention(q, keys, values, visible, n_head, n_kv, hd)
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(device.unavailable_reason() is not None, reason=device.unavailable_reason() or "")
+@pytest.mark.parametrize("n_head,n_kv,hd", SHAPES)
+def test_gpu_attention_rows_equals_the_reference(n_head, n_kv, hd):
+    """The same on a GPU, where the three phases run truly in parallel."""
+    import cupy
+
+    kernel = attention.attention_rows(n_head, n_kv, hd, attention_scale(hd), mask_stride=STRIDE)
+    program = device.GpuProgram([kernel])
+    rng = np.random.default_rng(5)
+    rows, n_keys = 2, 600
+    q, keys, values, visible = attention_inputs(rng, rows, n_keys, n_head, n_kv, hd)
+    cache_k = np.zeros((STRIDE, keys.shape[1]), np.uint16)
+    cache_v = np.zeros_like(cache_k)
+    cache_k[:n_keys], cache_v[:n_keys] = keys.view(np.uint16), values.view(np.uint16)
+    mask = np.zeros((rows, STRIDE), np.uint8)
+    mask[:, :n_keys] = visible
+    out = cupy.zeros(q.shape, cupy.float32)
+    scratch = cupy.zeros((rows, n_head, 2, STRIDE), cupy.float32)
+    program.launch(kernel.name, rows, cupy.asarray(q), cupy.asarray(cache_k), cupy.asarray(cache_v),
+                   cupy.asarray(mask), cupy.asarray(np.array([n_keys, 0], np.int32)), scratch, out)
+    want = reference_attention(q, keys, values, visible, n_head, n_kv, hd)
+    assert np.array_equal(out.get().view(np.uint32), want.view(np.uint32))
