@@ -196,6 +196,18 @@ class Plan:
                     for buf in scratch_of.pop(j, []):
                         give(buf)
 
+    def _norm_quantized(self, norm_id: int, n: int, quantized, scratch_of, take) -> tuple:
+        """The quantized row a norm's launch also writes (renderer.quantized_norms), registered as the
+        quantized copy its matmuls read; () when it writes none."""
+        fmt = self.model.quantized.get(norm_id)
+        if fmt is None:
+            return ()
+        k = int(self.model.graph.node(norm_id).type.shape[-1])
+        acts = (take(n * k), take(n * (k // 32) * 4)) + ((take(n * (k // 32) * 4),) if fmt == "q8_1" else ())
+        scratch_of.setdefault(norm_id, []).extend(acts)
+        quantized[(norm_id, fmt)] = acts
+        return acts
+
     def attention_scratch(self, heads: int):
         """attention_rows' scratch f32 [rows, heads, 2, n_ctx], one for every layer of the pass (their
         launches run one after another)."""
@@ -233,7 +245,8 @@ class Plan:
                 add(Launch(tiled.name, n, (weight, *quantized[key], out, n)))
         elif op is Op.RMS_NORM:
             weight = (model.weights[graph.node(node.inputs[1]).attrs.tensor],) if len(ins) == 2 else ()
-            add(Launch(kernels[0].name, n, (ins[0], *weight, out)))
+            acts = self._norm_quantized(node.id, n, quantized, scratch_of, take)
+            add(Launch(kernels[0].name, n, (ins[0], *weight, out, *acts)))
         elif op is Op.ROPE:
             key = (a.n_rot, float(a.theta), float(a.freq_scale))
             tables = (self.input_view(("cos", key)), self.input_view(("sin", key)))
@@ -253,7 +266,8 @@ class Plan:
         elif node.id in model.fused:
             norm = graph.node(model.fused[node.id])
             weight = (model.weights[graph.node(norm.inputs[1]).attrs.tensor],) if len(norm.inputs) == 2 else ()
-            add(Launch(kernels[0].name, n, (ins[0], ins[1], *weight, out, self.buffers[norm.id])))
+            acts = self._norm_quantized(norm.id, n, quantized, scratch_of, take)
+            add(Launch(kernels[0].name, n, (ins[0], ins[1], *weight, out, self.buffers[norm.id], *acts)))
         else:
             table = (model.gelu,) if op in (Op.GELU, Op.GEGLU) else ()
             add(Launch(kernels[0].name, n, (*ins, *table, out)))

@@ -20,7 +20,7 @@ SwiGLU, GEGLU) and rotary embedding, each specialized to its width. Does not own
 
 from __future__ import annotations
 
-from kinetic.codegen.cuda.kernel import Kernel, Param, f32_literal, name_tag
+from kinetic.codegen.cuda.kernel import Kernel, Param, butterfly, f32_literal, int_sum, name_tag
 
 POINTWISE_THREADS = 256
 WARP_MASKS = (16, 8, 4, 2, 1)  # a butterfly over the 32 lanes of a warp
@@ -73,22 +73,32 @@ BODY
     return Kernel(name, "pointwise", POINTWISE_THREADS, blocks, tuple(params), body)
 
 
-def rms_norm(width: int, eps: float, group: int = 0, weighted: bool = True, residual: bool = False) -> Kernel:
+def rms_norm(width: int, eps: float, group: int = 0, weighted: bool = True, residual: bool = False,
+             quantize: str | None = None) -> Kernel:
     """out [rows, width] = x / sqrt(mean(x^2 per group) + eps) (then times weight [group]): one block
     per group of a row (numerics.rms_norm; the weight multiplies afterwards, as ggml_mul does).
 
     residual: a fused chain for the residual stream, an add and the norm of its result in one launch:
     takes x and y, writes s = x + y (as the add kernel computes it) to `sum` and the norm of s to
-    `out`, each value as the two kernels alone give it."""
+    `out`, each value as the two kernels alone give it.
+
+    quantize ("q8_0" or "q8_1", whole rows only): also writes the row quantized as the matmuls that
+    read it take it (xq, xd and Q8_1's xs, as quantize.quantize(fmt, width) gives them from `out`),
+    one warp per block of 32 values, so those matmuls need no quantizer launch of their own."""
     g = group or width
     if width % g:
         raise ValueError(f"rms_norm group {g} does not divide {width}")
+    if quantize and (g != width or width % 32 or quantize not in ("q8_0", "q8_1")):
+        raise ValueError(f"rms_norm can quantize whole rows of 32-value blocks to q8_0 or q8_1, not {quantize!r} "
+                         f"(width {width}, group {g})")
     threads = 32 * NORM_WARPS
     params = [Param("x", "const float*")] + ([Param("y", "const float*")] if residual else [])
     if weighted:
         params.append(Param("weight", "const float*"))
     params += [Param("sum", "float*")] if residual else []
     params.append(Param("out", "float*"))
+    if quantize:
+        params += [Param("xq", "i8*"), Param("xd", "float*")] + ([Param("xs", "float*")] if quantize == "q8_1" else [])
     value = "k_add(LD(float, x, base + i), LD(float, y, base + i))" if residual else "LD(float, x, base + i)"
     keep = "ST(float, sum, base + i, v);" if residual else ""
     weigh = "v = k_mul(v, LD(float, weight, i));" if weighted else ""
@@ -110,9 +120,10 @@ BODY
     }}
     L(s) = acc;
   }}
-""" + "".join(f"  SHFL_XOR(other, s, {m}); LANES {{ L(s) = k_dadd(L(s), L(other)); }}\n" for m in WARP_MASKS) + f"""\
-  LANES {{ if (LANE_ID == 0) part[WARP] = L(s); }}
+""" + "".join(f"  SHFL_XOR(other, s, {m}); LANES {{ L(s) = k_dadd(L(s), L(other)); }}\n" for m in WARP_MASKS) + """\
+  LANES { if (LANE_ID == 0) part[WARP] = L(s); }
   BARRIER();
+""" + (_normalize_quantized(value, weigh, partials, eps, quantize) if quantize else f"""\
   LANES {{
     const long base = (long)BY * W + (long)BX * G;
     const float mean = k_d2f(k_ddiv({partials}, (double)G));
@@ -123,10 +134,55 @@ BODY
       ST(float, out, base + i, v);
     }}
   }}
-"""
+""")
+    if quantize:
+        body = _QUANT_LANES[quantize] + body
     kind = "weighted" if weighted else "plain"
     name = f"{'add_' if residual else ''}rms_norm_w{width}_g{g}_{kind}_eps{name_tag(eps)}"
+    name += f"_{quantize}" if quantize else ""
     return Kernel(name, "norm", threads, width // g, tuple(params), body, shared_bytes=8 * NORM_WARPS)
+
+
+_QUANT_LANES = {"q8_0": "  LANE(float, scale);\n  LANE(float, qv);\n  LANE(float, amax);\n  LANE(float, otherf);\n",
+                "q8_1": "  LANE(float, scale);\n  LANE(float, qv);\n  LANE(float, amax);\n  LANE(float, otherf);\n"
+                        "  LANE(int, isum);\n  LANE(int, itmp);\n"}
+
+
+def _normalize_quantized(value: str, weigh: str, partials: str, eps: float, fmt: str) -> str:
+    """The normalizing phase of rms_norm(quantize=fmt): warp w takes blocks w, w + 4, ... of 32 values,
+    lane i value i of the block: the norm's value as the plain phase computes it, written to `out`,
+    then quantize._quantize_q8_0's operations on it."""
+    sums = ""
+    if fmt == "q8_1":
+        sums = (int_sum("isum", (16, 8, 4, 2, 1), 4)
+                + "    LANES { if (LANE_ID == 0) ST(float, xs, (long)BY * NB + c,\n"
+                  "        k_h2f(k_f2h(k_mul(k_div(L(amax), 127.0f), k_i2f(L(isum)))))); }\n")
+    return f"""\
+  LANES {{
+    const float mean = k_d2f(k_ddiv({partials}, (double)G));
+    L(scale) = k_div(1.0f, k_sqrt(k_add(mean, {f32_literal(eps)})));
+  }}
+  for (int c = WARP; c < G / 32; c += {NORM_WARPS}) {{
+    enum {{ NB = G / 32 }};
+    LANES {{
+      const long base = (long)BY * W;
+      const int i = 32 * c + LANE_ID;
+      float v = k_mul({value}, L(scale));
+      {weigh}
+      ST(float, out, base + i, v);
+      L(qv) = v;
+      L(amax) = k_abs(v);
+    }}
+{butterfly("amax", "k_max(L(amax), L(otherf))", (16, 8, 4, 2, 1), 4, other="otherf")}
+    LANES {{
+      const float inv = L(amax) != 0.0f ? k_div(127.0f, L(amax)) : 0.0f;
+      const int q = k_rint(k_mul(L(qv), inv));
+      ST(i8, xq, (long)BY * G + 32 * c + LANE_ID, (i8)q);
+      if (LANE_ID == 0) ST(float, xd, (long)BY * NB + c, k_h2f(k_f2h(k_div(L(amax), 127.0f))));
+      {"L(isum) = q;" if fmt == "q8_1" else ""}
+    }}
+{sums}  }}
+"""
 
 
 def rope(n_head: int, head_dim: int, n_rot: int, neox: bool) -> Kernel:

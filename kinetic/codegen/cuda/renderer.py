@@ -36,6 +36,7 @@ class Rendering:
     kernels: dict[int, list[Kernel]] = field(default_factory=dict)
     unsupported: dict[int, str] = field(default_factory=dict)  # node id -> why
     fused: dict[int, int] = field(default_factory=dict)  # add id -> the norm its launch also computes
+    quantized: dict[int, str] = field(default_factory=dict)  # norm id -> the format its launch also writes
 
     def distinct(self) -> list[Kernel]:
         seen: dict[str, Kernel] = {}
@@ -71,16 +72,20 @@ class CudaRenderer:
         return [quantize.quantize(gemv.activation_format(wtype), k), gemv.gemv(wtype, n_out, k),
                 gemv.gemm(wtype, n_out, k)]
 
-    def node_kernels(self, node: Node, graph: Graph, fused: dict[int, int] | None = None) -> list[Kernel]:
+    def node_kernels(self, node: Node, graph: Graph, fused: dict[int, int] | None = None,
+                     quantized: dict[int, str] | None = None) -> list[Kernel]:
         """The kernels one node runs; NotImplementedError saying what is missing. An add in `fused`
-        runs the norm of its result in the same launch (pointwise.rms_norm(residual=True))."""
+        runs the norm of its result in the same launch (pointwise.rms_norm(residual=True)); a norm in
+        `quantized` also writes its row quantized for the matmuls that read it."""
         a = node.attrs
         if node.op in _NO_KERNEL:
             return []
+        quantized = quantized or {}
         if fused and node.id in fused:
             norm = graph.node(fused[node.id])
             return [pointwise.rms_norm(node.type.shape[1], norm.attrs.eps, norm.attrs.group,
-                                       weighted=len(norm.inputs) == 2, residual=True)]
+                                       weighted=len(norm.inputs) == 2, residual=True,
+                                       quantize=quantized.get(norm.id))]
         if node.op is Op.MATMUL:
             return self.matmul(node, graph)
         width = node.type.shape[1] if len(node.type.shape) == 2 else None
@@ -92,7 +97,8 @@ class CudaRenderer:
         if node.op is Op.TAKE_ROWS:
             return [gather.take_rows(width)]
         if node.op is Op.RMS_NORM:
-            return [pointwise.rms_norm(width, a.eps, a.group, weighted=len(node.inputs) == 2)]
+            return [pointwise.rms_norm(width, a.eps, a.group, weighted=len(node.inputs) == 2,
+                                       quantize=quantized.get(node.id))]
         if node.op is Op.ROPE:
             if a.yarn_ext_factor or a.llama3_factor:
                 raise NotImplementedError("YaRN and llama3 rotary scaling (the reference lacks them too)")
@@ -115,13 +121,14 @@ class CudaRenderer:
 
     def render(self, graph: Graph, skip: frozenset[int] = frozenset()) -> Rendering:
         """Every node's kernels but those in `skip` (a split's first layers, which run elsewhere)."""
-        out = Rendering(fused=fused_norms(graph, skip))
+        out = Rendering(fused=fused_norms(graph, skip), quantized=quantized_norms(graph, skip))
         fused_away = set(out.fused.values())
         for node in graph.nodes:
             if node.id in skip:
                 continue
             try:
-                out.kernels[node.id] = [] if node.id in fused_away else self.node_kernels(node, graph, out.fused)
+                out.kernels[node.id] = ([] if node.id in fused_away
+                                        else self.node_kernels(node, graph, out.fused, out.quantized))
             except NotImplementedError as e:
                 out.unsupported[node.id] = f"{node.op.value}: {e}"
         return out
@@ -142,3 +149,25 @@ def fused_norms(graph: Graph, skip: frozenset[int] = frozenset()) -> dict[int, i
                 fused[node.id] = uid
                 break
     return fused
+
+
+def quantized_norms(graph: Graph, skip: frozenset[int] = frozenset()) -> dict[int, str]:
+    """norm id -> the activation format its launch also writes: whole-row norms read by matmuls that
+    take Q8_0 or Q8_1 activations (the format of the first such matmul; others quantize for
+    themselves), so the quantizer launches before those matmuls go away."""
+    out: dict[int, str] = {}
+    users = graph.users()
+    for node in graph.nodes:
+        if node.op is not Op.RMS_NORM or node.id in skip or node.attrs.group not in (0, node.type.shape[-1]):
+            continue
+        if node.type.shape[-1] % 32:
+            continue
+        for uid in users[node.id]:
+            user = graph.node(uid)
+            if user.op is Op.MATMUL and user.inputs[0] == node.id and user.attrs.activations == "q8":
+                wtype = graph.node(user.inputs[1]).type.ggml_type
+                fmt = gemv.activation_format(wtype) if wtype in gemv.SUPPORTED else None
+                if fmt in ("q8_0", "q8_1"):
+                    out[node.id] = fmt
+                    break
+    return out

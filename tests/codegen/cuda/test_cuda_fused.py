@@ -7,9 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kinetic.codegen.cuda import emulator, gather, pointwise
+from kinetic.codegen.cuda import emulator, gather, pointwise, quantize
 
-NORMS = [(576, 1e-5, True), (640, 1e-6, True), (300, 1e-6, False)]  # width, eps, weighted
+NORMS = [(576, 1e-5, True), (640, 1e-6, True), (320, 1e-6, False)]  # width, eps, weighted
+QUANT_FORMATS = ("q8_0", "q8_1")
 KV_WIDTH = 192
 
 
@@ -18,6 +19,9 @@ def _kernels() -> list:
     for width, eps, weighted in NORMS:
         ks += [pointwise.elementwise("add", width), pointwise.rms_norm(width, eps, 0, weighted),
                pointwise.rms_norm(width, eps, 0, weighted, residual=True)]
+        for fmt in QUANT_FORMATS:
+            ks += [quantize.quantize(fmt, width), pointwise.rms_norm(width, eps, 0, weighted, quantize=fmt),
+                   pointwise.rms_norm(width, eps, 0, weighted, residual=True, quantize=fmt)]
     return ks + [gather.kv_store(KV_WIDTH), gather.kv_store_pair(KV_WIDTH)]
 
 
@@ -58,3 +62,33 @@ def test_key_and_value_stores_in_one_launch_equal_the_two(host):
     host.launch(gather.kv_store_pair(KV_WIDTH).name, rows, k, v, meta, got_k, got_v)
     assert np.array_equal(got_k, want_k) and np.array_equal(got_v, want_v)
     assert np.array_equal(got_k[7 : 7 + rows], k.astype(np.float16).view(np.uint16))
+
+
+@pytest.mark.parametrize("fmt", QUANT_FORMATS)
+@pytest.mark.parametrize("width,eps,weighted", NORMS)
+@pytest.mark.parametrize("residual", [False, True], ids=["norm", "add_norm"])
+def test_norm_and_quantizer_in_one_launch_equal_the_two(host, width, eps, weighted, residual, fmt):
+    """rms_norm(quantize=fmt) writes the norm's values as the plain kernel does and the quantized row
+    as quantize.quantize(fmt) gives it from them (int8 values, f16-rounded scales, Q8_1's sums), rows of
+    every scale including an all-zero one."""
+    rng = np.random.default_rng(width + len(fmt))
+    rows = 4
+    x = (rng.standard_normal((rows, width)) * rng.choice([1e-3, 1.0, 50.0], (rows, 1))).astype(np.float32)
+    x[2] = 0.0
+    y = rng.standard_normal((rows, width)).astype(np.float32) if residual else None
+    if residual:
+        y[2] = 0.0
+    weight = [rng.standard_normal(width).astype(np.float32)] if weighted else []
+    ins = [x, y] if residual else [x]
+    want_out, sums = np.zeros_like(x), [np.zeros_like(x)] if residual else []
+    host.launch(pointwise.rms_norm(width, eps, 0, weighted, residual).name, rows, *ins, *weight, *sums, want_out)
+    acts = [np.zeros((rows, width), np.int8), np.zeros((rows, width // 32), np.float32)]
+    acts += [np.zeros((rows, width // 32), np.float32)] if fmt == "q8_1" else []
+    host.launch(quantize.quantize(fmt, width).name, rows, want_out, *acts)
+    got_out, got_sums = np.full_like(x, np.nan), [np.full_like(x, np.nan)] if residual else []
+    got = [np.full_like(a, 7) for a in acts]
+    host.launch(pointwise.rms_norm(width, eps, 0, weighted, residual, quantize=fmt).name, rows, *ins, *weight,
+                *got_sums, got_out, *got)
+    assert np.array_equal(got_out.view(np.uint32), want_out.view(np.uint32))
+    for g, w in zip(got, acts, strict=True):
+        assert np.array_equal(g.view(np.uint8), w.view(np.uint8))
