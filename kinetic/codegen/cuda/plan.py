@@ -196,9 +196,9 @@ class Plan:
                     for buf in scratch_of.pop(j, []):
                         give(buf)
 
-    def _norm_quantized(self, norm_id: int, n: int, quantized, scratch_of, take) -> tuple:
-        """The quantized row a norm's launch also writes (renderer.quantized_norms), registered as the
-        quantized copy its matmuls read; () when it writes none."""
+    def _quantized_row(self, norm_id: int, n: int, quantized, scratch_of, take) -> tuple:
+        """The quantized row a norm's or GLU's launch also writes (renderer.quantized_norms), registered
+        as the quantized copy its matmuls read; () when it writes none."""
         fmt = self.model.quantized.get(norm_id)
         if fmt is None:
             return ()
@@ -245,7 +245,7 @@ class Plan:
                 add(Launch(tiled.name, n, (weight, *quantized[key], out, n)))
         elif op is Op.RMS_NORM:
             weight = (model.weights[graph.node(node.inputs[1]).attrs.tensor],) if len(ins) == 2 else ()
-            acts = self._norm_quantized(node.id, n, quantized, scratch_of, take)
+            acts = self._quantized_row(node.id, n, quantized, scratch_of, take)
             add(Launch(kernels[0].name, n, (ins[0], *weight, out, *acts)))
         elif op is Op.ROPE:
             key = (a.n_rot, float(a.theta), float(a.freq_scale))
@@ -266,11 +266,12 @@ class Plan:
         elif node.id in model.fused:
             norm = graph.node(model.fused[node.id])
             weight = (model.weights[graph.node(norm.inputs[1]).attrs.tensor],) if len(norm.inputs) == 2 else ()
-            acts = self._norm_quantized(norm.id, n, quantized, scratch_of, take)
+            acts = self._quantized_row(norm.id, n, quantized, scratch_of, take)
             add(Launch(kernels[0].name, n, (ins[0], ins[1], *weight, out, self.buffers[norm.id], *acts)))
         else:
             table = (model.gelu,) if op in (Op.GELU, Op.GEGLU) else ()
-            add(Launch(kernels[0].name, n, (*ins, *table, out)))
+            acts = self._quantized_row(node.id, n, quantized, scratch_of, take)
+            add(Launch(kernels[0].name, n, (*ins, *table, out, *acts)))
 
     # -- per pass
     def fill(self, rows: PassRows, cache, hidden: np.ndarray | None = None) -> None:

@@ -39,9 +39,13 @@ ELEMENTWISE = {
 }
 
 
-def elementwise(op: str, width: int, factor: float = 1.0) -> Kernel:
+def elementwise(op: str, width: int, factor: float = 1.0, quantize: str | None = None) -> Kernel:
     """out [rows, width] = op(x, y) per value (a, b in the expressions). GELU kinds also take `table`
-    (u16 [65536], the f16 bits of numerics.gelu_table())."""
+    (u16 [65536], the f16 bits of numerics.gelu_table()). quantize ("q8_0" or "q8_1", width a multiple
+    of 32): also writes the row quantized for the matmul that reads it (xq, xd, Q8_1's xs), each warp
+    one block of 32 values, as quantize.quantize(fmt, width) gives them from `out`."""
+    if quantize and width % 32:
+        raise ValueError(f"a quantized row is whole blocks of 32 values, not {width}")
     if op not in ELEMENTWISE:
         raise NotImplementedError(f"no CUDA elementwise kernel for {op!r}")
     n_in, expr = ELEMENTWISE[op]
@@ -55,7 +59,27 @@ def elementwise(op: str, width: int, factor: float = 1.0) -> Kernel:
     if "table" in expr:
         params.append(Param("table", "const u16*"))
     params.append(Param("out", "float*"))
+    params += _quantized_params(quantize)
     b_load = "const float b = LD(float, y, at);" if n_in == 2 else ""
+    blocks = -(-width // POINTWISE_THREADS)
+    if quantize:
+        body = _QUANT_LANES[quantize] + f"""\
+  enum {{ W = {width}, QK = {width}, QNB = {width // 32} }};
+BODY
+  const int c = (BX * {POINTWISE_THREADS}) / 32 + WARP;
+  if (c < QNB) {{
+    LANES {{
+      const long at = (long)BY * W + 32 * c + LANE_ID;
+      const float a = LD(float, x, at);
+      {b_load}
+      const float v = {expr};
+      ST(float, out, at, v);
+      L(qv) = v;
+    }}
+{_quantize_block(quantize)}  }}
+"""
+        name += f"_{quantize}"
+        return Kernel(name, "pointwise", POINTWISE_THREADS, blocks, tuple(params), body)
     body = f"""\
   enum {{ W = {width} }};
 BODY
@@ -69,7 +93,6 @@ BODY
     }}
   }}
 """
-    blocks = -(-width // POINTWISE_THREADS)
     return Kernel(name, "pointwise", POINTWISE_THREADS, blocks, tuple(params), body)
 
 
@@ -97,8 +120,7 @@ def rms_norm(width: int, eps: float, group: int = 0, weighted: bool = True, resi
         params.append(Param("weight", "const float*"))
     params += [Param("sum", "float*")] if residual else []
     params.append(Param("out", "float*"))
-    if quantize:
-        params += [Param("xq", "i8*"), Param("xd", "float*")] + ([Param("xs", "float*")] if quantize == "q8_1" else [])
+    params += _quantized_params(quantize)
     value = "k_add(LD(float, x, base + i), LD(float, y, base + i))" if residual else "LD(float, x, base + i)"
     keep = "ST(float, sum, base + i, v);" if residual else ""
     weigh = "v = k_mul(v, LD(float, weight, i));" if weighted else ""
@@ -136,7 +158,7 @@ BODY
   }}
 """)
     if quantize:
-        body = _QUANT_LANES[quantize] + body
+        body = _QUANT_LANES[quantize] + f"  enum {{ QK = {width}, QNB = {width // 32} }};\n" + body
     kind = "weighted" if weighted else "plain"
     name = f"{'add_' if residual else ''}rms_norm_w{width}_g{g}_{kind}_eps{name_tag(eps)}"
     name += f"_{quantize}" if quantize else ""
@@ -148,22 +170,46 @@ _QUANT_LANES = {"q8_0": "  LANE(float, scale);\n  LANE(float, qv);\n  LANE(float
                         "  LANE(int, isum);\n  LANE(int, itmp);\n"}
 
 
+def _quantize_block(fmt: str) -> str:
+    """Uniform code quantizing block `c` of row BY (width QK, QNB blocks) whose value lane i holds in
+    L(qv): quantize._quantize_q8_0's operations (the amax butterfly, d rounded to f16, rint(v * 127 /
+    amax), Q8_1's sum), writing xq, xd (and xs)."""
+    sums = ""
+    if fmt == "q8_1":
+        sums = (int_sum("isum", (16, 8, 4, 2, 1), 4)
+                + "    LANES { if (LANE_ID == 0) ST(float, xs, (long)BY * QNB + c,\n"
+                  "        k_h2f(k_f2h(k_mul(k_div(L(amax), 127.0f), k_i2f(L(isum)))))); }\n")
+    return f"""\
+    LANES {{ L(amax) = k_abs(L(qv)); }}
+{butterfly("amax", "k_max(L(amax), L(otherf))", (16, 8, 4, 2, 1), 4, other="otherf")}
+    LANES {{
+      const float inv = L(amax) != 0.0f ? k_div(127.0f, L(amax)) : 0.0f;
+      const int q = k_rint(k_mul(L(qv), inv));
+      ST(i8, xq, (long)BY * QK + 32 * c + LANE_ID, (i8)q);
+      if (LANE_ID == 0) ST(float, xd, (long)BY * QNB + c, k_h2f(k_f2h(k_div(L(amax), 127.0f))));
+      {"L(isum) = q;" if fmt == "q8_1" else ""}
+    }}
+{sums}"""
+
+
+def _quantized_params(fmt: str | None) -> list[Param]:
+    if not fmt:
+        return []
+    if fmt not in ("q8_0", "q8_1"):
+        raise ValueError(f"a fused quantizer writes q8_0 or q8_1, not {fmt!r}")
+    return [Param("xq", "i8*"), Param("xd", "float*")] + ([Param("xs", "float*")] if fmt == "q8_1" else [])
+
+
 def _normalize_quantized(value: str, weigh: str, partials: str, eps: float, fmt: str) -> str:
     """The normalizing phase of rms_norm(quantize=fmt): warp w takes blocks w, w + 4, ... of 32 values,
     lane i value i of the block: the norm's value as the plain phase computes it, written to `out`,
     then quantize._quantize_q8_0's operations on it."""
-    sums = ""
-    if fmt == "q8_1":
-        sums = (int_sum("isum", (16, 8, 4, 2, 1), 4)
-                + "    LANES { if (LANE_ID == 0) ST(float, xs, (long)BY * NB + c,\n"
-                  "        k_h2f(k_f2h(k_mul(k_div(L(amax), 127.0f), k_i2f(L(isum)))))); }\n")
     return f"""\
   LANES {{
     const float mean = k_d2f(k_ddiv({partials}, (double)G));
     L(scale) = k_div(1.0f, k_sqrt(k_add(mean, {f32_literal(eps)})));
   }}
-  for (int c = WARP; c < G / 32; c += {NORM_WARPS}) {{
-    enum {{ NB = G / 32 }};
+  for (int c = WARP; c < QNB; c += {NORM_WARPS}) {{
     LANES {{
       const long base = (long)BY * W;
       const int i = 32 * c + LANE_ID;
@@ -171,17 +217,8 @@ def _normalize_quantized(value: str, weigh: str, partials: str, eps: float, fmt:
       {weigh}
       ST(float, out, base + i, v);
       L(qv) = v;
-      L(amax) = k_abs(v);
     }}
-{butterfly("amax", "k_max(L(amax), L(otherf))", (16, 8, 4, 2, 1), 4, other="otherf")}
-    LANES {{
-      const float inv = L(amax) != 0.0f ? k_div(127.0f, L(amax)) : 0.0f;
-      const int q = k_rint(k_mul(L(qv), inv));
-      ST(i8, xq, (long)BY * G + 32 * c + LANE_ID, (i8)q);
-      if (LANE_ID == 0) ST(float, xd, (long)BY * NB + c, k_h2f(k_f2h(k_div(L(amax), 127.0f))));
-      {"L(isum) = q;" if fmt == "q8_1" else ""}
-    }}
-{sums}  }}
+{_quantize_block(fmt)}  }}
 """
 
 

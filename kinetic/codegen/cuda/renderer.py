@@ -116,7 +116,7 @@ class CudaRenderer:
             if any(graph.node(i).type.shape != node.type.shape for i in node.inputs):
                 raise NotImplementedError("operands of different shapes (a broadcast)")
             factor = a.factor if node.op is Op.SCALE else 1.0
-            return [pointwise.elementwise(_ELEMENTWISE_OPS[node.op], width, factor)]
+            return [pointwise.elementwise(_ELEMENTWISE_OPS[node.op], width, factor, quantize=quantized.get(node.id))]
         raise NotImplementedError(f"op {node.op.value}")
 
     def render(self, graph: Graph, skip: frozenset[int] = frozenset()) -> Rendering:
@@ -151,16 +151,19 @@ def fused_norms(graph: Graph, skip: frozenset[int] = frozenset()) -> dict[int, i
     return fused
 
 
+_QUANTIZING = {Op.RMS_NORM, Op.SWIGLU, Op.GEGLU}  # ops whose launch can also write its row quantized
+
+
 def quantized_norms(graph: Graph, skip: frozenset[int] = frozenset()) -> dict[int, str]:
-    """norm id -> the activation format its launch also writes: whole-row norms read by matmuls that
-    take Q8_0 or Q8_1 activations (the format of the first such matmul; others quantize for
-    themselves), so the quantizer launches before those matmuls go away."""
+    """node id -> the activation format its launch also writes: whole-row norms and SwiGLU / GEGLU
+    read by matmuls that take Q8_0 or Q8_1 activations (the format of the first such matmul; others
+    quantize for themselves), so the quantizer launches before those matmuls go away."""
     out: dict[int, str] = {}
     users = graph.users()
     for node in graph.nodes:
-        if node.op is not Op.RMS_NORM or node.id in skip or node.attrs.group not in (0, node.type.shape[-1]):
+        if node.op not in _QUANTIZING or node.id in skip or node.type.shape[-1] % 32:
             continue
-        if node.type.shape[-1] % 32:
+        if node.op is Op.RMS_NORM and node.attrs.group not in (0, node.type.shape[-1]):
             continue
         for uid in users[node.id]:
             user = graph.node(uid)

@@ -11,6 +11,7 @@ from kinetic.codegen.cuda import emulator, gather, pointwise, quantize
 
 NORMS = [(576, 1e-5, True), (640, 1e-6, True), (320, 1e-6, False)]  # width, eps, weighted
 QUANT_FORMATS = ("q8_0", "q8_1")
+GLU_OPS, GLU_WIDTH = ("swiglu", "geglu"), 1536 + 32  # not a multiple of a block's 256 threads
 KV_WIDTH = 192
 
 
@@ -22,6 +23,10 @@ def _kernels() -> list:
         for fmt in QUANT_FORMATS:
             ks += [quantize.quantize(fmt, width), pointwise.rms_norm(width, eps, 0, weighted, quantize=fmt),
                    pointwise.rms_norm(width, eps, 0, weighted, residual=True, quantize=fmt)]
+    for op in GLU_OPS:
+        ks += [pointwise.elementwise(op, GLU_WIDTH), quantize.quantize("q8_0", GLU_WIDTH),
+               quantize.quantize("q8_1", GLU_WIDTH)]
+        ks += [pointwise.elementwise(op, GLU_WIDTH, quantize=fmt) for fmt in QUANT_FORMATS]
     return ks + [gather.kv_store(KV_WIDTH), gather.kv_store_pair(KV_WIDTH)]
 
 
@@ -91,4 +96,28 @@ def test_norm_and_quantizer_in_one_launch_equal_the_two(host, width, eps, weight
                 *got_sums, got_out, *got)
     assert np.array_equal(got_out.view(np.uint32), want_out.view(np.uint32))
     for g, w in zip(got, acts, strict=True):
+        assert np.array_equal(g.view(np.uint8), w.view(np.uint8))
+
+
+@pytest.mark.parametrize("fmt", QUANT_FORMATS)
+@pytest.mark.parametrize("op", GLU_OPS)
+def test_glu_and_quantizer_in_one_launch_equal_the_two(host, op, fmt):
+    """SwiGLU / GEGLU with the down projection's quantizer: the same values and the same quantized row
+    as the two launches."""
+    from kinetic.ir import numerics
+
+    rng = np.random.default_rng(len(op) + len(fmt))
+    rows, width = 3, GLU_WIDTH
+    x = (rng.standard_normal((rows, width)) * 3).astype(np.float32)
+    y = rng.standard_normal((rows, width)).astype(np.float32)
+    table = [numerics.gelu_table().view(np.uint16)] if op == "geglu" else []
+    want = np.zeros_like(x)
+    host.launch(pointwise.elementwise(op, width).name, rows, x, y, *table, want)
+    acts = [np.zeros((rows, width), np.int8), np.zeros((rows, width // 32), np.float32)]
+    acts += [np.zeros((rows, width // 32), np.float32)] if fmt == "q8_1" else []
+    host.launch(quantize.quantize(fmt, width).name, rows, want, *acts)
+    got, got_acts = np.full_like(x, np.nan), [np.full_like(a, 7) for a in acts]
+    host.launch(pointwise.elementwise(op, width, quantize=fmt).name, rows, x, y, *table, got, *got_acts)
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    for g, w in zip(got_acts, acts, strict=True):
         assert np.array_equal(g.view(np.uint8), w.view(np.uint8))
