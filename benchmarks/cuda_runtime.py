@@ -4,6 +4,7 @@ share of the GPU's memory bandwidth.
     python benchmarks/cuda_runtime.py --make 1b --tokens 128       # a generated 1B-class model (GPU)
     python benchmarks/cuda_runtime.py MODEL.gguf --check 4          # a real file: 4 steps checked, timed
     python benchmarks/cuda_runtime.py --make tiny --backend host    # the same on the host emulation (no GPU)
+    python benchmarks/cuda_runtime.py MODEL.gguf --backend stub     # launches per step, host work alone
 
 `--make` writes a llama-architecture GGUF with random weights (Q8_0 embedding table, the chosen
 weight type for every projection, the tokenizer of tests/data/synthetic/llama) to a temporary
@@ -125,7 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("model", nargs="?", help="a GGUF file (else --make)")
     p.add_argument("--make", choices=sorted(SHAPES), help="generate a llama model of this shape instead")
     p.add_argument("--type", default="Q4_0", help="weight type of a generated model [default: Q4_0]")
-    p.add_argument("--backend", choices=("gpu", "host"), default="gpu", help="gpu: CuPy; host: the emulation")
+    p.add_argument("--backend", choices=("gpu", "host", "stub"), default="gpu",
+                   help="gpu: CuPy; host: the emulation; stub: no kernel runs (launches per step, host work)")
     p.add_argument("--tokens", type=int, default=64, help="decode steps timed [default: 64]")
     p.add_argument("--check", type=int, default=0, help="steps compared with the reference interpreter")
     p.add_argument("-c", "--ctx-size", type=int, default=1024)
@@ -142,6 +144,25 @@ def main(argv: list[str] | None = None) -> int:
         return run(path, args)
 
 
+class StubBackend:
+    """The host backend with the kernels left out: what a decode step costs outside them (staging,
+    copies, rounding the new keys and values) and how many launches its graph holds."""
+
+    def __new__(cls):
+        from kinetic.codegen.cuda.backends import HostBackend
+
+        class Stub(HostBackend):
+            name = "a stub backend (no kernel runs)"
+
+            def compile(self, kernels):
+                pass
+
+            def launch(self, name, rows, args):
+                self.launches += 1
+
+        return Stub()
+
+
 def run(path: Path, args) -> int:
     from kinetic.codegen.cuda.backends import GpuBackend, HostBackend
     from kinetic.codegen.cuda.model import CudaModel
@@ -149,7 +170,7 @@ def run(path: Path, args) -> int:
     gguf_file = open_gguf(path)
     graph, weights = run_pipeline(lower(gguf_file), PassOptions()), GGUFWeights(gguf_file)
     t = time.perf_counter()
-    backend = GpuBackend() if args.backend == "gpu" else HostBackend()
+    backend = {"gpu": GpuBackend, "host": HostBackend, "stub": StubBackend}[args.backend]()
     engine = Engine(graph, weights, n_ctx=args.ctx_size, device="reference")
     if args.gpu_layers:
         from kinetic.codegen.cpu.step import CompiledStep
@@ -182,11 +203,18 @@ def run(path: Path, args) -> int:
     logits = engine.prefill(seq, prompt)
     print(f"prompt of {len(prompt)} tokens: {(time.perf_counter() - t) * 1e3:.1f} ms (first pass of its shape)")
     times, token = [], int(np.argmax(logits))
+    launches = backend.launches
     for _ in range(min(args.tokens, args.ctx_size - len(prompt) - 1)):
         t = time.perf_counter()
         token = int(np.argmax(engine.decode(seq, token)))
         times.append(time.perf_counter() - t)
+    if not backend.is_gpu:
+        print(f"launches per decode step: {(backend.launches - launches) / max(len(times), 1):.0f}")
     step = statistics.median(times[1:] or times)
+    if args.backend == "stub":
+        print(f"host work per decode step, the kernels stubbed out: {step * 1e3:.3f} ms (median of {len(times)})")
+        engine.interpreter.close()
+        return status
     nbytes = weight_bytes(graph, weights)
     line = (f"decode: {1 / step:.1f} tokens/s (median of {len(times)} steps, {step * 1e3:.3f} ms), "
             f"{nbytes / 2**20:.0f} MiB of weights per token, {nbytes / step / 1e9:.1f} GB/s")
