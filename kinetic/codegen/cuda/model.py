@@ -170,6 +170,7 @@ class CudaModel:
         self.skip = split.head_ids if split else frozenset()
         rendering = CudaRenderer(mask_stride=self.n_ctx).render(graph, self.skip)
         self.fused, self.quantized, self._kernels = rendering.fused, rendering.quantized, rendering.kernels
+        self.rope_pairs = rendering.rope_pairs
         backend.compile(list({k.name: k for ks in self._kernels.values() for k in ks}.values()))
         used = {i for n in graph.nodes if n.id not in self.skip for i in n.inputs}
         self.weights: dict[str, object] = {}

@@ -144,8 +144,9 @@ class Plan:
     def _build(self, graph: Graph, backend) -> None:
         last_use = {}
         for i, node in enumerate(graph.nodes):
-            for j in node.inputs:
-                last_use[j] = i
+            early = self.model.rope_pairs.get(node.id)  # a fused rotary pair launches at the later one
+            for j in node.inputs + (graph.node(early).inputs if early is not None else ()):
+                last_use[j] = max(last_use.get(j, -1), i)
         skip, split = self.model.skip, self.model.split
         pinned = {nid for _, nid in graph.outputs} | ({split.boundary} if split else set())
         kv_at, at = {}, 0
@@ -187,7 +188,7 @@ class Plan:
             if node.id in self.model.fused:
                 norm = self.model.fused[node.id]
                 self.buffers[norm] = kv_at[norm] if norm in kv_at else take(n * width * 4)
-            if n:
+            if n and self.model._kernels[node.id]:  # (the earlier rotary of a fused pair launches later)
                 self._launches(node, n, out, quantized, scratch_of, take)
             for j in set(node.inputs):
                 if last_use.get(j) == i and j not in pinned and j not in kv_at and self.buffers.get(j) is not None \
@@ -250,7 +251,13 @@ class Plan:
         elif op is Op.ROPE:
             key = (a.n_rot, float(a.theta), float(a.freq_scale))
             tables = (self.input_view(("cos", key)), self.input_view(("sin", key)))
-            add(Launch(kernels[0].name, n, (ins[0], *tables, out)))
+            early = model.rope_pairs.get(node.id)
+            if early is None:
+                add(Launch(kernels[0].name, n, (ins[0], *tables, out)))
+            else:  # the layer's earlier rotary in the same launch (its input and output are kept till now)
+                other = graph.node(early)
+                add(Launch(kernels[0].name, n, (self.buffers[other.inputs[0]], ins[0], *tables,
+                                                self.buffers[early], out)))
         elif op is Op.ATTENTION:
             store, one_warp, parallel = kernels
             layer = graph.node(node.inputs[3]).attrs.layer

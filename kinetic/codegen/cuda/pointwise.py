@@ -222,36 +222,49 @@ def _normalize_quantized(value: str, weigh: str, partials: str, eps: float, fmt:
 """
 
 
-def rope(n_head: int, head_dim: int, n_rot: int, neox: bool) -> Kernel:
+def rope(n_head: int, head_dim: int, n_rot: int, neox: bool, n_head_b: int = 0) -> Kernel:
     """out [rows, n_head*head_dim]: each head's first n_rot values rotated in pairs ((i, i + n_rot/2)
-    for NeoX, (2i, 2i+1) otherwise) by the row's cos/sin [rows, n_rot/2], the rest copied."""
+    for NeoX, (2i, 2i+1) otherwise) by the row's cos/sin [rows, n_rot/2], the rest copied.
+
+    n_head_b: a fused pair, a layer's queries and keys in one launch: takes x, xb and writes out, outb
+    (n_head and n_head_b heads, the same rotation tables), each value as rope() alone gives it."""
     if n_rot % 2 or not 0 < n_rot <= head_dim or head_dim % 2:
         raise ValueError(f"rope: n_rot {n_rot} does not fit head_dim {head_dim}")
     half = n_rot // 2
-    pairs = n_head * (head_dim // 2)
+    pairs, pairs_b = n_head * (head_dim // 2), n_head_b * (head_dim // 2)
     first, second = ("i", f"i + {half}") if neox else ("2 * i", "2 * i + 1")
-    params = (Param("x", "const float*"), Param("cos_t", "const float*"), Param("sin_t", "const float*"),
-              Param("out", "float*"))
+    params = [Param("x", "const float*")] + ([Param("xb", "const float*")] if n_head_b else [])
+    params += [Param("cos_t", "const float*"), Param("sin_t", "const float*"), Param("out", "float*")]
+    params += [Param("outb", "float*")] if n_head_b else []
+
+    def rotate(src: str, dst: str, width: str, pair: str) -> str:
+        return f"""\
+      const int head = {pair} / (HEAD / 2), i = {pair} % (HEAD / 2);
+      const long row = (long)BY * {width} + (long)head * HEAD;
+      if (i < HALF) {{
+        const int j0 = {first}, j1 = {second};
+        const float x0 = LD(float, {src}, row + j0), x1 = LD(float, {src}, row + j1);
+        const float c = LD(float, cos_t, (long)BY * HALF + i), s = LD(float, sin_t, (long)BY * HALF + i);
+        ST(float, {dst}, row + j0, k_fma(x0, c, -k_mul(x1, s)));
+        ST(float, {dst}, row + j1, k_fma(x0, s, k_mul(x1, c)));
+      }} else {{
+        ST(float, {dst}, row + 2 * i, LD(float, {src}, row + 2 * i));
+        ST(float, {dst}, row + 2 * i + 1, LD(float, {src}, row + 2 * i + 1));
+      }}
+"""
+    second_part = f"""\
+    }} else if (pair < PAIRS + PAIRS_B) {{
+      const int pb = pair - PAIRS;
+{rotate("xb", "outb", "WB", "pb")}""" if n_head_b else ""
     body = f"""\
-  enum {{ HEAD = {head_dim}, W = {n_head * head_dim}, HALF = {half}, PAIRS = {pairs} }};
+  enum {{ HEAD = {head_dim}, W = {n_head * head_dim}, WB = {max(n_head_b, 1) * head_dim}, HALF = {half},
+         PAIRS = {pairs}, PAIRS_B = {pairs_b} }};
 BODY
   LANES {{
     const int pair = BX * {ROPE_THREADS} + TID;
     if (pair < PAIRS) {{
-      const int head = pair / (HEAD / 2), i = pair % (HEAD / 2);
-      const long row = (long)BY * W + (long)head * HEAD;
-      if (i < HALF) {{
-        const int j0 = {first}, j1 = {second};
-        const float x0 = LD(float, x, row + j0), x1 = LD(float, x, row + j1);
-        const float c = LD(float, cos_t, (long)BY * HALF + i), s = LD(float, sin_t, (long)BY * HALF + i);
-        ST(float, out, row + j0, k_fma(x0, c, -k_mul(x1, s)));
-        ST(float, out, row + j1, k_fma(x0, s, k_mul(x1, c)));
-      }} else {{
-        ST(float, out, row + 2 * i, LD(float, x, row + 2 * i));
-        ST(float, out, row + 2 * i + 1, LD(float, x, row + 2 * i + 1));
-      }}
-    }}
+{rotate("x", "out", "W", "pair")}{second_part}    }}
   }}
 """
-    name = f"rope_h{n_head}_d{head_dim}_r{n_rot}_{'neox' if neox else 'norm'}"
-    return Kernel(name, "rope", ROPE_THREADS, -(-pairs // ROPE_THREADS), params, body)
+    name = f"rope_h{n_head}{f'_h{n_head_b}' if n_head_b else ''}_d{head_dim}_r{n_rot}_{'neox' if neox else 'norm'}"
+    return Kernel(name, "rope", ROPE_THREADS, -(-(pairs + pairs_b) // ROPE_THREADS), tuple(params), body)

@@ -37,6 +37,7 @@ class Rendering:
     unsupported: dict[int, str] = field(default_factory=dict)  # node id -> why
     fused: dict[int, int] = field(default_factory=dict)  # add id -> the norm its launch also computes
     quantized: dict[int, str] = field(default_factory=dict)  # norm id -> the format its launch also writes
+    rope_pairs: dict[int, int] = field(default_factory=dict)  # a layer's later rotary -> the earlier one
 
     def distinct(self) -> list[Kernel]:
         seen: dict[str, Kernel] = {}
@@ -73,14 +74,14 @@ class CudaRenderer:
                 gemv.gemm(wtype, n_out, k)]
 
     def node_kernels(self, node: Node, graph: Graph, fused: dict[int, int] | None = None,
-                     quantized: dict[int, str] | None = None) -> list[Kernel]:
+                     quantized: dict[int, str] | None = None, pairs: dict[int, int] | None = None) -> list[Kernel]:
         """The kernels one node runs; NotImplementedError saying what is missing. An add in `fused`
         runs the norm of its result in the same launch (pointwise.rms_norm(residual=True)); a norm in
         `quantized` also writes its row quantized for the matmuls that read it."""
         a = node.attrs
         if node.op in _NO_KERNEL:
             return []
-        quantized = quantized or {}
+        quantized, pairs = quantized or {}, pairs or {}
         if fused and node.id in fused:
             norm = graph.node(fused[node.id])
             return [pointwise.rms_norm(node.type.shape[1], norm.attrs.eps, norm.attrs.group,
@@ -102,6 +103,9 @@ class CudaRenderer:
         if node.op is Op.ROPE:
             if a.yarn_ext_factor or a.llama3_factor:
                 raise NotImplementedError("YaRN and llama3 rotary scaling (the reference lacks them too)")
+            if node.id in pairs:  # the earlier rotary of the layer too, in one launch
+                return [pointwise.rope(graph.node(pairs[node.id]).attrs.n_head, a.head_dim, a.n_rot, a.neox,
+                                       n_head_b=a.n_head)]
             return [pointwise.rope(a.n_head, a.head_dim, a.n_rot, a.neox)]
         if node.op is Op.ATTENTION:
             if a.kv_dtype != "f16":
@@ -121,14 +125,16 @@ class CudaRenderer:
 
     def render(self, graph: Graph, skip: frozenset[int] = frozenset()) -> Rendering:
         """Every node's kernels but those in `skip` (a split's first layers, which run elsewhere)."""
-        out = Rendering(fused=fused_norms(graph, skip), quantized=quantized_norms(graph, skip))
-        fused_away = set(out.fused.values())
+        out = Rendering(fused=fused_norms(graph, skip), quantized=quantized_norms(graph, skip),
+                        rope_pairs=rope_pairs(graph, skip))
+        fused_away = set(out.fused.values()) | set(out.rope_pairs.values())
         for node in graph.nodes:
             if node.id in skip:
                 continue
             try:
                 out.kernels[node.id] = ([] if node.id in fused_away
-                                        else self.node_kernels(node, graph, out.fused, out.quantized))
+                                        else self.node_kernels(node, graph, out.fused, out.quantized,
+                                                               out.rope_pairs))
             except NotImplementedError as e:
                 out.unsupported[node.id] = f"{node.op.value}: {e}"
         return out
@@ -174,3 +180,31 @@ def quantized_norms(graph: Graph, skip: frozenset[int] = frozenset()) -> dict[in
                     out[node.id] = fmt
                     break
     return out
+
+
+def rope_pairs(graph: Graph, skip: frozenset[int] = frozenset()) -> dict[int, int]:
+    """later rotary id -> earlier rotary id, for an attention's query and key rotations with the same
+    tables (everything but the head count alike): one launch at the later one does both."""
+    from dataclasses import replace
+
+    pairs: dict[int, int] = {}
+    position = {n.id: i for i, n in enumerate(graph.nodes)}
+    users = graph.users()
+
+    def rotary(node: Node) -> Node:  # through a scale (Gemma scales its queries after the rotation)
+        while node.op is Op.SCALE:
+            node = graph.node(node.inputs[0])
+        return node
+
+    for node in graph.nodes:
+        if node.op is not Op.ATTENTION or node.id in skip:
+            continue
+        q, k = rotary(graph.node(node.inputs[0])), rotary(graph.node(node.inputs[1]))
+        if not (q.op is Op.ROPE and k.op is Op.ROPE and q.id not in skip and k.id not in skip
+                and q.inputs[1] == k.inputs[1] and replace(q.attrs, n_head=0) == replace(k.attrs, n_head=0)):
+            continue
+        early, late = sorted((q, k), key=lambda n: position[n.id])
+        # the earlier one's values exist only once the later one has run: nothing may read them before
+        if all(position[u] > position[late.id] for u in users[early.id]):
+            pairs[late.id] = early.id
+    return pairs

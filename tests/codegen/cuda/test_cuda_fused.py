@@ -11,6 +11,7 @@ from kinetic.codegen.cuda import emulator, gather, pointwise, quantize
 
 NORMS = [(576, 1e-5, True), (640, 1e-6, True), (320, 1e-6, False)]  # width, eps, weighted
 QUANT_FORMATS = ("q8_0", "q8_1")
+ROPE_PAIRS = [(9, 3, 64, 64, False), (4, 1, 256, 256, True), (4, 2, 64, 32, True)]  # q heads, k heads, ...
 GLU_OPS, GLU_WIDTH = ("swiglu", "geglu"), 1536 + 32  # not a multiple of a block's 256 threads
 KV_WIDTH = 192
 
@@ -27,6 +28,9 @@ def _kernels() -> list:
         ks += [pointwise.elementwise(op, GLU_WIDTH), quantize.quantize("q8_0", GLU_WIDTH),
                quantize.quantize("q8_1", GLU_WIDTH)]
         ks += [pointwise.elementwise(op, GLU_WIDTH, quantize=fmt) for fmt in QUANT_FORMATS]
+    for hq, hk, hd, n_rot, neox in ROPE_PAIRS:
+        ks += [pointwise.rope(hq, hd, n_rot, neox), pointwise.rope(hk, hd, n_rot, neox),
+               pointwise.rope(hq, hd, n_rot, neox, n_head_b=hk)]
     return ks + [gather.kv_store(KV_WIDTH), gather.kv_store_pair(KV_WIDTH)]
 
 
@@ -121,3 +125,20 @@ def test_glu_and_quantizer_in_one_launch_equal_the_two(host, op, fmt):
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
     for g, w in zip(got_acts, acts, strict=True):
         assert np.array_equal(g.view(np.uint8), w.view(np.uint8))
+
+
+@pytest.mark.parametrize("hq,hk,hd,n_rot,neox", ROPE_PAIRS)
+def test_query_and_key_rotations_in_one_launch_equal_the_two(host, hq, hk, hd, n_rot, neox):
+    rng = np.random.default_rng(hq * 10 + hk)
+    rows = 3
+    xq = rng.standard_normal((rows, hq * hd)).astype(np.float32)
+    xk = rng.standard_normal((rows, hk * hd)).astype(np.float32)
+    angles = rng.uniform(-50, 50, (rows, n_rot // 2))
+    cos, sin = np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+    want_q, want_k = np.zeros_like(xq), np.zeros_like(xk)
+    host.launch(pointwise.rope(hq, hd, n_rot, neox).name, rows, xq, cos, sin, want_q)
+    host.launch(pointwise.rope(hk, hd, n_rot, neox).name, rows, xk, cos, sin, want_k)
+    got_q, got_k = np.full_like(xq, np.nan), np.full_like(xk, np.nan)
+    host.launch(pointwise.rope(hq, hd, n_rot, neox, n_head_b=hk).name, rows, xq, xk, cos, sin, got_q, got_k)
+    assert np.array_equal(got_q.view(np.uint32), want_q.view(np.uint32))
+    assert np.array_equal(got_k.view(np.uint32), want_k.view(np.uint32))

@@ -262,6 +262,23 @@ def test_the_real_models_kernels_compile_within_budget(smollm2, gemma_path, tmp_
         assert not problems, "\n".join(problems)
 
 
+def test_fused_chains_of_the_real_models(smollm2, gemma_path):
+    """What the renderer fuses on both models: every residual add with the next norm, every layer's
+    query and key rotations (Gemma's queries through their scale), norms (the final one too, for a Q8_0
+    output layer) and SwiGLU writing the Q8_0 / Q8_1 rows their matmuls read; and a rotary pair only
+    where nothing reads the earlier rotation before the later one runs."""
+    from kinetic.codegen.cuda.renderer import CudaRenderer
+
+    for graph, layers, quantized in ((smollm2[0], 30, 91), (load(gemma_path)[0], 18, 37)):
+        rendering = CudaRenderer().render(graph)
+        position = {n.id: i for i, n in enumerate(graph.nodes)}
+        users = graph.users()
+        assert len(rendering.rope_pairs) == layers and len(rendering.fused) == layers * 2 - 1
+        assert len(rendering.quantized) == quantized
+        for late, early in rendering.rope_pairs.items():
+            assert all(position[u] > position[late] for u in users[early])
+
+
 def test_rotary_tables_are_the_reference_values():
     """The runtime's cos/sin per position (a block of positions at a time, through the compiled map of
     the C library's cosf/sinf) are numerics.rope_cos_sin's bits, for one row and for many, across
