@@ -30,30 +30,53 @@ from kinetic.codegen.cuda.kernel import Kernel, Param, f32_literal, name_tag
 HEADS_PER_BLOCK = 4  # one warp per head
 
 
+def _check(n_head: int, n_kv_head: int, head_dim: int, softcap: float, mask_stride: int, most: int = 0) -> None:
+    if softcap:
+        raise NotImplementedError("attention soft-capping (the reference calls the C library's tanhf)")
+    if head_dim % 64 or (most and head_dim > most):
+        limit = f" up to {most}" if most else ""
+        raise NotImplementedError(f"attention head size {head_dim}: only multiples of 64{limit} (ggml's whole chunks)")
+    if n_head % n_kv_head:
+        raise ValueError(f"{n_head} heads do not share {n_kv_head} kv heads evenly")
+    if mask_stride < 1:
+        raise ValueError(f"attention mask stride {mask_stride}: a mask row holds at least one key")
+
+
+def _load_q(per_lane: int, spaces: int) -> str:
+    """Lane t's query values 32i + t of the head at `qrow`, rounded to f16 (ggml's vec_dot_f16 input)."""
+    return "\n".join(f"{' ' * spaces}L(q{i}) = k_h2f(k_f2h(LD(float, q, qrow + {32 * i} + LANE_ID)));"
+                     for i in range(per_lane))
+
+
+def _score(per_lane: int, spaces: int) -> str:
+    """Lane t's part of the score of the key at `krow` in ggml_vec_dot_f16's order (two chains per
+    lane over the chunks of 64, then their sum), into L(score); the butterfly follows in uniform code."""
+    pad = " " * spaces
+    dot = "\n".join(f"{pad}a0 = k_fma(L(q{2 * c}), k_h2f(LD(u16, keys, krow + {64 * c} + LANE_ID)), a0);\n"
+                    f"{pad}a1 = k_fma(L(q{2 * c + 1}), k_h2f(LD(u16, keys, krow + {64 * c + 32} + LANE_ID)), a1);"
+                    for c in range(per_lane // 2))
+    return f"{pad}float a0 = 0.0f, a1 = 0.0f;\n{dot}\n{pad}L(score) = k_add(a0, a1);"
+
+
+def _score_sum(spaces: int) -> str:
+    return "".join(f"{' ' * spaces}SHFL_XOR(other, score, {m}); LANES {{ L(score) = k_add(L(score), L(other)); }}\n"
+                   for m in (16, 8, 4, 2, 1))
+
+
 def attention(n_head: int, n_kv_head: int, head_dim: int, scale: float, softcap: float = 0.0, *,
               mask_stride: int) -> Kernel:
     """out f32 [rows, n_head*head_dim] from q f32 [rows, n_head*head_dim], keys and values as f16 bits
     u16 [>= n_keys, n_kv_head*head_dim] (the cache, capacity rows), mask u8 [rows, mask_stride] (1: the
     row sees the key) and meta i32 [n_keys, base_slot] (base_slot is kv_store's; only n_keys is read).
     Keys past mask_stride are seen by no row (n_keys above it counts as mask_stride)."""
-    if softcap:
-        raise NotImplementedError("attention soft-capping (the reference calls the C library's tanhf)")
-    if head_dim % 64:
-        raise NotImplementedError(f"attention head size {head_dim}: only multiples of 64 (ggml's whole chunks)")
-    if n_head % n_kv_head:
-        raise ValueError(f"{n_head} heads do not share {n_kv_head} kv heads evenly")
-    if mask_stride < 1:
-        raise ValueError(f"attention mask stride {mask_stride}: a mask row holds at least one key")
+    _check(n_head, n_kv_head, head_dim, softcap, mask_stride)
     per_lane = head_dim // 32
     params = (Param("q", "const float*"), Param("keys", "const u16*"), Param("values", "const u16*"),
               Param("mask", "const u8*"), Param("meta", "const int*"), Param("out", "float*"))
     decl = "".join(f"  LANE(float, q{i});\n  LANE(float, acc{i});\n" for i in range(per_lane))
     lanes = range(per_lane)
-    load_q = "\n".join(f"      L(q{i}) = k_h2f(k_f2h(LD(float, q, qrow + {32 * i} + LANE_ID)));" for i in lanes)
+    load_q = _load_q(per_lane, 6)
     zero = " ".join(f"L(acc{i}) = 0.0f;" for i in range(per_lane))
-    dot = "\n".join(f"        a0 = k_fma(L(q{2 * c}), k_h2f(LD(u16, keys, krow + {64 * c} + LANE_ID)), a0);\n"
-                    f"        a1 = k_fma(L(q{2 * c + 1}), k_h2f(LD(u16, keys, krow + {64 * c + 32} + LANE_ID)), a1);"
-                    for c in range(per_lane // 2))
     update = "\n".join(
         f"        L(acc{i}) = k_h2f(k_f2h(k_fma(k_h2f(LD(u16, values, krow + {32 * i} + LANE_ID)), vs,\n"
         f"                                      k_h2f(k_f2h(k_mul(L(acc{i}), ms))))));" for i in range(per_lane))
@@ -81,12 +104,9 @@ BODY
       if (!LD(u8, mask, (long)BY * MASK_STRIDE + j)) continue;
       LANES {{
         const long krow = (long)j * KVW + (long)(head / GROUP) * HD;
-        float a0 = 0.0f, a1 = 0.0f;
-{dot}
-        L(score) = k_add(a0, a1);
+{_score(per_lane, 8)}
       }}
-""" + "".join(f"      SHFL_XOR(other, score, {m}); LANES {{ L(score) = k_add(L(score), L(other)); }}\n"
-              for m in (16, 8, 4, 2, 1)) + f"""\
+{_score_sum(6)}\
       LANES {{
         const long krow = (long)j * KVW + (long)(head / GROUP) * HD;
         const float s = k_mul(L(score), {f32_literal(scale)});
@@ -129,24 +149,12 @@ def attention_rows(n_head: int, n_kv_head: int, head_dim: int, scale: float, sof
 
     The output is attention()'s bit for bit; the per-key chain is an fma and two roundings instead of
     a dot product, a butterfly and expf."""
-    if softcap:
-        raise NotImplementedError("attention soft-capping (the reference calls the C library's tanhf)")
-    if head_dim % 64 or head_dim > PAR_THREADS:
-        raise NotImplementedError(f"attention head size {head_dim}: only multiples of 64 up to {PAR_THREADS}")
-    if n_head % n_kv_head:
-        raise ValueError(f"{n_head} heads do not share {n_kv_head} kv heads evenly")
-    if mask_stride < 1:
-        raise ValueError(f"attention mask stride {mask_stride}: a mask row holds at least one key")
+    _check(n_head, n_kv_head, head_dim, softcap, mask_stride, most=PAR_THREADS)
     per_lane = head_dim // 32
     params = (Param("q", "const float*"), Param("keys", "const u16*"), Param("values", "const u16*"),
               Param("mask", "const u8*"), Param("meta", "const int*"), Param("scratch", "float*"),
               Param("out", "float*"))
-    lanes = range(per_lane)
-    decl = "".join(f"  LANE(float, q{i});\n" for i in lanes)
-    load_q = "\n".join(f"    L(q{i}) = k_h2f(k_f2h(LD(float, q, qrow + {32 * i} + LANE_ID)));" for i in lanes)
-    dot = "\n".join(f"      a0 = k_fma(L(q{2 * c}), k_h2f(LD(u16, keys, krow + {64 * c} + LANE_ID)), a0);\n"
-                    f"      a1 = k_fma(L(q{2 * c + 1}), k_h2f(LD(u16, keys, krow + {64 * c + 32} + LANE_ID)), a1);"
-                    for c in range(per_lane // 2))
+    decl = "".join(f"  LANE(float, q{i});\n" for i in range(per_lane))
     # uniform values each stretch between barriers declares again, in a block of its own (the emulation
     # runs the stretches apart; on CUDA they share one scope)
     setup = """\
@@ -166,18 +174,15 @@ BODY
   {{
 {setup}  LANES {{
     const long qrow = (long)BY * NH * HD + (long)head * HD;
-{load_q}
+{_load_q(per_lane, 4)}
   }}
   for (int j = WARP; j < n_keys; j += {PAR_WARPS}) {{
     if (!LD(u8, mask, mrow + j)) continue;
     LANES {{
       const long krow = (long)j * KVW + (long)(head / GROUP) * HD;
-      float a0 = 0.0f, a1 = 0.0f;
-{dot}
-      L(score) = k_add(a0, a1);
+{_score(per_lane, 6)}
     }}
-""" + "".join(f"    SHFL_XOR(other, score, {m}); LANES {{ L(score) = k_add(L(score), L(other)); }}\n"
-              for m in (16, 8, 4, 2, 1)) + f"""\
+{_score_sum(4)}\
     LANES {{ if (LANE_ID == 0) ST(float, scratch, base + j, k_mul(L(score), {f32_literal(scale)})); }}
   }}
   }}

@@ -62,11 +62,17 @@ BODY
     return Kernel(f"take_rows_w{width}", "gather", GATHER_THREADS, _blocks(width), params, body)
 
 
-def kv_store(width: int) -> Kernel:
+def kv_store(width: int, pair: bool = False) -> Kernel:
     """cache row meta[1] + row = f16 bits of x row `row`, for x f32 [rows, width], meta i32 [n_keys,
     base_slot] (the attention kernel's meta; only base_slot is read) and cache u16 [capacity, width].
-    The runtime keeps base_slot + rows within the capacity."""
-    params = (Param("x", "const float*"), Param("meta", "const int*"), Param("cache", "u16*"))
+    The runtime keeps base_slot + rows within the capacity. pair: a layer's keys and values in one
+    launch, (k, v, meta, kcache, vcache), the same slots."""
+    sources = ("k", "v") if pair else ("x",)
+    caches = ("kcache", "vcache") if pair else ("cache",)
+    params = (*(Param(x, "const float*") for x in sources), Param("meta", "const int*"),
+              *(Param(c, "u16*") for c in caches))
+    stores = "\n".join(f"      ST(u16, {c}, slot * W + i, k_f2h(LD(float, {x}, (long)BY * W + i)));"
+                        for x, c in zip(sources, caches, strict=True))
     body = f"""\
   enum {{ W = {width} }};
 BODY
@@ -74,27 +80,9 @@ BODY
     const int i = BX * {GATHER_THREADS} + TID;
     if (i < W) {{
       const long slot = (long)LD(int, meta, 1) + BY;
-      ST(u16, cache, slot * W + i, k_f2h(LD(float, x, (long)BY * W + i)));
+{stores}
     }}
   }}
 """
-    return Kernel(f"kv_store_w{width}", "gather", GATHER_THREADS, _blocks(width), params, body)
-
-
-def kv_store_pair(width: int) -> Kernel:
-    """kv_store for a layer's keys and values in one launch: k into kcache, v into vcache (same slots)."""
-    params = (Param("k", "const float*"), Param("v", "const float*"), Param("meta", "const int*"),
-              Param("kcache", "u16*"), Param("vcache", "u16*"))
-    body = f"""\
-  enum {{ W = {width} }};
-BODY
-  LANES {{
-    const int i = BX * {GATHER_THREADS} + TID;
-    if (i < W) {{
-      const long slot = (long)LD(int, meta, 1) + BY;
-      ST(u16, kcache, slot * W + i, k_f2h(LD(float, k, (long)BY * W + i)));
-      ST(u16, vcache, slot * W + i, k_f2h(LD(float, v, (long)BY * W + i)));
-    }}
-  }}
-"""
-    return Kernel(f"kv_store_pair_w{width}", "gather", GATHER_THREADS, _blocks(width), params, body)
+    name = f"kv_store_{'pair_' if pair else ''}w{width}"
+    return Kernel(name, "gather", GATHER_THREADS, _blocks(width), params, body)

@@ -113,7 +113,7 @@ class CudaRenderer:
             # the pass's new keys and values go into the cache (one launch for both), then the rows
             # attend over it: one warp per (row, head) for many rows, 8 warps per (row, head) for few
             shape = (a.n_head, a.n_kv_head, a.head_dim, a.scale, a.softcap)
-            return [gather.kv_store_pair(a.n_kv_head * a.head_dim),
+            return [gather.kv_store(a.n_kv_head * a.head_dim, pair=True),
                     attention.attention(*shape, mask_stride=self.mask_stride),
                     attention.attention_rows(*shape, mask_stride=self.mask_stride)]
         if node.op in _ELEMENTWISE_OPS:

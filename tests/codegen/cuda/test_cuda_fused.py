@@ -1,6 +1,6 @@
 """The fused chains the renderer launches as one kernel give each value exactly what the kernels they
 replace give: the residual add with the norm of its result (pointwise.rms_norm(residual=True)) and a
-layer's key and value stores (gather.kv_store_pair), on the host emulation in both thread orders."""
+layer's key and value stores (gather.kv_store(pair=True)), on the host emulation in both thread orders."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def _kernels() -> list:
     for hq, hk, hd, n_rot, neox in ROPE_PAIRS:
         ks += [pointwise.rope(hq, hd, n_rot, neox), pointwise.rope(hk, hd, n_rot, neox),
                pointwise.rope(hq, hd, n_rot, neox, n_head_b=hk)]
-    return ks + [gather.kv_store(KV_WIDTH), gather.kv_store_pair(KV_WIDTH)]
+    return ks + [gather.kv_store(KV_WIDTH), gather.kv_store(KV_WIDTH, pair=True)]
 
 
 @pytest.fixture(scope="module", params=[False, True], ids=["reverse", "forward"])
@@ -68,7 +68,7 @@ def test_key_and_value_stores_in_one_launch_equal_the_two(host):
     host.launch(gather.kv_store(KV_WIDTH).name, rows, k, meta, want_k)
     host.launch(gather.kv_store(KV_WIDTH).name, rows, v, meta, want_v)
     got_k, got_v = np.zeros_like(want_k), np.zeros_like(want_v)
-    host.launch(gather.kv_store_pair(KV_WIDTH).name, rows, k, v, meta, got_k, got_v)
+    host.launch(gather.kv_store(KV_WIDTH, pair=True).name, rows, k, v, meta, got_k, got_v)
     assert np.array_equal(got_k, want_k) and np.array_equal(got_v, want_v)
     assert np.array_equal(got_k[7 : 7 + rows], k.astype(np.float16).view(np.uint16))
 

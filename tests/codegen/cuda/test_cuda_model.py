@@ -8,8 +8,6 @@ Kept to a few tokens: the emulation runs a SmolLM2 decode step in well under a s
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 import pytest
 
@@ -22,9 +20,17 @@ from kinetic.ir.ops import Op
 from kinetic.passes import PassOptions, run_pipeline
 from kinetic.runtime.engine import Engine
 from kinetic.runtime.weights import GGUFWeights
+from tests.device_checks import (
+    PROMPT,
+    check_drafted_equals_plain,
+    check_greedy_equals,
+    check_refuses_soft_capping,
+    check_row_in_a_pass_equals_row_alone,
+    check_tree_rows_equal_paths,
+    greedy,
+    same_bits,
+)
 
-PROMPT = [504, 3575, 282, 4649, 314, 7042]  # "The capital of France is Paris"
-REPEATING = [81, 278, 265, 253, 278, 265, 253, 278, 265, 253]  # "a b c a b c a b c a": the drafter guesses
 N_CTX = 64
 
 
@@ -68,33 +74,10 @@ def emulated(smollm2):
     engine.interpreter.close()
 
 
-def greedy(engine: Engine, prompt: list[int], n: int) -> tuple[list[int], list[np.ndarray], object]:
-    seq = engine.new_sequence()
-    logits = engine.prefill(seq, prompt)
-    tokens, seen = [], [logits]
-    for _ in range(n):
-        tokens.append(int(np.argmax(logits)))
-        logits = engine.decode(seq, tokens[-1])
-        seen.append(logits)
-    return tokens, seen, seq
-
-
-def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
-    return a.shape == b.shape and np.array_equal(a.view(np.uint32), b.view(np.uint32))
-
-
 def test_greedy_tokens_and_logits_equal_the_reference(emulated, reference):
     """Prompt then 3 greedy tokens: the same tokens, bit-identical logits at every step, and the same
     cache bits; the decode shape is recorded once and replayed."""
-    got_tokens, got_logits, seq = greedy(emulated, PROMPT, 3)
-    ref_tokens, ref_logits, ref_seq = greedy(reference, PROMPT, 3)
-    assert got_tokens == ref_tokens
-    for got, ref in zip(got_logits, ref_logits, strict=True):
-        assert same_bits(got, ref)
-    n = seq.cache.length
-    for layer in (0, 17, 29):
-        assert np.array_equal(seq.cache.k[layer][:n].view(np.uint16), ref_seq.cache.k[layer][:n].view(np.uint16))
-        assert np.array_equal(seq.cache.v[layer][:n].view(np.uint16), ref_seq.cache.v[layer][:n].view(np.uint16))
+    check_greedy_equals(emulated, reference, 3, layers=(0, 17, 29))
     model = emulated.interpreter
     assert (1, 1) in model._plans and (len(PROMPT), 1) in model._plans
     decode_recordings = [key for key in model._recordings if key[:2] == (1, 1)]
@@ -102,15 +85,9 @@ def test_greedy_tokens_and_logits_equal_the_reference(emulated, reference):
 
 
 def test_a_row_in_a_pass_equals_the_row_alone(emulated):
-    """Batch invariance on the device: the prompt in one pass gives each row the logits it gets one
-    token at a time, and the device stores the same cache bits either way."""
-    whole = emulated.new_sequence()
-    batched = emulated.forward(PassRows.chain(PROMPT[:4], 0, outputs="all"), {0: whole})
-    alone = emulated.new_sequence()
-    singles = np.stack([emulated.decode(alone, t) for t in PROMPT[:4]])
-    assert same_bits(batched, singles)
-    for layer in (0, 29):
-        assert np.array_equal(whole.cache.k[layer][:4].view(np.uint16), alone.cache.k[layer][:4].view(np.uint16))
+    """Batch invariance on the device: each row of a pass gets what it gets alone, the device stores
+    the same cache bits either way."""
+    check_row_in_a_pass_equals_row_alone(emulated)
 
 
 def test_passes_without_outputs_and_rollback(emulated, reference):
@@ -126,62 +103,15 @@ def test_passes_without_outputs_and_rollback(emulated, reference):
     assert same_bits(got, want)
 
 
-class FixedCosts:
-    """Pass costs that ignore the clock, so drafting decisions do not depend on the emulation's speed."""
-
-    def __new__(cls):
-        from kinetic.runtime.drafting import PassCosts
-
-        costs = PassCosts()
-        costs.observe = lambda guessed_rows, seconds: None
-        return costs
-
-
 def test_drafted_equals_plain_on_the_device(emulated):
-    """The identity gate through the CUDA runtime: drafted greedy decoding (verify passes of draft rows,
-    keep() moving kept rows in the host cache, which the next pass copies to the device) gives plain
-    greedy's tokens, and leaves the cache bit for bit as plain decoding does."""
-    from kinetic.runtime.drafting import NgramIndex
-    from kinetic.runtime.speculative import GreedyPicker, SpeculativeDecoder, plain_decode
-
-    engine = emulated
-    plain_seq = engine.new_sequence()
-    plain = list(plain_decode(engine, plain_seq, REPEATING, 12, picker=GreedyPicker()))
-    decoder = SpeculativeDecoder(engine, max_rows=4, seen=NgramIndex(1 << 12, (4, 2)), costs=FixedCosts())
-    seq = engine.new_sequence()
-    drafted = list(decoder.generate(seq, REPEATING, 12, picker=GreedyPicker()))
-    assert drafted == plain
-    assert decoder.stats.accepted > 0 and decoder.stats.passes < len(plain) - 1
-    n = seq.cache.length
-    assert n == plain_seq.cache.length
-    for layer in (0, 29):
-        assert np.array_equal(seq.cache.k[layer][:n].view(np.uint16), plain_seq.cache.k[layer][:n].view(np.uint16))
-        assert np.array_equal(seq.cache.v[layer][:n].view(np.uint16), plain_seq.cache.v[layer][:n].view(np.uint16))
+    """The identity gate through the CUDA runtime: drafted greedy decoding equals plain, cache too."""
+    check_drafted_equals_plain(emulated)
 
 
 def test_a_draft_tree_row_equals_its_path_decoded_plainly(emulated):
-    """A verify pass of a tree with branches (rows see the committed cache and their ancestors only),
-    keep() of a path that moves a row down in the host cache, then a decode step that must read the
-    moved row from the device: each bit as the path decoded one token at a time."""
-    engine, prefix = emulated, REPEATING[:6]
-    tokens, parents = [265, 253, 81, 278], [-1, 0, 0, 1]  # root, two children, a grandchild under the first
-    seq = engine.new_sequence()
-    engine.prefill(seq, prefix)
-    rows = PassRows(tokens=np.asarray(tokens, np.int32), positions=np.asarray([6, 7, 7, 8], np.int32),
-                    seqs=np.zeros(4, np.int32), parents=np.asarray(parents, np.int32),
-                    output_rows=np.arange(4, dtype=np.int32))
-    tree = engine.verify(seq, rows)
-    alone = engine.new_sequence()
-    engine.prefill(alone, prefix)
-    want = {0: engine.decode(alone, 265), 1: engine.decode(alone, 253), 3: engine.decode(alone, 278)}
-    engine.rollback(alone, 7)
-    want[2] = engine.decode(alone, 81)
-    for row in range(4):
-        assert same_bits(tree[row], want[row]), row
-    engine.keep(seq, [0, 2])  # row 2 moves from slot 8 to slot 7 on the host
-    assert seq.tokens == alone.tokens == prefix + [265, 81]
-    after = engine.decode(seq, 278)
-    assert same_bits(after, engine.decode(alone, 278))
+    """A draft tree's rows equal their paths; keep() moves a row in the host cache, which the next pass
+    copies to the device (without that copy this test fails)."""
+    check_tree_rows_equal_paths(emulated)
 
 
 def test_token_ids_outside_the_vocabulary_are_refused(emulated):
@@ -199,12 +129,7 @@ def test_unsupported_graphs_are_refused_with_the_reason(smollm2):
     device work."""
     from kinetic.codegen.cuda.model import unsupported
 
-    graph, _ = smollm2
-    assert unsupported(graph) is None
-    attention = next(n for n in graph.nodes if n.op is Op.ATTENTION)
-    capped = replace(graph, nodes=[replace(n, attrs=replace(n.attrs, softcap=30.0)) if n is attention else n
-                                   for n in graph.nodes])
-    assert "soft-capping" in unsupported(capped)
+    check_refuses_soft_capping(unsupported, smollm2[0])
 
 
 def test_engine_device_cuda_without_a_gpu_says_why(smollm2):
@@ -323,14 +248,7 @@ def test_split_model_equals_the_reference(split_engine, reference):
     """Layers 0-19 on the CPU, 20-29 through the CUDA runtime, one hidden state per row crossing: the
     greedy tokens, every step's logits and both halves of the cache are the reference's bits; the
     device holds only its own layers' cache."""
-    got_tokens, got_logits, seq = greedy(split_engine, PROMPT, 3)
-    ref_tokens, ref_logits, ref_seq = greedy(reference, PROMPT, 3)
-    assert got_tokens == ref_tokens
-    for got, ref in zip(got_logits, ref_logits, strict=True):
-        assert same_bits(got, ref)
-    n = seq.cache.length
-    for layer in (0, 19, 20, 29):
-        assert np.array_equal(seq.cache.k[layer][:n].view(np.uint16), ref_seq.cache.k[layer][:n].view(np.uint16))
+    check_greedy_equals(split_engine, reference, 3, layers=(0, 19, 20, 29))
     gpu = split_engine.interpreter.gpu
     assert sorted(gpu.kv_layers) == list(range(20, 30))
     assert all(sorted(m.k) == list(range(20, 30)) for m in gpu._mirrors.values())
@@ -340,7 +258,7 @@ def test_split_model_equals_the_reference(split_engine, reference):
 def test_split_model_drafts_a_tree_exactly(split_engine):
     """A draft tree through both halves, keep() moving a row in both, then a decode step: the bits of
     the path decoded plainly."""
-    test_a_draft_tree_row_equals_its_path_decoded_plainly(split_engine)
+    check_tree_rows_equal_paths(split_engine)
 
 
 def test_split_layers_finds_the_hidden_state_and_refuses_what_is_not_a_split(smollm2):
@@ -392,17 +310,14 @@ def on_gpu(smollm2):
 @pytest.mark.skipif(_gpu_reason() is not None, reason=f"CUDA is not usable here: {_gpu_reason()}")
 def test_gpu_greedy_logits_equal_the_reference(on_gpu, reference):
     """The decode step as one CUDA graph, replayed: tokens and logits bit for bit the reference's."""
-    got_tokens, got_logits, _ = greedy(on_gpu, PROMPT, 8)
-    ref_tokens, ref_logits, _ = greedy(reference, PROMPT, 8)
-    assert got_tokens == ref_tokens
-    for got, ref in zip(got_logits, ref_logits, strict=True):
-        assert same_bits(got, ref)
+    check_greedy_equals(on_gpu, reference, 8)
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(_gpu_reason() is not None, reason=f"CUDA is not usable here: {_gpu_reason()}")
 def test_gpu_batch_invariance_and_drafting(on_gpu):
-    """A row in a pass equals the row alone on the GPU, and drafted decoding equals plain."""
-    test_a_row_in_a_pass_equals_the_row_alone(on_gpu)
-    test_drafted_equals_plain_on_the_device(on_gpu)
-    test_a_draft_tree_row_equals_its_path_decoded_plainly(on_gpu)
+    """A row in a pass equals the row alone on the GPU, drafted decoding equals plain, tree rows their
+    paths."""
+    check_row_in_a_pass_equals_row_alone(on_gpu)
+    check_drafted_equals_plain(on_gpu)
+    check_tree_rows_equal_paths(on_gpu)

@@ -18,8 +18,15 @@ from kinetic.frontend.lower import lower
 from kinetic.ir.interpreter import PassRows
 from kinetic.runtime.engine import Engine
 from kinetic.runtime.weights import GGUFWeights
+from tests.device_checks import (
+    PROMPT,
+    check_drafted_equals_plain,
+    check_greedy_equals,
+    check_refuses_soft_capping,
+    check_row_in_a_pass_equals_row_alone,
+    check_tree_rows_equal_paths,
+)
 
-PROMPT = [504, 3575, 282, 4649, 314, 7042]  # "The capital of France is Paris"
 LAVAPIPE_ICDS = "/usr/share/vulkan/icd.d/lvp_icd.*.json"
 
 
@@ -50,37 +57,16 @@ def vulkan_engine(smollm2, device):
     model.close()
 
 
-def _greedy(engine: Engine, n: int) -> tuple[list[int], list[np.ndarray]]:
-    seq = engine.new_sequence()
-    logits = engine.prefill(seq, PROMPT)
-    tokens, seen = [], [logits]
-    for _ in range(n):
-        tokens.append(int(np.argmax(logits)))
-        logits = engine.decode(seq, tokens[-1])
-        seen.append(logits)
-    return tokens, seen
-
-
 def test_greedy_tokens_and_logits_equal_the_reference(vulkan_engine, reference):
     """Prompt then 4 greedy tokens: the same tokens and bit-identical logits at every step, with the
     validation layer (synchronization validation on) reporting nothing."""
-    got_tokens, got_logits = _greedy(vulkan_engine, 4)
-    ref_tokens, ref_logits = _greedy(reference, 4)
-    assert got_tokens == ref_tokens
-    for got, ref in zip(got_logits, ref_logits, strict=True):
-        assert np.array_equal(got.view(np.uint32), ref.view(np.uint32))
+    check_greedy_equals(vulkan_engine, reference, 4)
 
 
 def test_a_row_in_a_pass_equals_the_row_alone(vulkan_engine):
-    """Batch invariance on the device: the prompt in one pass gives each row the logits it gets
-    one token at a time, and the cache holds the same bits either way."""
-    whole = vulkan_engine.new_sequence()
-    batched = vulkan_engine.forward(PassRows.chain(PROMPT[:4], 0, outputs="all"), {0: whole})
-    alone = vulkan_engine.new_sequence()
-    singles = np.stack([vulkan_engine.decode(alone, t) for t in PROMPT[:4]])
-    assert np.array_equal(batched.view(np.uint32), singles.view(np.uint32))
-    for layer in (0, 29):
-        assert np.array_equal(whole.cache.k[layer][:4].view(np.uint16), alone.cache.k[layer][:4].view(np.uint16))
+    """Batch invariance on the device: each row of a pass gets the logits it gets one token at a
+    time, and the cache holds the same bits either way."""
+    check_row_in_a_pass_equals_row_alone(vulkan_engine)
 
 
 def test_engine_device_vulkan_runs_the_model(smollm2, reference, monkeypatch, capsys):
@@ -112,17 +98,9 @@ def test_engine_device_vulkan_runs_the_model(smollm2, reference, monkeypatch, ca
 
 def test_unsupported_ops_are_refused_with_the_reason(smollm2):
     """A graph with an op that has no Vulkan kernel is refused naming the op, before any device work."""
-    from dataclasses import replace
-
     from kinetic.codegen.vulkan.model import unsupported
-    from kinetic.ir.ops import Op
 
-    graph, _ = smollm2
-    assert unsupported(graph) is None
-    attention = next(n for n in graph.nodes if n.op is Op.ATTENTION)
-    capped = replace(graph, nodes=[replace(n, attrs=replace(n.attrs, softcap=30.0)) if n is attention else n
-                                   for n in graph.nodes])
-    assert "soft-capping" in unsupported(capped)
+    check_refuses_soft_capping(unsupported, smollm2[0])
 
 
 @pytest.mark.slow  # the reference interpreter takes about 11 s for Gemma 3's prompt on 2 CPUs
@@ -151,72 +129,17 @@ def test_gemma3_with_split_weights_equals_the_reference(gemma_path, device):
 
 
 
-REPEATING = [81, 278, 265, 253, 278, 265, 253, 278, 265, 253]  # "a b c a b c a b c a": the drafter guesses
-
-
-class FixedCosts:
-    """Pass costs that ignore the clock (as tests/runtime/test_speculative.py's), so the drafting
-    decisions do not depend on lavapipe's speed."""
-
-    def __new__(cls, beta: float | None = None):
-        from kinetic.runtime.drafting import PassCosts
-
-        costs = PassCosts() if beta is None else PassCosts(beta)
-        costs.observe = lambda guessed_rows, seconds: None
-        return costs
-
-
 def test_drafted_equals_plain_on_the_device(vulkan_engine):
     """The identity gate on Vulkan: drafted greedy decoding (verify passes of draft rows with parents,
     keep() committing the runner's new cache rows) gives plain greedy's tokens with guesses kept, and
     leaves the cache bit for bit as plain decoding does."""
-    from kinetic.runtime.drafting import NgramIndex
-    from kinetic.runtime.speculative import GreedyPicker, SpeculativeDecoder, plain_decode
-
-    engine = vulkan_engine
-    plain_seq = engine.new_sequence()
-    plain = list(plain_decode(engine, plain_seq, REPEATING, 12, picker=GreedyPicker()))
-    decoder = SpeculativeDecoder(engine, max_rows=4, seen=NgramIndex(1 << 12, (4, 2)), costs=FixedCosts())
-    seq = engine.new_sequence()
-    drafted = list(decoder.generate(seq, REPEATING, 12, picker=GreedyPicker()))
-    assert drafted == plain
-    assert decoder.stats.accepted > 0 and decoder.stats.passes < len(plain) - 1
-    n = seq.cache.length
-    assert n == plain_seq.cache.length == len(REPEATING) + len(plain) - 1
-    for layer in (0, 29):
-        for got, want in ((seq.cache.k[layer], plain_seq.cache.k[layer]),
-                          (seq.cache.v[layer], plain_seq.cache.v[layer])):
-            assert np.array_equal(got[:n].view(np.uint16), want[:n].view(np.uint16))
+    check_drafted_equals_plain(vulkan_engine)
 
 
 def test_a_draft_tree_row_equals_its_path_decoded_plainly(vulkan_engine):
-    """A verify pass of a tree with branches (rows see the committed cache and their ancestors only):
-    each row's logits are the bits its path gets decoded one token at a time."""
-    engine = vulkan_engine
-    prefix = REPEATING[:6]
-    # root 265, two children (253, 81), a grandchild under the first: parents [-1, 0, 0, 1]
-    tokens, parents = [265, 253, 81, 278], [-1, 0, 0, 1]
-    seq = engine.new_sequence()
-    engine.prefill(seq, prefix)
-    rows = PassRows(tokens=np.asarray(tokens, np.int32), positions=np.asarray([6, 7, 7, 8], np.int32),
-                    seqs=np.zeros(4, np.int32), parents=np.asarray(parents, np.int32),
-                    output_rows=np.arange(4, dtype=np.int32))
-    tree = engine.verify(seq, rows)
-    alone = engine.new_sequence()  # the same rows decoded one at a time along each path
-    engine.prefill(alone, prefix)
-    want = {0: engine.decode(alone, 265), 1: engine.decode(alone, 253), 3: engine.decode(alone, 278)}
-    engine.rollback(alone, 7)
-    want[2] = engine.decode(alone, 81)
-    for row in range(4):
-        assert np.array_equal(tree[row].view(np.uint32), want[row].view(np.uint32)), row
-    engine.keep(seq, [0, 2])  # the runner's cache rows of the kept path are plain decoding's
-    assert seq.tokens == alone.tokens == prefix + [265, 81]
-    for layer in (0, 29):
-        assert np.array_equal(seq.cache.k[layer][:8].view(np.uint16), alone.cache.k[layer][:8].view(np.uint16))
-        assert np.array_equal(seq.cache.v[layer][:8].view(np.uint16), alone.cache.v[layer][:8].view(np.uint16))
-    # the kept row 2 moved from slot 8 to slot 7 on the host; the device's copy of the cache follows it
-    after = engine.decode(seq, 278)
-    assert np.array_equal(after.view(np.uint32), engine.decode(alone, 278).view(np.uint32))
+    """A verify pass of a tree with branches: each row's logits are the bits its path gets decoded
+    one token at a time; the device's copy of the cache follows the host's move of a kept row."""
+    check_tree_rows_equal_paths(vulkan_engine)
 
 
 def test_greedy_agrees_with_llama_cpp_golden(vulkan_engine):
