@@ -25,6 +25,7 @@ docs/devices.md). Soft-capping needs the C library's tanhf and is not rendered y
 
 from __future__ import annotations
 
+from kinetic.codegen.cuda import pointwise
 from kinetic.codegen.cuda.kernel import Kernel, Param, f32_literal, name_tag
 
 HEADS_PER_BLOCK = 4  # one warp per head
@@ -134,7 +135,7 @@ PAR_THREADS = 32 * PAR_WARPS
 
 
 def attention_rows(n_head: int, n_kv_head: int, head_dim: int, scale: float, softcap: float = 0.0, *,
-                   mask_stride: int) -> Kernel:
+                   mask_stride: int, quantize: str | None = None) -> Kernel:
     """attention() for passes of few rows (decode, drafted verification), where one warp per (row,
     head) leaves the GPU idle and each key costs a chain of dependent steps: one block of 8 warps per
     (row, head), the same values in three phases, with a scratch f32 [rows, n_head, 2, mask_stride]:
@@ -148,13 +149,23 @@ def attention_rows(n_head: int, n_kv_head: int, head_dim: int, scale: float, sof
        f16 chain over the keys in order, and every thread the sum S (the same operations as before).
 
     The output is attention()'s bit for bit; the per-key chain is an fma and two roundings instead of
-    a dot product, a butterfly and expf."""
+    a dot product, a butterfly and expf. quantize ("q8_0" or "q8_1"): also writes the output row
+    quantized for the output projection (xq, xd, Q8_1's xs), warp w the head's values 32w..32w+31,
+    one block, as quantize.quantize(fmt, n_head * head_dim) gives them from `out`."""
     _check(n_head, n_kv_head, head_dim, softcap, mask_stride, most=PAR_THREADS)
     per_lane = head_dim // 32
     params = (Param("q", "const float*"), Param("keys", "const u16*"), Param("values", "const u16*"),
               Param("mask", "const u8*"), Param("meta", "const int*"), Param("scratch", "float*"),
-              Param("out", "float*"))
+              Param("out", "float*"), *pointwise.quantized_params(quantize))
     decl = "".join(f"  LANE(float, q{i});\n" for i in range(per_lane))
+    if quantize:
+        width = n_head * head_dim
+        decl += pointwise.QUANT_LANES[quantize] + f"  enum {{ QK = {width}, QNB = {width // 32} }};\n"
+    quantized = f"""\
+  if (WARP < HD / 32) {{
+    const int c = head * (HD / 32) + WARP;
+{pointwise.quantize_block(quantize)}  }}
+""" if quantize else ""
     # uniform values each stretch between barriers declares again, in a block of its own (the emulation
     # runs the stretches apart; on CUDA they share one scope)
     setup = """\
@@ -234,9 +245,11 @@ BODY
       }}
       const float inv = s_sum == 0.0f ? 0.0f : k_div(1.0f, s_sum);
       ST(float, out, (long)BY * NH * HD + (long)head * HD + TID, k_mul(acc, inv));
+      {"L(qv) = k_mul(acc, inv);" if quantize else ""}
     }}
   }}
-  }}
+{quantized}  }}
 """
     name = f"attention_rows_h{n_head}_kv{n_kv_head}_d{head_dim}_s{name_tag(scale)}_m{mask_stride}"
+    name += f"_{quantize}" if quantize else ""
     return Kernel(name, "attention", PAR_THREADS, n_head, params, body, shared_bytes=4 * PAR_THREADS)

@@ -265,7 +265,8 @@ class Plan:
             add(Launch(store.name, n, (ins[1], ins[2], meta, ("k", layer), ("v", layer))))
             cache = (ins[0], ("k", layer), ("v", layer), self.input_view(("mask", a.window)), meta)
             if n <= PARALLEL_ATTENTION_ROWS:  # few rows: 8 warps per (row, head), a scratch of their factors
-                add(Launch(parallel.name, n, (*cache, self.attention_scratch(n * a.n_head), out)))
+                acts = self._quantized_row(node.id, n, quantized, scratch_of, take)
+                add(Launch(parallel.name, n, (*cache, self.attention_scratch(n * a.n_head), out, *acts)))
             else:
                 add(Launch(one_warp.name, n, (*cache, out)))
         elif op is Op.TAKE_ROWS:

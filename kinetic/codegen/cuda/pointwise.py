@@ -59,11 +59,11 @@ def elementwise(op: str, width: int, factor: float = 1.0, quantize: str | None =
     if "table" in expr:
         params.append(Param("table", "const u16*"))
     params.append(Param("out", "float*"))
-    params += _quantized_params(quantize)
+    params += quantized_params(quantize)
     b_load = "const float b = LD(float, y, at);" if n_in == 2 else ""
     blocks = -(-width // POINTWISE_THREADS)
     if quantize:
-        body = _QUANT_LANES[quantize] + f"""\
+        body = QUANT_LANES[quantize] + f"""\
   enum {{ W = {width}, QK = {width}, QNB = {width // 32} }};
 BODY
   const int c = (BX * {POINTWISE_THREADS}) / 32 + WARP;
@@ -76,7 +76,7 @@ BODY
       ST(float, out, at, v);
       L(qv) = v;
     }}
-{_quantize_block(quantize)}  }}
+{quantize_block(quantize)}  }}
 """
         name += f"_{quantize}"
         return Kernel(name, "pointwise", POINTWISE_THREADS, blocks, tuple(params), body)
@@ -120,7 +120,7 @@ def rms_norm(width: int, eps: float, group: int = 0, weighted: bool = True, resi
         params.append(Param("weight", "const float*"))
     params += [Param("sum", "float*")] if residual else []
     params.append(Param("out", "float*"))
-    params += _quantized_params(quantize)
+    params += quantized_params(quantize)
     value = "k_add(LD(float, x, base + i), LD(float, y, base + i))" if residual else "LD(float, x, base + i)"
     keep = "ST(float, sum, base + i, v);" if residual else ""
     weigh = "v = k_mul(v, LD(float, weight, i));" if weighted else ""
@@ -158,19 +158,19 @@ BODY
   }}
 """)
     if quantize:
-        body = _QUANT_LANES[quantize] + f"  enum {{ QK = {width}, QNB = {width // 32} }};\n" + body
+        body = QUANT_LANES[quantize] + f"  enum {{ QK = {width}, QNB = {width // 32} }};\n" + body
     kind = "weighted" if weighted else "plain"
     name = f"{'add_' if residual else ''}rms_norm_w{width}_g{g}_{kind}_eps{name_tag(eps)}"
     name += f"_{quantize}" if quantize else ""
     return Kernel(name, "norm", threads, width // g, tuple(params), body, shared_bytes=8 * NORM_WARPS)
 
 
-_QUANT_LANES = {"q8_0": "  LANE(float, scale);\n  LANE(float, qv);\n  LANE(float, amax);\n  LANE(float, otherf);\n",
+QUANT_LANES = {"q8_0": "  LANE(float, scale);\n  LANE(float, qv);\n  LANE(float, amax);\n  LANE(float, otherf);\n",
                 "q8_1": "  LANE(float, scale);\n  LANE(float, qv);\n  LANE(float, amax);\n  LANE(float, otherf);\n"
                         "  LANE(int, isum);\n  LANE(int, itmp);\n"}
 
 
-def _quantize_block(fmt: str) -> str:
+def quantize_block(fmt: str) -> str:
     """Uniform code quantizing block `c` of row BY (width QK, QNB blocks) whose value lane i holds in
     L(qv): quantize._quantize_q8_0's operations (the amax butterfly, d rounded to f16, rint(v * 127 /
     amax), Q8_1's sum), writing xq, xd (and xs)."""
@@ -192,7 +192,7 @@ def _quantize_block(fmt: str) -> str:
 {sums}"""
 
 
-def _quantized_params(fmt: str | None) -> list[Param]:
+def quantized_params(fmt: str | None) -> list[Param]:
     if not fmt:
         return []
     if fmt not in ("q8_0", "q8_1"):
@@ -218,7 +218,7 @@ def _normalize_quantized(value: str, weigh: str, partials: str, eps: float, fmt:
       ST(float, out, base + i, v);
       L(qv) = v;
     }}
-{_quantize_block(fmt)}  }}
+{quantize_block(fmt)}  }}
 """
 
 

@@ -115,7 +115,7 @@ class CudaRenderer:
             shape = (a.n_head, a.n_kv_head, a.head_dim, a.scale, a.softcap)
             return [gather.kv_store(a.n_kv_head * a.head_dim, pair=True),
                     attention.attention(*shape, mask_stride=self.mask_stride),
-                    attention.attention_rows(*shape, mask_stride=self.mask_stride)]
+                    attention.attention_rows(*shape, mask_stride=self.mask_stride, quantize=quantized.get(node.id))]
         if node.op in _ELEMENTWISE_OPS:
             if any(graph.node(i).type.shape != node.type.shape for i in node.inputs):
                 raise NotImplementedError("operands of different shapes (a broadcast)")
@@ -157,13 +157,15 @@ def fused_norms(graph: Graph, skip: frozenset[int] = frozenset()) -> dict[int, i
     return fused
 
 
-_QUANTIZING = {Op.RMS_NORM, Op.SWIGLU, Op.GEGLU}  # ops whose launch can also write its row quantized
+# ops whose launch can also write its row quantized (attention: attention_rows, passes of few rows)
+_QUANTIZING = {Op.RMS_NORM, Op.SWIGLU, Op.GEGLU, Op.ATTENTION}
 
 
 def quantized_norms(graph: Graph, skip: frozenset[int] = frozenset()) -> dict[int, str]:
-    """node id -> the activation format its launch also writes: whole-row norms and SwiGLU / GEGLU
-    read by matmuls that take Q8_0 or Q8_1 activations (the format of the first such matmul; others
-    quantize for themselves), so the quantizer launches before those matmuls go away."""
+    """node id -> the activation format its launch also writes: whole-row norms, SwiGLU / GEGLU and
+    attention (its few-rows kernel) read by matmuls that take Q8_0 or Q8_1 activations (the format of
+    the first such matmul; others quantize for themselves), so the quantizer launches before those
+    matmuls go away."""
     out: dict[int, str] = {}
     users = graph.users()
     for node in graph.nodes:

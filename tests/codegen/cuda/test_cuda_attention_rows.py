@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from cuda_helpers import attention_inputs, attention_scale, reference_attention
 
-from kinetic.codegen.cuda import attention, device, emulator
+from kinetic.codegen.cuda import attention, device, emulator, quantize
 
 STRIDE = 640  # the mask stride (cache capacity) of these kernels: more keys than the 256 threads
 SHAPES = [(9, 3, 64), (4, 1, 256), (2, 2, 128)]  # n_head, n_kv_head, head_dim: SmolLM2's, Gemma 3's, MHA
@@ -21,6 +21,9 @@ def _kernels() -> list:
         scale = attention_scale(hd)
         ks += [attention.attention(n_head, n_kv, hd, scale, mask_stride=STRIDE),
                attention.attention_rows(n_head, n_kv, hd, scale, mask_stride=STRIDE)]
+        ks += [attention.attention_rows(n_head, n_kv, hd, scale, mask_stride=STRIDE, quantize=fmt)
+               for fmt in ("q8_0", "q8_1")]
+        ks += [quantize.quantize(fmt, n_head * hd) for fmt in ("q8_0", "q8_1")]
     return ks
 
 
@@ -31,7 +34,7 @@ def host(request, tmp_path_factory):
     return emulator.HostProgram(_kernels(), forward=request.param, cache_dir=tmp_path_factory.mktemp("attn-rows"))
 
 
-def _run(host, kernel, q, keys, values, visible, n_keys, scratch: bool):
+def _run(host, kernel, q, keys, values, visible, n_keys, scratch: bool, extra=()):
     rows = q.shape[0]
     cache_k = np.zeros((STRIDE, keys.shape[1]), np.uint16)
     cache_v = np.zeros_like(cache_k)
@@ -43,8 +46,8 @@ def _run(host, kernel, q, keys, values, visible, n_keys, scratch: bool):
     mask[:, :n_keys] = visible
     meta = np.array([n_keys, 0], np.int32)
     out = np.full(q.shape, np.nan, np.float32)
-    extra = [np.full((rows, kernel_heads(kernel), 2, STRIDE), np.nan, np.float32)] if scratch else []
-    host.launch(kernel.name, rows, q, cache_k, cache_v, mask, meta, *extra, out)
+    work = [np.full((rows, kernel_heads(kernel), 2, STRIDE), np.nan, np.float32)] if scratch else []
+    host.launch(kernel.name, rows, q, cache_k, cache_v, mask, meta, *work, out, *extra)
     return out
 
 
@@ -69,6 +72,29 @@ def test_parallel_phases_equal_the_one_warp_kernel_and_the_reference(host, n_hea
     assert np.array_equal(parallel.view(np.uint32), one_warp.view(np.uint32))
     want = reference_attention(q, keys, values, visible, n_head, n_kv, hd)
     assert np.array_equal(parallel.view(np.uint32), want.view(np.uint32))
+
+
+@pytest.mark.parametrize("fmt", ["q8_0", "q8_1"])
+@pytest.mark.parametrize("n_head,n_kv,hd", SHAPES)
+def test_the_output_row_quantized_in_the_same_launch(host, n_head, n_kv, hd, fmt):
+    """attention_rows(quantize=fmt) also writes the output row as the output projection reads it: the
+    quantizer's bits from the same values, written by the attention launch itself."""
+    rng = np.random.default_rng(hd + len(fmt))
+    rows, n_keys = 2, 45
+    q, keys, values, visible = attention_inputs(rng, rows, n_keys, n_head, n_kv, hd)
+    scale = attention_scale(hd)
+    plain = _run(host, attention.attention_rows(n_head, n_kv, hd, scale, mask_stride=STRIDE), q, keys, values,
+                 visible, n_keys, scratch=True)
+    width = n_head * hd
+    want = [np.zeros((rows, width), np.int8), np.zeros((rows, width // 32), np.float32)]
+    want += [np.zeros((rows, width // 32), np.float32)] if fmt == "q8_1" else []
+    host.launch(quantize.quantize(fmt, width).name, rows, plain, *want)
+    got = [np.full_like(w, 7) for w in want]
+    fused = _run(host, attention.attention_rows(n_head, n_kv, hd, scale, mask_stride=STRIDE, quantize=fmt), q, keys,
+                 values, visible, n_keys, scratch=True, extra=got)
+    assert np.array_equal(fused.view(np.uint32), plain.view(np.uint32))
+    for g, w in zip(got, want, strict=True):
+        assert np.array_equal(g.view(np.uint8), w.view(np.uint8))
 
 
 def test_a_draft_trees_mask(host):

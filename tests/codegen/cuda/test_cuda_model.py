@@ -190,11 +190,11 @@ def test_the_real_models_kernels_compile_within_budget(smollm2, gemma_path, tmp_
 def test_fused_chains_of_the_real_models(smollm2, gemma_path):
     """What the renderer fuses on both models: every residual add with the next norm, every layer's
     query and key rotations (Gemma's queries through their scale), norms (the final one too, for a Q8_0
-    output layer) and SwiGLU writing the Q8_0 / Q8_1 rows their matmuls read; and a rotary pair only
+    output layer), SwiGLU and attention writing the Q8_0 / Q8_1 rows their matmuls read; and a rotary pair only
     where nothing reads the earlier rotation before the later one runs."""
     from kinetic.codegen.cuda.renderer import CudaRenderer
 
-    for graph, layers, quantized in ((smollm2[0], 30, 91), (load(gemma_path)[0], 18, 37)):
+    for graph, layers, quantized in ((smollm2[0], 30, 121), (load(gemma_path)[0], 18, 37)):
         rendering = CudaRenderer().render(graph)
         position = {n.id: i for i, n in enumerate(graph.nodes)}
         users = graph.users()
