@@ -13,11 +13,10 @@ its keys and values per layer (capacity n_ctx, f16; `_Mirror`), kept while the K
 keys and values are stored (rounded to f16) by the device at slots length + i, attention reads them
 there, and only those new rows are copied back into the host KVCache in place (`in_place` is True, as
 the CPU step: the engine commits with commit_written / keep_written). The host arrays stay the source
-of truth: the only host change to committed rows outside a pass is keep_written moving a draft tree's
-kept rows down (or, for an engine that commits the returned rows, commit), both within the rows of the
-sequence's last pass, so the next pass copies those rows (at most the last pass's, usually one) to the
-device before it runs. Rollback needs nothing: the length governs what attention reads. One sequence
-per pass (a chain, or a draft tree of one sequence).
+of truth: KVCache counts the rows the host writes itself (`host_writes`: keep_written moving a draft
+tree's kept rows down, commit), and the next pass copies the rows from the lowest one written up to
+the device first; a plain decode copies nothing. Rollback needs nothing: the length governs what
+attention reads. One sequence per pass (a chain, or a draft tree of one sequence).
 """
 
 from __future__ import annotations
@@ -150,13 +149,15 @@ class VulkanModel:
                 m.free(self.device)
                 del self._mirrors[key]
         m = self._mirrors.get(id(cache))
-        if m is None:
+        if m is None or m.cache() is not cache:
+            if m is not None:
+                m.free(self.device)
             m = self._mirrors[id(cache)] = _Mirror(self.device, cache)
-            m.upload(cache, 0, cache.length)
-        elif m.last is not None:
-            start, _ = m.last
-            if cache.length > start:
-                m.upload(cache, start, cache.length)
+        writes = cache.host_writes
+        if writes != m.seen:  # rows the host wrote itself since (see KVCache.host_writes)
+            start = cache.host_written_from if m.seen is not None and writes == m.seen + 1 else 0
+            m.upload(cache, start, cache.length)
+            m.seen = writes
         return m
 
     def close(self) -> None:
@@ -188,24 +189,21 @@ class VulkanModel:
         plan = _Pass(self, rows, cache, mirror, n_rows)
         for node in graph.nodes:
             plan.node(node)
-        mirror.last = None  # (a failed pass writes no host rows: nothing to bring up to date)
         self.device.run(plan.dispatches)
         outputs = {name: plan.read(graph.node(nid)) for name, nid in graph.outputs}
-        new_kv = plan.new_kv()
-        mirror.last = (cache.length, n_rows["T"])
-        return PassResult(outputs, new_kv)
+        return PassResult(outputs, plan.new_kv())
 
 
 class _Mirror:
     """One KVCache's keys and values on the device: per layer a buffer of n_ctx rows (f16) for each.
-    Rows [0, cache.length) equal the host's, except those of the last pass (`last`: its first slot
-    and row count), which the host may have moved or rewritten since (see mirror())."""
+    Rows [0, cache.length) equal the host's once mirror() has brought it up to date with the rows the
+    host wrote itself (`seen`: the cache's host_writes then; None before the first copy)."""
 
     def __init__(self, device: VulkanDevice, cache):
         self.cache = weakref.ref(cache)
         self.k: dict[int, DeviceBuffer] = {}
         self.v: dict[int, DeviceBuffer] = {}
-        self.last: tuple[int, int] | None = None
+        self.seen: int | None = None
         try:
             for layer, host in cache.k.items():
                 if host.dtype != np.float16:

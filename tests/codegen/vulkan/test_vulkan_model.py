@@ -160,7 +160,8 @@ def test_greedy_agrees_with_llama_cpp_golden(vulkan_engine):
 
 def test_the_device_cache_lives_as_long_as_its_sequence(vulkan_engine):
     """Each sequence's cache is kept on the device between passes (uploaded once, then only the new
-    rows are written there) and freed with the sequence; a rollback needs no upload."""
+    rows are written there, by the device: a decode step copies nothing up) and freed with the
+    sequence; a rollback needs no upload."""
     import gc
 
     engine = vulkan_engine
@@ -168,6 +169,12 @@ def test_the_device_cache_lives_as_long_as_its_sequence(vulkan_engine):
     seq = engine.new_sequence()
     first = engine.prefill(seq, PROMPT[:3])
     assert list(model._mirrors) == [id(seq.cache)]
+    mirror, uploads = model._mirrors[id(seq.cache)], []
+    plain_upload = mirror.upload
+    mirror.upload = lambda cache, start, end: uploads.append((start, end)) or plain_upload(cache, start, end)
+    engine.decode(seq, PROMPT[3])
+    engine.decode(seq, PROMPT[4])
+    assert uploads == []  # the device wrote those rows itself: nothing goes up
     engine.rollback(seq, 0)
     again = engine.prefill(seq, PROMPT[:3])
     assert np.array_equal(first.view(np.uint32), again.view(np.uint32))
