@@ -104,12 +104,13 @@ def open_runner(graph: Graph, weights: WeightSource, n_ctx: int, gpu_layers: int
     return model
 
 
-def layer_bytes(graph: Graph, weights: WeightSource, n_ctx: int) -> tuple[int, dict[int, int]]:
+def layer_bytes(graph: Graph, weights: WeightSource, n_ctx: int) -> tuple[int, dict[int, int], int]:
     """Device bytes outside the layers (output layer, final norm; the embedding table when the output
-    layer reads it) and per layer (its weights and one sequence's f16 cache)."""
+    layer reads it), per layer (its weights and one sequence's f16 cache), and of what only the
+    embedding lookup reads (an untied table: on the device only when every layer is)."""
     top = layer_of_nodes(graph)
     users = graph.users()
-    fixed, per_layer = 0, dict.fromkeys(range(n_layers(graph)), 0)
+    fixed, per_layer, lookup = 0, dict.fromkeys(range(n_layers(graph)), 0), 0
     for node in graph.nodes:
         if node.op is Op.PARAM:
             raw = weights.tensor(node.attrs.tensor)
@@ -118,15 +119,18 @@ def layer_bytes(graph: Graph, weights: WeightSource, n_ctx: int) -> tuple[int, d
                 per_layer[top[node.id]] += nbytes
             elif any(top[u] >= 0 or graph.node(u).op is not Op.EMBED for u in users[node.id]):
                 fixed += nbytes  # read after the layers (a tied output layer reads the embedding table)
+            else:
+                lookup += nbytes
         elif node.op is Op.ATTENTION:
             per_layer[top[node.id]] += 2 * n_ctx * node.attrs.n_kv_head * node.attrs.head_dim * 2
-    return fixed, per_layer
+    return fixed, per_layer, lookup
 
 
 def layers_that_fit(graph: Graph, weights: WeightSource, n_ctx: int, free: int) -> int:
     """How many of the last layers fit in `free` bytes with what runs after them, leaving room for
-    the activations (a twentieth of the memory, at least 256 MiB)."""
-    fixed, per_layer = layer_bytes(graph, weights, n_ctx)
+    the activations (a twentieth of the memory, at least 256 MiB); all of them only if the embedding
+    table fits beside them too (with a layer on the CPU, the lookup runs there)."""
+    fixed, per_layer, lookup = layer_bytes(graph, weights, n_ctx)
     room = free - max(256 << 20, free // 20) - fixed
     count = 0
     for layer in sorted(per_layer, reverse=True):
@@ -134,6 +138,8 @@ def layers_that_fit(graph: Graph, weights: WeightSource, n_ctx: int, free: int) 
         if room < 0:
             break
         count += 1
+    if count == len(per_layer) and room < lookup:
+        count -= 1
     return count
 
 
@@ -162,13 +168,13 @@ class CudaModel:
     in_place = True  # the pass's new cache rows are written into the host KVCache at slots length + i
 
     def __init__(self, graph: Graph, weights: WeightSource, backend, n_ctx: int, split: LayerSplit | None = None):
-        reason = unsupported(graph)
-        if reason:
-            raise KineticError(f"this model cannot run on CUDA: {reason}", "Use --device cpu.")
         self.graph, self.backend, self.n_ctx, self.split = graph, backend, int(n_ctx), split
         # with a split, the first layers' nodes run elsewhere: their crossing value comes in as "hidden"
         self.skip = split.head_ids if split else frozenset()
         rendering = CudaRenderer(mask_stride=self.n_ctx).render(graph, self.skip)
+        if rendering.unsupported:
+            reason = next(iter(rendering.unsupported.values()))
+            raise KineticError(f"this model cannot run on CUDA: {reason}", "Use --device cpu.")
         self.fused, self.quantized, self._kernels = rendering.fused, rendering.quantized, rendering.kernels
         self.rope_pairs = rendering.rope_pairs
         backend.compile(list({k.name: k for ks in self._kernels.values() for k in ks}.values()))

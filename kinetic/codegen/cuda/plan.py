@@ -142,10 +142,13 @@ class Plan:
 
     # -- the launches, with buffers reused once their value is dead
     def _build(self, graph: Graph, backend) -> None:
+        def reads(node: Node) -> tuple[int, ...]:
+            early = self.model.rope_pairs.get(node.id)  # a fused rotary pair launches at the later one
+            return node.inputs + (graph.node(early).inputs if early is not None else ())
+
         last_use = {}
         for i, node in enumerate(graph.nodes):
-            early = self.model.rope_pairs.get(node.id)  # a fused rotary pair launches at the later one
-            for j in node.inputs + (graph.node(early).inputs if early is not None else ()):
+            for j in reads(node):
                 last_use[j] = max(last_use.get(j, -1), i)
         skip, split = self.model.skip, self.model.split
         pinned = {nid for _, nid in graph.outputs} | ({split.boundary} if split else set())
@@ -178,19 +181,14 @@ class Plan:
                 continue
             n = self.count(node)
             width = int(node.type.shape[-1])
-            if node.id in self.buffers:  # a norm its add's launch computes (fused_norms)
-                continue
-            if node.id in kv_at:
-                out = kv_at[node.id]
-            else:
-                out = take(n * width * 4)
-            self.buffers[node.id] = out
-            if node.id in self.model.fused:
-                norm = self.model.fused[node.id]
-                self.buffers[norm] = kv_at[norm] if norm in kv_at else take(n * width * 4)
-            if n and self.model._kernels[node.id]:  # (the earlier rotary of a fused pair launches later)
-                self._launches(node, n, out, quantized, scratch_of, take)
-            for j in set(node.inputs):
+            if node.id not in self.buffers:  # (a norm its add's launch computes has one already)
+                out = self.buffers[node.id] = kv_at[node.id] if node.id in kv_at else take(n * width * 4)
+                if node.id in self.model.fused:
+                    norm = self.model.fused[node.id]
+                    self.buffers[norm] = kv_at[norm] if norm in kv_at else take(n * width * 4)
+                if n and self.model._kernels[node.id]:  # (the earlier rotary of a fused pair launches later)
+                    self._launches(node, n, out, quantized, scratch_of, take)
+            for j in set(reads(node)):  # values read for the last time: their buffers serve again
                 if last_use.get(j) == i and j not in pinned and j not in kv_at and self.buffers.get(j) is not None \
                         and graph.node(j).op not in (Op.INPUT, Op.PARAM, Op.STATE):
                     give(self.buffers[j])
