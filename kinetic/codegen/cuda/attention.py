@@ -136,9 +136,10 @@ PAR_THREADS = 32 * PAR_WARPS
 
 def attention_rows(n_head: int, n_kv_head: int, head_dim: int, scale: float, softcap: float = 0.0, *,
                    mask_stride: int, quantize: str | None = None) -> Kernel:
-    """attention() for passes of few rows (decode, drafted verification), where one warp per (row,
-    head) leaves the GPU idle and each key costs a chain of dependent steps: one block of 8 warps per
-    (row, head), the same values in three phases, with a scratch f32 [rows, n_head, 2, mask_stride]:
+    """attention() with the keys' work in parallel: one warp per (row, head) leaves the GPU idle in a
+    decode step, and in any pass each key costs it a chain of dependent steps. Here one block of 8
+    warps per (row, head), the same values in three phases, with a scratch f32 [rows, n_head, 2,
+    mask_stride]:
 
     1. every key's score, the 8 warps on different keys (each score in attention()'s order);
     2. the softmax factors of every key in parallel: the running maximum before key j is the maximum

@@ -37,7 +37,7 @@ from collections import OrderedDict
 import numpy as np
 from gguf import GGMLQuantizationType as Q
 
-from kinetic.codegen.cuda.plan import Plan, RopeTables
+from kinetic.codegen.cuda.plan import ATTENTION_SCRATCH_BYTES, Plan, RopeTables
 from kinetic.codegen.cuda.renderer import CudaRenderer
 from kinetic.errors import KineticError
 from kinetic.ir import numerics
@@ -166,6 +166,7 @@ class CudaModel:
     """Runs passes of one graph on one backend; the engine's executor for `--device cuda`."""
 
     in_place = True  # the pass's new cache rows are written into the host KVCache at slots length + i
+    attention_scratch_bytes = ATTENTION_SCRATCH_BYTES  # passes within it attend with attention_rows
 
     def __init__(self, graph: Graph, weights: WeightSource, backend, n_ctx: int, split: LayerSplit | None = None):
         self.graph, self.backend, self.n_ctx, self.split = graph, backend, int(n_ctx), split

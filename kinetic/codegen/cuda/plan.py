@@ -23,7 +23,10 @@ from kinetic.ir.interpreter import PassRows, _visibility
 from kinetic.ir.ops import Op
 
 F32 = np.float32
-PARALLEL_ATTENTION_ROWS = 16  # passes of at most this many rows attend with attention_rows
+# attention_rows (8 warps per (row, head), the keys' scores and factors in parallel) for every pass
+# whose scratch of factors, rows x heads x 2 x n_ctx floats, stays within this; the one-warp kernel
+# (no scratch) beyond, where many rows keep the GPU busy anyway
+ATTENTION_SCRATCH_BYTES = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -262,7 +265,7 @@ class Plan:
             meta = self.input_view("meta")
             add(Launch(store.name, n, (ins[1], ins[2], meta, ("k", layer), ("v", layer))))
             cache = (ins[0], ("k", layer), ("v", layer), self.input_view(("mask", a.window)), meta)
-            if n <= PARALLEL_ATTENTION_ROWS:  # few rows: 8 warps per (row, head), a scratch of their factors
+            if n * a.n_head * 2 * model.n_ctx * 4 <= model.attention_scratch_bytes:
                 acts = self._quantized_row(node.id, n, quantized, scratch_of, take)
                 add(Launch(parallel.name, n, (*cache, self.attention_scratch(n * a.n_head), out, *acts)))
             else:

@@ -111,7 +111,7 @@ class CudaRenderer:
             if a.kv_dtype != "f16":
                 raise NotImplementedError(f"a {a.kv_dtype} KV cache")
             # the pass's new keys and values go into the cache (one launch for both), then the rows
-            # attend over it: one warp per (row, head) for many rows, 8 warps per (row, head) for few
+            # attend over it: one warp per (row, head), or 8 with the keys' work in parallel (the runtime picks)
             shape = (a.n_head, a.n_kv_head, a.head_dim, a.scale, a.softcap)
             return [gather.kv_store(a.n_kv_head * a.head_dim, pair=True),
                     attention.attention(*shape, mask_stride=self.mask_stride),
@@ -157,13 +157,13 @@ def fused_norms(graph: Graph, skip: frozenset[int] = frozenset()) -> dict[int, i
     return fused
 
 
-# ops whose launch can also write its row quantized (attention: attention_rows, passes of few rows)
+# ops whose launch can also write its row quantized (attention: its parallel kernel, attention_rows)
 _QUANTIZING = {Op.RMS_NORM, Op.SWIGLU, Op.GEGLU, Op.ATTENTION}
 
 
 def quantized_norms(graph: Graph, skip: frozenset[int] = frozenset()) -> dict[int, str]:
     """node id -> the activation format its launch also writes: whole-row norms, SwiGLU / GEGLU and
-    attention (its few-rows kernel) read by matmuls that take Q8_0 or Q8_1 activations (the format of
+    attention (its parallel kernel) read by matmuls that take Q8_0 or Q8_1 activations (the format of
     the first such matmul; others quantize for themselves), so the quantizer launches before those
     matmuls go away."""
     out: dict[int, str] = {}

@@ -84,6 +84,24 @@ def test_greedy_tokens_and_logits_equal_the_reference(emulated, reference):
     assert len(decode_recordings) == 1  # three decode steps, one recording
 
 
+def test_the_one_warp_attention_kernel_equals_the_reference(smollm2, reference):
+    """Passes whose scratch would exceed the limit attend one warp per (row, head) instead of with
+    attention_rows: forced here for every pass, the same bits (and drafting exact) through it."""
+    from kinetic.codegen.cuda.backends import HostBackend
+
+    if emulator.unavailable_reason():
+        pytest.skip(emulator.unavailable_reason())
+    engine = cuda_engine(*smollm2, HostBackend())
+    engine.interpreter.attention_scratch_bytes = 0
+    try:
+        check_greedy_equals(engine, reference, 2)
+        check_tree_rows_equal_paths(engine)
+        launched = {x.kernel.split("_h")[0] for plan in engine.interpreter._plans.values() for x in plan.launches}
+        assert "attention" in launched and "attention_rows" not in launched
+    finally:
+        engine.interpreter.close()
+
+
 def test_a_row_in_a_pass_equals_the_row_alone(emulated):
     """Batch invariance on the device: each row of a pass gets what it gets alone, the device stores
     the same cache bits either way."""
