@@ -205,7 +205,8 @@ class Plan:
         if fmt is None:
             return ()
         k = int(self.model.graph.node(norm_id).type.shape[-1])
-        acts = (take(n * k), take(n * (k // 32) * 4)) + ((take(n * (k // 32) * 4),) if fmt == "q8_1" else ())
+        block = 256 if fmt == "q8_k" else 32
+        acts = (take(n * k), take(n * (k // block) * 4)) + ((take(n * (k // 32) * 4),) if fmt == "q8_1" else ())
         scratch_of.setdefault(norm_id, []).extend(acts)
         quantized[(norm_id, fmt)] = acts
         return acts

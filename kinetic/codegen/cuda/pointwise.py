@@ -44,8 +44,8 @@ def elementwise(op: str, width: int, factor: float = 1.0, quantize: str | None =
     (u16 [65536], the f16 bits of numerics.gelu_table()). quantize ("q8_0" or "q8_1", width a multiple
     of 32): also writes the row quantized for the matmul that reads it (xq, xd, Q8_1's xs), each warp
     one block of 32 values, as quantize.quantize(fmt, width) gives them from `out`."""
-    if quantize and width % 32:
-        raise ValueError(f"a quantized row is whole blocks of 32 values, not {width}")
+    if quantize and width % (256 if quantize == "q8_k" else 32):
+        raise ValueError(f"a {quantize} row is whole blocks of {256 if quantize == 'q8_k' else 32} values, not {width}")
     if op not in ELEMENTWISE:
         raise NotImplementedError(f"no CUDA elementwise kernel for {op!r}")
     n_in, expr = ELEMENTWISE[op]
@@ -62,6 +62,10 @@ def elementwise(op: str, width: int, factor: float = 1.0, quantize: str | None =
     params += quantized_params(quantize)
     b_load = "const float b = LD(float, y, at);" if n_in == 2 else ""
     blocks = -(-width // POINTWISE_THREADS)
+    if quantize == "q8_k":
+        body = _q8_k_body(width, expr, b_load)
+        return Kernel(name + "_q8_k", "pointwise", POINTWISE_THREADS, blocks, tuple(params), body,
+                      shared_bytes=12 * (POINTWISE_THREADS // 32))
     if quantize:
         body = QUANT_LANES[quantize] + f"""\
   enum {{ W = {width}, QK = {width}, QNB = {width // 32} }};
@@ -192,11 +196,67 @@ def quantize_block(fmt: str) -> str:
 {sums}"""
 
 
+def _q8_k_body(width: int, expr: str, b_load: str) -> str:
+    """An elementwise op whose block of 256 threads is one Q8_K super-block of the row: each thread
+    one value; the value of largest magnitude (the first on ties) by a butterfly per warp on (|v|,
+    index, v), then across the 8 warps through shared memory (a total order: exact in any grouping);
+    then quantize._quantize_q8_k's iscale = -127/max, q = min(127, rint(v * iscale)), d = 1/iscale."""
+    assert POINTWISE_THREADS == 256, "one block is one super-block of 256 values"
+    reduce = "".join(f"""\
+  SHFL_XOR(omag, mag, {m}); SHFL_XOR(oidx, idx, {m}); SHFL_XOR(oval, val, {m});
+  LANES {{
+    if (L(omag) > L(mag) || (L(omag) == L(mag) && L(oidx) < L(idx))) {{
+      L(mag) = L(omag); L(idx) = L(oidx); L(val) = L(oval);
+    }}
+  }}
+""" for m in (16, 8, 4, 2, 1))
+    return f"""\
+  LANE(float, qv);
+  LANE(float, mag);
+  LANE(int, idx);
+  LANE(float, val);
+  LANE(float, omag);
+  LANE(int, oidx);
+  LANE(float, oval);
+  SHARED(float, wmag, 8);
+  SHARED(int, widx, 8);
+  SHARED(float, wval, 8);
+  enum {{ W = {width}, NB = {width // 256} }};
+BODY
+  LANES {{
+    const long at = (long)BY * W + 256 * BX + TID;
+    const float a = LD(float, x, at);
+    {b_load}
+    const float v = {expr};
+    ST(float, out, at, v);
+    L(qv) = v;
+    L(mag) = k_abs(v) > -1.0f ? k_abs(v) : -1.0f;
+    L(idx) = TID;
+    L(val) = v;
+  }}
+{reduce}  LANES {{ if (LANE_ID == 0) {{ wmag[WARP] = L(mag); widx[WARP] = L(idx); wval[WARP] = L(val); }} }}
+  BARRIER();
+  LANES {{
+    float top = wmag[0], pick = wval[0];
+    int at_top = widx[0];
+    for (int w = 1; w < 8; ++w) {{
+      if (wmag[w] > top || (wmag[w] == top && widx[w] < at_top)) {{ top = wmag[w]; at_top = widx[w]; pick = wval[w]; }}
+    }}
+    const float iscale = pick != 0.0f ? k_div(-127.0f, pick) : 0.0f;
+    const int q = k_rint(k_mul(L(qv), iscale));
+    ST(i8, xq, (long)BY * W + 256 * BX + TID, (i8)(q < 127 ? q : 127));
+    if (TID == 0) ST(float, xd, (long)BY * NB + BX, pick != 0.0f ? k_div(1.0f, iscale) : 0.0f);
+  }}
+"""
+
+
 def quantized_params(fmt: str | None) -> list[Param]:
     if not fmt:
         return []
+    if fmt == "q8_k":
+        return [Param("xq", "i8*"), Param("xd", "float*")]
     if fmt not in ("q8_0", "q8_1"):
-        raise ValueError(f"a fused quantizer writes q8_0 or q8_1, not {fmt!r}")
+        raise ValueError(f"a fused quantizer writes q8_0, q8_1 or q8_k, not {fmt!r}")
     return [Param("xq", "i8*"), Param("xd", "float*")] + ([Param("xs", "float*")] if fmt == "q8_1" else [])
 
 

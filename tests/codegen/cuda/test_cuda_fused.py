@@ -13,6 +13,7 @@ NORMS = [(576, 1e-5, True), (640, 1e-6, True), (320, 1e-6, False)]  # width, eps
 QUANT_FORMATS = ("q8_0", "q8_1")
 ROPE_PAIRS = [(9, 3, 64, 64, False), (4, 1, 256, 256, True), (4, 2, 64, 32, True)]  # q heads, k heads, ...
 GLU_OPS, GLU_WIDTH = ("swiglu", "geglu"), 1536 + 32  # not a multiple of a block's 256 threads
+K_WIDTH = 2048  # Gemma 3's feed-forward width: 8 super-blocks of 256 (Q8_K, for Q4_K/Q6_K)
 KV_WIDTH = 192
 
 
@@ -28,6 +29,8 @@ def _kernels() -> list:
         ks += [pointwise.elementwise(op, GLU_WIDTH), quantize.quantize("q8_0", GLU_WIDTH),
                quantize.quantize("q8_1", GLU_WIDTH)]
         ks += [pointwise.elementwise(op, GLU_WIDTH, quantize=fmt) for fmt in QUANT_FORMATS]
+        ks += [pointwise.elementwise(op, K_WIDTH), pointwise.elementwise(op, K_WIDTH, quantize="q8_k")]
+    ks.append(quantize.quantize("q8_k", K_WIDTH))
     for hq, hk, hd, n_rot, neox in ROPE_PAIRS:
         ks += [pointwise.rope(hq, hd, n_rot, neox), pointwise.rope(hk, hd, n_rot, neox),
                pointwise.rope(hq, hd, n_rot, neox, n_head_b=hk)]
@@ -142,3 +145,27 @@ def test_query_and_key_rotations_in_one_launch_equal_the_two(host, hq, hk, hd, n
     host.launch(pointwise.rope(hq, hd, n_rot, neox, n_head_b=hk).name, rows, xq, xk, cos, sin, got_q, got_k)
     assert np.array_equal(got_q.view(np.uint32), want_q.view(np.uint32))
     assert np.array_equal(got_k.view(np.uint32), want_k.view(np.uint32))
+
+
+@pytest.mark.parametrize("op", GLU_OPS)
+def test_glu_and_q8_k_quantizer_in_one_launch_equal_the_two(host, op):
+    """The same for Q8_K (the down projection's format when it is Q4_K or Q6_K): the value of largest
+    magnitude per 256 found across the block's 8 warps, a super-block of zeros included: the same int8
+    values and scales as the quantizer's."""
+    from kinetic.ir import numerics
+
+    rng = np.random.default_rng(len(op))
+    rows, width = 3, K_WIDTH
+    x = (rng.standard_normal((rows, width)) * 3).astype(np.float32)
+    y = rng.standard_normal((rows, width)).astype(np.float32)
+    x[2, :256] = 0.0
+    table = [numerics.gelu_table().view(np.uint16)] if op == "geglu" else []
+    want = np.zeros_like(x)
+    host.launch(pointwise.elementwise(op, width).name, rows, x, y, *table, want)
+    acts = [np.zeros((rows, width), np.int8), np.zeros((rows, width // 256), np.float32)]
+    host.launch(quantize.quantize("q8_k", width).name, rows, want, *acts)
+    got, got_acts = np.full_like(x, np.nan), [np.full_like(a, 7) for a in acts]
+    host.launch(pointwise.elementwise(op, width, quantize="q8_k").name, rows, x, y, *table, got, *got_acts)
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    for g, w in zip(got_acts, acts, strict=True):
+        assert np.array_equal(g.view(np.uint8), w.view(np.uint8))
