@@ -152,21 +152,22 @@ def attention_rows(n_head: int, n_kv_head: int, head_dim: int, scale: float, sof
     The output is attention()'s bit for bit; the per-key chain is an fma and two roundings instead of
     a dot product, a butterfly and expf. quantize ("q8_0" or "q8_1"): also writes the output row
     quantized for the output projection (xq, xd, Q8_1's xs), warp w the head's values 32w..32w+31,
-    one block, as quantize.quantize(fmt, n_head * head_dim) gives them from `out`."""
+    one block, as quantize.quantize(fmt, n_head * head_dim) gives them from `out`; "q8_k" for heads
+    of 256 values, each block's head one super-block (pointwise.q8_k_reduce / q8_k_store)."""
     _check(n_head, n_kv_head, head_dim, softcap, mask_stride, most=PAR_THREADS)
     per_lane = head_dim // 32
     params = (Param("q", "const float*"), Param("keys", "const u16*"), Param("values", "const u16*"),
               Param("mask", "const u8*"), Param("meta", "const int*"), Param("scratch", "float*"),
               Param("out", "float*"), *pointwise.quantized_params(quantize))
     decl = "".join(f"  LANE(float, q{i});\n" for i in range(per_lane))
-    if quantize:
-        width = n_head * head_dim
+    width, shared = n_head * head_dim, 4 * PAR_THREADS
+    if quantize == "q8_k" and head_dim != PAR_THREADS:
+        raise NotImplementedError(f"a Q8_K output row needs heads of {PAR_THREADS} values (one super-block)")
+    if quantize == "q8_k":
+        decl += pointwise.Q8K_LANES + f"  enum {{ QK = {width}, QNB = {width // 256} }};\n"
+        shared += pointwise.Q8K_SHARED_BYTES
+    elif quantize:
         decl += pointwise.QUANT_LANES[quantize] + f"  enum {{ QK = {width}, QNB = {width // 32} }};\n"
-    quantized = f"""\
-  if (WARP < HD / 32) {{
-    const int c = head * (HD / 32) + WARP;
-{pointwise.quantize_block(quantize)}  }}
-""" if quantize else ""
     # uniform values each stretch between barriers declares again, in a block of its own (the emulation
     # runs the stretches apart; on CUDA they share one scope)
     setup = """\
@@ -176,6 +177,17 @@ def attention_rows(n_head: int, n_kv_head: int, head_dim: int, scale: float, sof
   const long mrow = (long)BY * MASK_STRIDE;
   const long base = ((long)BY * NH + head) * 2 * MASK_STRIDE;  // scores, then ms; vs at + MASK_STRIDE
 """
+    if quantize == "q8_k":  # the block's 256 values are one super-block: a barrier between its two halves
+        quantized = (pointwise.q8_k_reduce() + "  }\n  BARRIER();\n  {\n" + setup
+                     + pointwise.q8_k_store("(long)BY * QK + (long)head * HD + TID", "(long)BY * QNB + head"))
+    elif quantize:
+        quantized = f"""\
+  if (WARP < HD / 32) {{
+    const int c = head * (HD / 32) + WARP;
+{pointwise.quantize_block(quantize)}  }}
+"""
+    else:
+        quantized = ""
     body = f"""\
 {decl}  LANE(float, score);
   LANE(float, other);
@@ -253,4 +265,4 @@ BODY
 """
     name = f"attention_rows_h{n_head}_kv{n_kv_head}_d{head_dim}_s{name_tag(scale)}_m{mask_stride}"
     name += f"_{quantize}" if quantize else ""
-    return Kernel(name, "attention", PAR_THREADS, n_head, params, body, shared_bytes=4 * PAR_THREADS)
+    return Kernel(name, "attention", PAR_THREADS, n_head, params, body, shared_bytes=shared)

@@ -65,7 +65,7 @@ def elementwise(op: str, width: int, factor: float = 1.0, quantize: str | None =
     if quantize == "q8_k":
         body = _q8_k_body(width, expr, b_load)
         return Kernel(name + "_q8_k", "pointwise", POINTWISE_THREADS, blocks, tuple(params), body,
-                      shared_bytes=12 * (POINTWISE_THREADS // 32))
+                      shared_bytes=Q8K_SHARED_BYTES)
     if quantize:
         body = QUANT_LANES[quantize] + f"""\
   enum {{ W = {width}, QK = {width}, QNB = {width // 32} }};
@@ -196,13 +196,17 @@ def quantize_block(fmt: str) -> str:
 {sums}"""
 
 
-def _q8_k_body(width: int, expr: str, b_load: str) -> str:
-    """An elementwise op whose block of 256 threads is one Q8_K super-block of the row: each thread
-    one value; the value of largest magnitude (the first on ties) by a butterfly per warp on (|v|,
-    index, v), then across the 8 warps through shared memory (a total order: exact in any grouping);
-    then quantize._quantize_q8_k's iscale = -127/max, q = min(127, rint(v * iscale)), d = 1/iscale."""
-    assert POINTWISE_THREADS == 256, "one block is one super-block of 256 values"
-    reduce = "".join(f"""\
+Q8K_LANES = ("  LANE(float, qv);\n  LANE(float, mag);\n  LANE(int, idx);\n  LANE(float, val);\n"
+             "  LANE(float, omag);\n  LANE(int, oidx);\n  LANE(float, oval);\n"
+             "  SHARED(float, wmag, 8);\n  SHARED(int, widx, 8);\n  SHARED(float, wval, 8);\n")
+Q8K_SHARED_BYTES = 96
+
+
+def q8_k_reduce() -> str:
+    """Uniform code for a block of 256 threads holding one Q8_K super-block, thread t value t in L(qv):
+    the value of largest magnitude (the first on ties) by a butterfly per warp on (|v|, index, v),
+    each warp's winner to shared memory. A BARRIER and q8_k_store() follow."""
+    steps = "".join(f"""\
   SHFL_XOR(omag, mag, {m}); SHFL_XOR(oidx, idx, {m}); SHFL_XOR(oval, val, {m});
   LANES {{
     if (L(omag) > L(mag) || (L(omag) == L(mag) && L(oidx) < L(idx))) {{
@@ -211,31 +215,16 @@ def _q8_k_body(width: int, expr: str, b_load: str) -> str:
   }}
 """ for m in (16, 8, 4, 2, 1))
     return f"""\
-  LANE(float, qv);
-  LANE(float, mag);
-  LANE(int, idx);
-  LANE(float, val);
-  LANE(float, omag);
-  LANE(int, oidx);
-  LANE(float, oval);
-  SHARED(float, wmag, 8);
-  SHARED(int, widx, 8);
-  SHARED(float, wval, 8);
-  enum {{ W = {width}, NB = {width // 256} }};
-BODY
-  LANES {{
-    const long at = (long)BY * W + 256 * BX + TID;
-    const float a = LD(float, x, at);
-    {b_load}
-    const float v = {expr};
-    ST(float, out, at, v);
-    L(qv) = v;
-    L(mag) = k_abs(v) > -1.0f ? k_abs(v) : -1.0f;
-    L(idx) = TID;
-    L(val) = v;
-  }}
-{reduce}  LANES {{ if (LANE_ID == 0) {{ wmag[WARP] = L(mag); widx[WARP] = L(idx); wval[WARP] = L(val); }} }}
-  BARRIER();
+  LANES {{ L(mag) = k_abs(L(qv)) > -1.0f ? k_abs(L(qv)) : -1.0f; L(idx) = TID; L(val) = L(qv); }}
+{steps}  LANES {{ if (LANE_ID == 0) {{ wmag[WARP] = L(mag); widx[WARP] = L(idx); wval[WARP] = L(val); }} }}
+"""
+
+
+def q8_k_store(xq_at: str, xd_at: str) -> str:
+    """After the barrier: the winner across the 8 warps (a total order: exact in any grouping), then
+    quantize._quantize_q8_k's iscale = -127/max, q = min(127, rint(v * iscale)), d = 1/iscale, thread
+    t's value to xq[xq_at], thread 0's d to xd[xd_at]."""
+    return f"""\
   LANES {{
     float top = wmag[0], pick = wval[0];
     int at_top = widx[0];
@@ -244,10 +233,29 @@ BODY
     }}
     const float iscale = pick != 0.0f ? k_div(-127.0f, pick) : 0.0f;
     const int q = k_rint(k_mul(L(qv), iscale));
-    ST(i8, xq, (long)BY * W + 256 * BX + TID, (i8)(q < 127 ? q : 127));
-    if (TID == 0) ST(float, xd, (long)BY * NB + BX, pick != 0.0f ? k_div(1.0f, iscale) : 0.0f);
+    ST(i8, xq, {xq_at}, (i8)(q < 127 ? q : 127));
+    if (TID == 0) ST(float, xd, {xd_at}, pick != 0.0f ? k_div(1.0f, iscale) : 0.0f);
   }}
 """
+
+
+def _q8_k_body(width: int, expr: str, b_load: str) -> str:
+    """An elementwise op whose block of 256 threads is one Q8_K super-block of the row: each thread
+    one value, then q8_k_reduce() and q8_k_store()."""
+    assert POINTWISE_THREADS == 256, "one block is one super-block of 256 values"
+    return f"""\
+{Q8K_LANES}  enum {{ W = {width}, NB = {width // 256} }};
+BODY
+  LANES {{
+    const long at = (long)BY * W + 256 * BX + TID;
+    const float a = LD(float, x, at);
+    {b_load}
+    const float v = {expr};
+    ST(float, out, at, v);
+    L(qv) = v;
+  }}
+{q8_k_reduce()}  BARRIER();
+{q8_k_store("(long)BY * W + 256 * BX + TID", "(long)BY * NB + BX")}"""
 
 
 def quantized_params(fmt: str | None) -> list[Param]:

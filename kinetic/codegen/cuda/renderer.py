@@ -164,7 +164,8 @@ _QUANTIZING = {Op.RMS_NORM, Op.SWIGLU, Op.GEGLU, Op.ATTENTION}
 def quantized_norms(graph: Graph, skip: frozenset[int] = frozenset()) -> dict[int, str]:
     """node id -> the activation format its launch also writes: whole-row norms, SwiGLU / GEGLU and
     attention (its parallel kernel) read by matmuls that take Q8_0 or Q8_1 activations, and SwiGLU /
-    GEGLU read by Q8_K ones (the format of the first such matmul; others quantize for themselves),
+    GEGLU and attention over heads of 256 read by Q8_K ones (the format of the first such matmul;
+    others quantize for themselves),
     so the quantizer launches before those matmuls go away."""
     out: dict[int, str] = {}
     users = graph.users()
@@ -178,9 +179,10 @@ def quantized_norms(graph: Graph, skip: frozenset[int] = frozenset()) -> dict[in
             if user.op is Op.MATMUL and user.inputs[0] == node.id and user.attrs.activations == "q8":
                 wtype = graph.node(user.inputs[1]).type.ggml_type
                 fmt = gemv.activation_format(wtype) if wtype in gemv.SUPPORTED else None
-                # Q8_K (super-blocks of 256) only where a 256-thread elementwise block is one super-block
-                glu_k = fmt == "q8_k" and node.op in (Op.SWIGLU, Op.GEGLU) and node.type.shape[-1] % 256 == 0
-                if fmt in ("q8_0", "q8_1") or glu_k:
+                # Q8_K (super-blocks of 256) only where a 256-thread block holds one super-block
+                glu_k = node.op in (Op.SWIGLU, Op.GEGLU) and node.type.shape[-1] % 256 == 0
+                head_k = node.op is Op.ATTENTION and node.attrs.head_dim == attention.PAR_THREADS
+                if fmt in ("q8_0", "q8_1") or (fmt == "q8_k" and (glu_k or head_k)):
                     out[node.id] = fmt
                     break
     return out

@@ -24,6 +24,9 @@ def _kernels() -> list:
         ks += [attention.attention_rows(n_head, n_kv, hd, scale, mask_stride=STRIDE, quantize=fmt)
                for fmt in ("q8_0", "q8_1")]
         ks += [quantize.quantize(fmt, n_head * hd) for fmt in ("q8_0", "q8_1")]
+        if hd == 256:  # a head is one Q8_K super-block
+            ks += [attention.attention_rows(n_head, n_kv, hd, scale, mask_stride=STRIDE, quantize="q8_k"),
+                   quantize.quantize("q8_k", n_head * hd)]
     return ks
 
 
@@ -74,8 +77,8 @@ def test_parallel_phases_equal_the_one_warp_kernel_and_the_reference(host, n_hea
     assert np.array_equal(parallel.view(np.uint32), want.view(np.uint32))
 
 
-@pytest.mark.parametrize("fmt", ["q8_0", "q8_1"])
-@pytest.mark.parametrize("n_head,n_kv,hd", SHAPES)
+@pytest.mark.parametrize("fmt,n_head,n_kv,hd", [(fmt, *shape) for fmt in ("q8_0", "q8_1") for shape in SHAPES]
+                         + [("q8_k", 4, 1, 256)])
 def test_the_output_row_quantized_in_the_same_launch(host, n_head, n_kv, hd, fmt):
     """attention_rows(quantize=fmt) also writes the output row as the output projection reads it: the
     quantizer's bits from the same values, written by the attention launch itself."""
@@ -86,7 +89,7 @@ def test_the_output_row_quantized_in_the_same_launch(host, n_head, n_kv, hd, fmt
     plain = _run(host, attention.attention_rows(n_head, n_kv, hd, scale, mask_stride=STRIDE), q, keys, values,
                  visible, n_keys, scratch=True)
     width = n_head * hd
-    want = [np.zeros((rows, width), np.int8), np.zeros((rows, width // 32), np.float32)]
+    want = [np.zeros((rows, width), np.int8), np.zeros((rows, width // (256 if fmt == "q8_k" else 32)), np.float32)]
     want += [np.zeros((rows, width // 32), np.float32)] if fmt == "q8_1" else []
     host.launch(quantize.quantize(fmt, width).name, rows, plain, *want)
     got = [np.full_like(w, 7) for w in want]

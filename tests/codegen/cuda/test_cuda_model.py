@@ -212,7 +212,7 @@ def test_fused_chains_of_the_real_models(smollm2, gemma_path):
     where nothing reads the earlier rotation before the later one runs."""
     from kinetic.codegen.cuda.renderer import CudaRenderer
 
-    for graph, layers, quantized in ((smollm2[0], 30, 121), (load(gemma_path)[0], 18, 55)):
+    for graph, layers, quantized in ((smollm2[0], 30, 121), (load(gemma_path)[0], 18, 73)):
         rendering = CudaRenderer().render(graph)
         position = {n.id: i for i, n in enumerate(graph.nodes)}
         users = graph.users()
