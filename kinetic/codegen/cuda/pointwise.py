@@ -73,12 +73,7 @@ BODY
   const int c = (BX * {POINTWISE_THREADS}) / 32 + WARP;
   if (c < QNB) {{
     LANES {{
-      const long at = (long)BY * W + 32 * c + LANE_ID;
-      const float a = LD(float, x, at);
-      {b_load}
-      const float v = {expr};
-      ST(float, out, at, v);
-      L(qv) = v;
+{_value_to_quantize("(long)BY * W + 32 * c + LANE_ID", expr, b_load, 6)}
     }}
 {quantize_block(quantize)}  }}
 """
@@ -239,6 +234,14 @@ def q8_k_store(xq_at: str, xd_at: str) -> str:
 """
 
 
+def _value_to_quantize(at: str, expr: str, b_load: str, spaces: int) -> str:
+    """Per-thread code: the elementwise value at `at`, written to `out` and kept in L(qv) for the
+    quantizer that follows."""
+    lines = [f"const long at = {at};", "const float a = LD(float, x, at);", b_load, f"const float v = {expr};",
+             "ST(float, out, at, v);", "L(qv) = v;"]
+    return "\n".join(" " * spaces + line for line in lines if line)
+
+
 def _q8_k_body(width: int, expr: str, b_load: str) -> str:
     """An elementwise op whose block of 256 threads is one Q8_K super-block of the row: each thread
     one value, then q8_k_reduce() and q8_k_store()."""
@@ -247,12 +250,7 @@ def _q8_k_body(width: int, expr: str, b_load: str) -> str:
 {Q8K_LANES}  enum {{ W = {width}, NB = {width // 256} }};
 BODY
   LANES {{
-    const long at = (long)BY * W + 256 * BX + TID;
-    const float a = LD(float, x, at);
-    {b_load}
-    const float v = {expr};
-    ST(float, out, at, v);
-    L(qv) = v;
+{_value_to_quantize("(long)BY * W + 256 * BX + TID", expr, b_load, 4)}
   }}
 {q8_k_reduce()}  BARRIER();
 {q8_k_store("(long)BY * W + 256 * BX + TID", "(long)BY * NB + BX")}"""
