@@ -133,6 +133,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("-c", "--ctx-size", type=int, default=1024)
     p.add_argument("-ngl", "--gpu-layers", type=int, help="only the last N layers on the GPU, the rest on the CPU")
     args = p.parse_args(argv)
+    if args.backend == "gpu":
+        from kinetic.codegen.cuda.device import unavailable_reason
+
+        reason = unavailable_reason()
+        if reason:
+            print(f"no GPU run: {reason} (--backend host runs the emulation instead)", file=sys.stderr)
+            return 1
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(args.model) if args.model else None
         if path is None:
