@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from kinetic.ir.interpreter import PassRows
+from kinetic.runtime.drafting import PassCosts
 from kinetic.runtime.engine import Engine
 
 PROMPT = [504, 3575, 282, 4649, 314, 7042]  # "The capital of France is Paris"
@@ -14,8 +15,9 @@ REPEATING = [81, 278, 265, 253, 278, 265, 253, 278, 265, 253]  # "a b c a b c a 
 
 
 def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
-    return a.shape == b.shape and np.array_equal(np.ascontiguousarray(a).view(np.uint32),
-                                                 np.ascontiguousarray(b).view(np.uint32))
+    """The same float32 values bit for bit (NaN payloads and signed zeros included)."""
+    a, b = np.ascontiguousarray(a, np.float32), np.ascontiguousarray(b, np.float32)
+    return a.shape == b.shape and np.array_equal(a.view(np.uint32), b.view(np.uint32))
 
 
 def same_cache(a, b, layers, n: int) -> bool:
@@ -58,16 +60,12 @@ def check_row_in_a_pass_equals_row_alone(engine: Engine, layers=(0, 29)) -> None
     assert same_cache(whole.cache, alone.cache, layers, 4)
 
 
-class FixedCosts:
-    """Pass costs that ignore the clock (as tests/runtime/test_speculative.py's), so the drafting
-    decisions do not depend on the device's speed."""
+class FixedCosts(PassCosts):
+    """Pass costs that ignore the clock, so drafting decisions do not depend on the machine's load or
+    the device's speed."""
 
-    def __new__(cls, beta: float | None = None):
-        from kinetic.runtime.drafting import PassCosts
-
-        costs = PassCosts() if beta is None else PassCosts(beta)
-        costs.observe = lambda guessed_rows, seconds: None
-        return costs
+    def observe(self, guessed_rows: int, seconds: float) -> None:
+        pass
 
 
 def check_drafted_equals_plain(engine: Engine, layers=(0, 29)) -> None:

@@ -21,6 +21,7 @@ from kinetic.runtime.drafting import (
 from kinetic.runtime.engine import Engine
 from kinetic.runtime.speculative import GreedyPicker, SpeculativeDecoder, accept_draft, plain_decode
 from kinetic.runtime.weights import GGUFWeights
+from tests.device_checks import FixedCosts
 from tests.synthetic import synthetic_path
 
 CODE = '''def total(items):
@@ -245,13 +246,6 @@ def test_keep_on_the_reference_device():
 
 
 # -- drafted decoding = plain decoding, on the real model --------------------------------------------
-
-class FixedCosts(PassCosts):
-    """Pass costs that ignore the clock, so the tests' drafting decisions do not depend on the load."""
-
-    def observe(self, guessed_rows: int, seconds: float) -> None:
-        pass
-
 
 def _both(engine: Engine, prompt: list[int], max_tokens: int | None, picker_factory=GreedyPicker,
           stop=frozenset(), beta: float = PassCosts.PRIOR_BETA):

@@ -149,11 +149,6 @@ def edge_values(rng: np.random.Generator, rows: int, width: int) -> np.ndarray:
     return x
 
 
-def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
-    a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
-    return a.shape == b.shape and np.array_equal(a.view(np.uint32), b.view(np.uint32))
-
-
 def kernel_attention(prog, xp, q, keys, values, visible, n_head, n_kv_head, head_dim, n_keys=None):
     """Attention of rows q over the first n_keys (default: all) rows of f16 keys/values [n,
     n_kv_head*head_dim] where visible [rows, <= CACHE_CAPACITY] says; the mask is padded with zeros

@@ -24,10 +24,10 @@ from cuda_helpers import (
     quantize_rows,
     random_q8_0_table,
     random_weight,
-    same_bits,
 )
 
 from kinetic.codegen.cuda import gemv
+from tests.device_checks import same_bits
 
 BATCH = 7
 

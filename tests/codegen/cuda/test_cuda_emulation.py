@@ -32,13 +32,13 @@ from cuda_helpers import (
     random_weight,
     reference_attention,
     reference_matmul,
-    same_bits,
 )
 
 from kinetic.codegen.cuda import pointwise
 from kinetic.ir import numerics
 from kinetic.ir.interpreter import _ELEMENTWISE, _rope
 from kinetic.ir.ops import Op, RopeAttrs, ScaleAttrs
+from tests.device_checks import same_bits
 
 
 @pytest.mark.parametrize("wtype", TYPES, ids=lambda t: t.name)

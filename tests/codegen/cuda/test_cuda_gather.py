@@ -15,12 +15,12 @@ from cuda_helpers import (
     kernel_kv_store,
     kernel_take_rows,
     random_q8_0_table,
-    same_bits,
 )
 from gguf import GGMLQuantizationType as Q
 
 from kinetic.codegen.cuda import emulator
 from kinetic.ir.quants import dequantize_rows
+from tests.device_checks import same_bits
 
 N_VOCAB = 50
 SENTINEL = 0xABCD  # f16 bits a cache slot holds before a store

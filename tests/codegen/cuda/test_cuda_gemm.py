@@ -19,10 +19,10 @@ from cuda_helpers import (
     quantize_rows,
     random_weight,
     reference_matmul,
-    same_bits,
 )
 
 from kinetic.codegen.cuda import device, gemv
+from tests.device_checks import same_bits
 
 needs_gpu = pytest.mark.skipif(device.unavailable_reason() is not None, reason=device.unavailable_reason() or "")
 

@@ -34,7 +34,6 @@ from cuda_helpers import (
     random_weight,
     reference_attention,
     reference_matmul,
-    same_bits,
 )
 from gguf import GGMLQuantizationType as Q
 
@@ -43,6 +42,7 @@ from kinetic.ir import numerics
 from kinetic.ir.interpreter import _ELEMENTWISE, _rope
 from kinetic.ir.ops import Op, RopeAttrs, ScaleAttrs
 from kinetic.ir.quants import dequantize_rows
+from tests.device_checks import same_bits
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(device.unavailable_reason() is not None, reason=device.unavailable_reason() or "")]

@@ -143,10 +143,11 @@ def test_gpu_backend_runs_the_model_as_the_reference(gpu_backend, smollm2_path):
     """SmolLM2 through CudaModel on the GpuBackend code: bit for bit the reference; the decode shape
     captured once and replayed as a graph; per decode step exactly one copy in and two out (the
     logits, the new keys and values)."""
-    from test_cuda_model import PROMPT, greedy, load, same_bits
+    from test_cuda_model import load
 
     from kinetic.codegen.cuda.model import CudaModel
     from kinetic.runtime.engine import Engine
+    from tests.device_checks import PROMPT, greedy, same_bits
 
     graph, weights = load(smollm2_path)
     engine = Engine(graph, weights, n_ctx=64, device="reference")
