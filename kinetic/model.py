@@ -16,12 +16,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kinetic import hub
+from kinetic.compiler import compile_graph
 from kinetic.errors import KineticError
 from kinetic.frontend.blocks import Options
 from kinetic.frontend.gguf_file import open_gguf
-from kinetic.frontend.lower import lower
 from kinetic.ktc.load import load_if_ktc
-from kinetic.passes import PassOptions, run_pipeline
 from kinetic.runtime.engine import DEFAULT_CONTEXT, Engine
 from kinetic.runtime.sampling import Sampler, SamplingSettings, settings_from_metadata
 from kinetic.runtime.speculative import SpeculativeDecoder
@@ -54,7 +53,7 @@ class Model:
         self.path: Path = hub.resolve_model(path_or_name)
         self.ktc = load_if_ktc(self.path)  # a .ktc file: checked, its graph and profile used (kinetic/ktc/load.py)
         self.gguf = self.ktc.gguf if self.ktc else open_gguf(self.path)
-        self.graph = self.ktc.graph(options) if self.ktc else _optimize(lower(self.gguf, options))
+        self.graph = self.ktc.graph(options) if self.ktc else compile_graph(self.gguf, options)
         run = self.ktc.engine_settings(device, threads) if self.ktc else {"threads": threads}
         self.engine = Engine(self.graph, GGUFWeights(self.gguf), n_ctx=n_ctx, device=device, gpu_layers=gpu_layers,
                              **run)
@@ -233,7 +232,3 @@ class Model:
         if tail:
             yield tail
 
-
-def _optimize(graph):
-    """The lowered graph through the pass pipeline (verified after every pass)."""
-    return run_pipeline(graph, PassOptions())

@@ -2,7 +2,7 @@
 [--dump-ir DIR]`.
 
 Owns: the command line of compile and its summary (nodes and time per phase). The work itself is
-the frontend's `lower`, the passes' `run_pipeline` and, with `-o`, kinetic.ktc's `build_ktc`, which
+kinetic.compiler's `compile_graph` (lowering, then the pass pipeline) and, with `-o`, kinetic.ktc's `build_ktc`, which
 writes the .ktc file (weights, tokenizer, chat template, graph, default profile, metadata; signed
 with --sign-key). `--tune` measures the profile's threads and batch on this machine first
 (kinetic.ktc.tune, at most --tune-seconds, default 120) and writes them with `"tuned": true`.
@@ -126,9 +126,8 @@ def _write_ktc(path: Path, graph, out: Path, *, device: str, key, profile=None) 
 def compile_model(path: Path, *, dump_dir: Path | None = None, keep: list | None = None) -> list[PhaseReport]:
     """Lower the model and run the pipeline; one report per phase, starting with `lowered`. The
     final graph is appended to `keep` when given."""
+    from kinetic.compiler import compile_graph
     from kinetic.frontend.gguf_file import open_gguf
-    from kinetic.frontend.lower import lower
-    from kinetic.passes import run_pipeline
 
     reports: list[PhaseReport] = []
     clock = [time.perf_counter()]
@@ -140,9 +139,7 @@ def compile_model(path: Path, *, dump_dir: Path | None = None, keep: list | None
             _dump(dump_dir, index=len(reports) - 1, name=name, graph=graph)
         clock[0] = time.perf_counter()
 
-    graph = lower(open_gguf(path))
-    on_phase("lowered", graph)
-    graph = run_pipeline(graph, on_phase=on_phase)
+    graph = compile_graph(open_gguf(path), on_phase=on_phase)
     if keep is not None:
         keep.append(graph)
     return reports

@@ -60,11 +60,11 @@ class LoadedKtc:
 
     def graph(self, options=None):
         """The optimized graph: the stored one when this build would make the same, else made again."""
+        from kinetic.compiler import compile_graph
         from kinetic.frontend.blocks import Options
-        from kinetic.frontend.lower import lower
         from kinetic.ir.graph import verify
         from kinetic.ir.text import parse_graph
-        from kinetic.passes import PassOptions, pipeline_hash, run_pipeline
+        from kinetic.passes import pipeline_hash
 
         same_options = asdict(options or Options()) == self.metadata.get("lowering")
         same_build = self.profile.pipeline_hash == pipeline_hash()
@@ -81,7 +81,7 @@ class LoadedKtc:
         if same_options:
             self.note(f"{self.path.name} was optimized by another Kinetic build (kinetic "
                       f"{self.profile.kinetic_version}); optimizing its graph again")
-        return run_pipeline(lower(self.gguf, options), PassOptions())
+        return compile_graph(self.gguf, options)
 
     def engine_settings(self, device: str, threads: int | None) -> dict:
         """Engine keywords from the profile when it fits this machine (threads given win)."""

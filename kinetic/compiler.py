@@ -1,0 +1,28 @@
+"""From a GGUF file to the optimized graph: the one compile step `Model`, .ktc loading and
+`kinetic compile` share.
+
+Owns: the order of the step, which is the frontend's `lower` (family descriptor -> verified graph),
+then the pass pipeline (`kinetic.passes.PIPELINE`), with `on_phase` seeing the graph after lowering
+(as phase "lowered") and after every phase. Does not own what lowering or any pass does, nor
+caching the result (a .ktc file stores it; kinetic/ktc/load.py decides when the stored graph can
+be used instead).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from kinetic.frontend.blocks import Options
+from kinetic.frontend.gguf_file import GGUFFile
+from kinetic.frontend.lower import lower
+from kinetic.ir.graph import Graph
+from kinetic.passes import PassOptions, run_pipeline
+
+
+def compile_graph(gguf: GGUFFile, options: Options | None = None, passes: PassOptions | None = None,
+                  on_phase: Callable[[str, Graph], None] | None = None) -> Graph:
+    """The model's optimized graph; `on_phase(name, graph)` sees it after lowering and each phase."""
+    graph = lower(gguf, options)
+    if on_phase is not None:
+        on_phase("lowered", graph)
+    return run_pipeline(graph, passes or PassOptions(), on_phase=on_phase)
