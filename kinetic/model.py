@@ -2,14 +2,15 @@
 
 Owns: gluing the frontend (file, tokenizer, template, graph) to the runtime and the text-level
 conveniences (tokenize, apply_chat_template, generate). Errors are KineticError with the CLI's
-messages. Tokens are chosen by kinetic.runtime.sampling's Sampler (llama.cpp's sampler chain, one
-uniform per token), with defaults from the file's general.sampling.* keys.
+messages. generate() is an adapter over the runtime's generation loop (kinetic/runtime/generation.py,
+the one the server's scheduler runs too); tokens are chosen by kinetic.runtime.sampling's Sampler
+(llama.cpp's sampler chain, one uniform per token), with defaults from the file's general.sampling.*
+keys.
 """
 
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -22,12 +23,13 @@ from kinetic.frontend.blocks import Options
 from kinetic.frontend.gguf_file import open_gguf
 from kinetic.ktc.load import load_if_ktc
 from kinetic.runtime.engine import DEFAULT_CONTEXT, Engine
-from kinetic.runtime.sampling import Sampler, SamplingSettings, settings_from_metadata
+from kinetic.runtime.generation import Generation, GenerationRequest, Generator, Piece
+from kinetic.runtime.sampling import SamplingSettings, settings_from_metadata
 from kinetic.runtime.speculative import SpeculativeDecoder
 from kinetic.runtime.weights import GGUFWeights
 
 if TYPE_CHECKING:
-    from kinetic.grammar import ConstrainedSampler, Grammar
+    from kinetic.grammar import Grammar, GrammarMatcher
 
 
 @dataclass
@@ -60,10 +62,9 @@ class Model:
         self._chat_template_file = chat_template_file
         self._tokenizer = None
         self._template = None
-        self._pieces: list[bytes] | None = None
-        self.last_stats = GenerationStats()
-        self.draft = draft  # RAD-1 (docs/rad1.md): exact, so it changes only speed; False is --off rad1
-        self._decoder = None
+        self._generator: Generator | None = None
+        self._draft = draft  # RAD-1 (docs/rad1.md): exact, so it changes only speed; False is --off rad1
+        self._last: Generation | None = None
 
     @property
     def name(self) -> str:
@@ -120,14 +121,39 @@ class Model:
         """
         settings = self._sampling(sampling, temperature, seed, overrides)
         ids = self._prompt_ids(prompt)
-        sampler = self._sampler(settings, ids)
-        if grammar is not None:
-            sampler = self._constrained(sampler, grammar)
-        pieces = self._generate_ids(ids, max_tokens, sampler, self.draft if draft is None else draft)
-        if return_tokens:
-            return pieces if stream else list(pieces)
-        text = self._as_text(pieces)
-        return text if stream else "".join(text)
+        matcher = None if grammar is None else self._grammar_matcher(grammar)
+        request = GenerationRequest(tuple(ids), settings, max_tokens, grammar=matcher, draft=draft)
+        self._last = self.generator.generate(request)
+        pieces = _token_ids(self._last) if return_tokens else _texts(self._last)
+        if stream:
+            return pieces
+        return list(pieces) if return_tokens else "".join(pieces)
+
+    @property
+    def generator(self) -> Generator:
+        """The runtime's generation loop for this model (kinetic/runtime/generation.py)."""
+        if self._generator is None:
+            self._generator = Generator(self.engine, self.tokenizer, draft=self._draft)
+        return self._generator
+
+    @property
+    def draft(self) -> bool:
+        return self._draft
+
+    @draft.setter
+    def draft(self, on: bool) -> None:
+        self._draft = on
+        if self._generator is not None:
+            self._generator.draft = on
+
+    @property
+    def last_stats(self) -> GenerationStats:
+        """What the last generate() call did, so far (its tokens, times, stop reason, RAD-1's rows)."""
+        g = self._last
+        if g is None:
+            return GenerationStats()
+        return GenerationStats(len(g.request.prompt), g.prompt_seconds, len(g.tokens), g.generate_seconds,
+                               g.finish_reason, list(g.tokens), g.sampler.settings, g.drafted, g.accepted)
 
     def sampling_defaults(self) -> SamplingSettings:
         """llama.cpp's defaults with the file's general.sampling.* recommendations over them."""
@@ -147,13 +173,6 @@ class Model:
             raise KineticError(f"bad sampling settings: {e}", "See docs/sampling.md for the settings and their "
                                "ranges.") from None
 
-    def _vocab_pieces(self) -> list[bytes]:
-        """Every token's text (for DRY's sequence breakers), built once."""
-        if self._pieces is None:
-            known = self.tokenizer.vocab_size  # an output layer padded past the vocabulary: no text
-            self._pieces = [self.tokenizer.piece(t) if t < known else b"" for t in range(self.engine.n_vocab)]
-        return self._pieces
-
     def _prompt_ids(self, prompt: str | list[int]) -> list[int]:
         if isinstance(prompt, str):
             ids = self.tokenize(prompt, add_special=True, parse_special=True)
@@ -170,65 +189,25 @@ class Model:
                                "Use a larger context (-c N) or a shorter prompt.")
         return ids
 
-    def _sampler(self, settings: SamplingSettings, ids: list[int]) -> Sampler:
-        """A Sampler for one answer; the prompt is its history (penalties and DRY see it, as in llama.cpp)."""
-        needs_pieces = settings.dry_multiplier != 0 and settings.dry_penalty_last_n != 0
-        try:
-            return Sampler(settings, self._vocab_pieces() if needs_pieces else None, n_vocab=self.engine.n_vocab,
-                           history=ids)
-        except ValueError as e:
-            raise KineticError(f"bad sampling settings: {e}", "See docs/sampling.md.") from None
-
-    def _constrained(self, sampler: Sampler, grammar: Grammar | str) -> ConstrainedSampler:
-        """The sampler held to `grammar` (a Grammar or GBNF text) over this model's vocabulary."""
-        from kinetic.grammar import ConstrainedSampler, GrammarMatcher, TokenVocab, parse_gbnf  # numba: on use
+    def _grammar_matcher(self, grammar: Grammar | str) -> GrammarMatcher:
+        """`grammar` (a Grammar or GBNF text) over this model's vocabulary."""
+        from kinetic.grammar import GrammarMatcher, TokenVocab, parse_gbnf  # numba: on use
 
         vocab = TokenVocab.from_tokenizer(self.tokenizer)  # built once per tokenizer
-        matcher = GrammarMatcher(parse_gbnf(grammar) if isinstance(grammar, str) else grammar, vocab)
-        return ConstrainedSampler(sampler, matcher.start())
+        return GrammarMatcher(parse_gbnf(grammar) if isinstance(grammar, str) else grammar, vocab)
 
     def decoder(self) -> SpeculativeDecoder:
         """The model's RAD-1 decoder (one per engine: it learns pass costs and indexes every request)."""
-        if self._decoder is None:
-            self._decoder = SpeculativeDecoder(self.engine)
-        return self._decoder
+        return self.generator.decoder
 
-    def _generate_ids(self, ids: list[int], max_tokens: int | None, sampler: Sampler | ConstrainedSampler,
-                      draft: bool) -> Iterator[int]:
-        """Tokens as plain decoding picks them (prefill, then u = next_uniform, choose, accept per
-        token); with `draft`, RAD-1 verifies guesses in the same passes and yields the same tokens."""
-        stats = self.last_stats = GenerationStats(prompt_tokens=len(ids), sampling=sampler.settings)
-        stop = set(self.tokenizer.eot_ids)
-        decoder = self.decoder()
-        tokens = decoder.generate(self.engine.new_sequence(), ids, max_tokens, stop=stop, picker=sampler, draft=draft)
-        stats.stop_reason = "length"
-        start = time.perf_counter()
-        try:
-            for token in tokens:
-                if not stats.generated_tokens:  # the first token came with the prompt's pass
-                    stats.prompt_seconds = time.perf_counter() - start
-                    start = time.perf_counter()
-                stats.tokens.append(token)
-                stats.generated_tokens += 1
-                if token in stop:
-                    stats.stop_reason = "stop"
-                    break
-                yield token
-            else:  # the decoder ended: the limit, or a grammar that allows nothing more
-                if getattr(sampler, "must_stop", False):
-                    stats.stop_reason = "stop"
-        finally:
-            tokens.close()
-            stats.generate_seconds = time.perf_counter() - start
-            stats.drafted, stats.accepted = decoder.stats.drafted, decoder.stats.accepted
 
-    def _as_text(self, ids: Iterator[int]) -> Iterator[str]:
-        decoder = self.tokenizer.stream_decoder(skip_special=True)
-        for token in ids:
-            piece = decoder.push(token)
-            if piece:
-                yield piece
-        tail = decoder.flush()
-        if tail:
-            yield tail
+def _token_ids(generation: Generation) -> Iterator[int]:
+    for event in generation:
+        if isinstance(event, Piece):
+            yield from (t.id for t in event.tokens)
 
+
+def _texts(generation: Generation) -> Iterator[str]:
+    for event in generation:
+        if isinstance(event, Piece) and event.text:
+            yield event.text

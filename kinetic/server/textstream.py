@@ -1,61 +1,16 @@
-"""Streamed text, piece by piece: stop strings, the reasoning block, tool-call markers.
+"""Streamed text, piece by piece: the reasoning block and tool-call markers.
 
-Owns: pure, incremental text scanners that decide what part of a growing answer can be sent now.
-A scanner holds back only the tail that could still turn into a marker, so a stop string is never
-sent and a client sees text as soon as it is certain. Does not own tokens (the engine worker maps
-released text back to tokens) nor response shapes (the API modules).
+Owns: pure, incremental text scanners that decide what part of a growing answer can be sent now,
+built on the runtime's `HoldBack` (kinetic/runtime/stop_strings.py, which also holds back stop
+strings), so a client sees text as soon as it is certain. Does not own tokens (the runtime's
+generation loop maps released text back to tokens) nor response shapes (the API modules).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-
-@dataclass
-class HoldBack:
-    """Finds the first of `markers` in text fed piece by piece.
-
-    feed(text) returns (released, marker): the text that can go out now and the marker found, if
-    any. Once a marker is found, `released` is everything before it and `rest` keeps what followed
-    it; the caller stops feeding (a stop string) or switches to buffering (a tool call).
-    """
-
-    markers: tuple[str, ...]
-    pending: str = ""
-    rest: str = ""
-
-    def feed(self, text: str) -> tuple[str, str | None]:
-        self.pending += text
-        found = [(self.pending.find(m), m) for m in self.markers if m]
-        found = [(pos, m) for pos, m in found if pos >= 0]
-        if found:
-            pos, marker = min(found)
-            released, self.rest = self.pending[:pos], self.pending[pos + len(marker):]
-            self.pending = ""
-            return released, marker
-        keep = self._partial_tail()
-        cut = len(self.pending) - keep
-        released, self.pending = self.pending[:cut], self.pending[cut:]
-        return released, None
-
-    def flush(self) -> str:
-        """The held-back tail, at the end of the answer (it never became a marker)."""
-        text, self.pending = self.pending, ""
-        return text
-
-    def _partial_tail(self) -> int:
-        """Length of the longest tail of pending that is the start of a marker (the leftmost place a
-        marker could begin is the longest; only places holding its first character are tried)."""
-        best, pending = 0, self.pending
-        for marker in self.markers:
-            i = pending.find(marker[0], max(0, len(pending) - len(marker) + 1))
-            while i != -1 and len(pending) - i > best:
-                if marker.startswith(pending[i:]):
-                    best = len(pending) - i
-                    break
-                i = pending.find(marker[0], i + 1)
-        return best
-
+from kinetic.runtime.stop_strings import HoldBack
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from kinetic.frontend.output_parsing import split_reasoning
+from kinetic.runtime.stop_strings import HoldBack
 from kinetic.server.prompts import ChatPrompt
 from kinetic.server.reply import ReplyStream, parse_whole
-from kinetic.server.textstream import HoldBack, ReasoningSplitter
+from kinetic.server.textstream import ReasoningSplitter
 
 
 def feed_all(scanner, pieces):
