@@ -67,6 +67,16 @@ class Model:
         self._last: Generation | None = None
 
     @property
+    def n_vocab(self) -> int:
+        """Rows of the output layer (token ids 0..n_vocab-1; may exceed the tokenizer's vocabulary)."""
+        return self.engine.n_vocab
+
+    @property
+    def n_ctx(self) -> int:
+        """The context: prompt and answer together hold at most this many tokens."""
+        return self.engine.n_ctx
+
+    @property
     def name(self) -> str:
         return str(self.gguf.metadata.get("general.name") or self.path.stem)
 

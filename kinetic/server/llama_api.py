@@ -38,7 +38,7 @@ async def completion(request: Request) -> Response:
     n_probs = f.integer("n_probs", 0, 100) or 0
     stream = bool(f.boolean("stream", False))
     return_tokens = bool(f.boolean("return_tokens", False))
-    settings = sampling_settings(f, state.defaults, state.model.engine.n_vocab)
+    settings = sampling_settings(f, state.defaults, state.model.n_vocab)
     ids = await to_thread.run_sync(_prompt_ids, state, f)
     grammar = await compile_grammar(state.worker.grammars, spec)
     req = GenerationRequest(ids, settings, None if n_predict is None or n_predict < 0 else n_predict,
@@ -154,7 +154,7 @@ async def detokenize(request: Request) -> dict:
     state = state_of(request)
     f = await fields_of(request)
     tokens = f.array("tokens") or []
-    n_vocab = state.model.engine.n_vocab
+    n_vocab = state.model.n_vocab
     if not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < n_vocab for t in tokens):
         raise f.bad("tokens", f"a list of token ids from 0 to {n_vocab - 1}")
     piece = state.model.tokenizer.piece

@@ -109,7 +109,7 @@ async def embed(request: Request) -> Response:
 async def _generation(f: Fields, state: ServerState, ids, keep_special: bool = False) -> GenerationRequest:
     options = Fields(f.obj("options") or {}, "options.")
     num_predict = options.integer("num_predict")
-    settings = sampling_settings(options, state.defaults, state.model.engine.n_vocab)
+    settings = sampling_settings(options, state.defaults, state.model.n_vocab)
     max_tokens = None if num_predict is None or num_predict < 0 else num_predict
     grammar = await compile_grammar(state.worker.grammars, ollama_grammar(f))
     return GenerationRequest(ids, settings, max_tokens, options.strings("stop"), keep_special=keep_special,

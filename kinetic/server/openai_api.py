@@ -84,7 +84,7 @@ def _common(f: Fields, state: ServerState, chat: bool) -> _Common:
     for name in ("receipt", "echo"):
         if f.boolean(name, False):
             raise not_supported(name)
-    settings = sampling_settings(f, state.defaults, state.model.engine.n_vocab, strict=True)
+    settings = sampling_settings(f, state.defaults, state.model.n_vocab, strict=True)
     return _Common(stream, include_usage, logprobs, top, f.strings("stop"), max_tokens, settings, grammar)
 
 

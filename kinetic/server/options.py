@@ -42,4 +42,4 @@ class ServerState:
 
     @property
     def n_ctx(self) -> int:
-        return self.model.engine.n_ctx
+        return self.model.n_ctx

@@ -154,7 +154,7 @@ def _tokenize(model, text: str) -> list[int]:
 
 
 def _check(model, ids: list[int]) -> tuple[int, ...]:
-    n_vocab, n_ctx = model.engine.n_vocab, model.engine.n_ctx
+    n_vocab, n_ctx = model.n_vocab, model.n_ctx
     if not ids:
         raise ApiError(400, "the prompt is empty", param="prompt")
     bad = [t for t in ids if not 0 <= t < n_vocab]
