@@ -185,12 +185,11 @@ def run(path: Path, args) -> int:
         from kinetic.passes.split import n_layers, split_layers
 
         split = split_layers(graph, n_layers(graph) - args.gpu_layers)
-        engine.interpreter = SplitModel(CompiledStep(split.head, weights),
-                                        CudaModel(graph, weights, backend, args.ctx_size, split=split), split)
+        engine.runner = SplitModel(CompiledStep(split.head, weights),
+                                   CudaModel(graph, weights, backend, args.ctx_size, split=split), split)
         print(f"split: layers {split.first_layer}.. on {backend.name}, the first {split.first_layer} on the CPU")
     else:
-        engine.interpreter = CudaModel(graph, weights, backend, args.ctx_size)
-    engine.in_place = True
+        engine.runner = CudaModel(graph, weights, backend, args.ctx_size)
     print(f"loaded on {backend.name} in {time.perf_counter() - t:.1f} s (kernels compiled or cached, weights up)")
     prompt = [1 + (7 * i) % 500 for i in range(16)]
     status = 0
@@ -220,7 +219,7 @@ def run(path: Path, args) -> int:
     step = statistics.median(times[1:] or times)
     if args.backend == "stub":
         print(f"host work per decode step, the kernels stubbed out: {step * 1e3:.3f} ms (median of {len(times)})")
-        engine.interpreter.close()
+        engine.runner.close()
         return status
     nbytes = weight_bytes(graph, weights)
     line = (f"decode: {1 / step:.1f} tokens/s (median of {len(times)} steps, {step * 1e3:.3f} ms), "
@@ -229,7 +228,7 @@ def run(path: Path, args) -> int:
     if peak:
         line += f", {100 * nbytes / step / peak:.0f}% of the {peak / 1e9:.0f} GB/s the GPU reports"
     print(line)
-    engine.interpreter.close()
+    engine.runner.close()
     return status
 
 

@@ -7,7 +7,7 @@ wall time. Run once by hand, not in CI (a minute or two a width):
 --sse2 checks the unfused rendering (glibc's SSE2 build's operations) instead, which differs from
 the FMA build's expf on two inputs (expf_ir.SSE2_DIFFERS).
 
-The C library side is `libm_ir.render_libm_map("expf")`: compiled calls of the process's own expf,
+The C library side is `common.libm.render_libm_map("expf")`: compiled calls of the process's own expf,
 the function the reference (numerics.libm_f32) reaches through ctypes.
 """
 
@@ -19,8 +19,8 @@ import time
 
 import numpy as np
 
+from kinetic.codegen.common.libm import render_libm_map
 from kinetic.codegen.cpu.expf_ir import compiled_map, render_expf_map
-from kinetic.codegen.cpu.libm_ir import render_libm_map
 from kinetic.codegen.cpu.target import host
 
 

@@ -19,7 +19,7 @@ import argparse
 import statistics
 import time
 
-from kinetic.ir.interpreter import PassRows
+from kinetic.ir.rows import PassRows
 from kinetic.model import Model
 from kinetic.runtime.drafting import SEEN_ORDERS, NgramIndex
 from kinetic.runtime.speculative import SpeculativeDecoder, plain_decode

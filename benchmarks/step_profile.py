@@ -36,7 +36,7 @@ def main() -> None:
     args = ap.parse_args()
     model = Model(args.model, n_ctx=max(1024, args.prompt + args.tokens + 8), threads=args.threads)
     engine = model.engine
-    step = engine.interpreter
+    step = engine.runner
     seq = engine.new_sequence()
     engine.prefill(seq, [1, 2, 3])  # warm up
     ids = ((np.arange(args.prompt) * 7919) % 1000 + 100).tolist()

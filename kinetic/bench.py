@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from kinetic import __version__
-from kinetic.devices import DEVICE_NAMES, resolve_device
+from kinetic.devices import DEVICE_NAMES, DEVICES, resolve_device
 from kinetic.errors import KineticError
 
 # Speed technologies `--off` can name; of them only RAD-1 is built: --off rad1 turns drafting off.
@@ -55,7 +55,6 @@ EDIT_REQUEST = (
     "Rename the variable `total` to `paid_total` in this Python file. Reply with the whole file, "
     "changed, and nothing else.\n\n```python\n" + EDIT_FILE + "```"
 )
-BACKENDS = {"cpu": "CPU", "reference": "CPU (reference)", "vulkan": "Vulkan", "cuda": "CUDA"}
 TOKEN_SEED = 0  # prompt tokens are random ids, as llama-bench's are, but the same on every run
 
 
@@ -175,7 +174,7 @@ def run_bench(
     load_seconds = time.perf_counter() - start
     engine = model.engine
     # None: a .ktc profile's threads, else every CPU; the table shows the count that ran
-    threads = getattr(engine.interpreter, "threads", None) or threads or os.cpu_count() or 1
+    threads = getattr(engine.runner, "threads", None) or threads or os.cpu_count() or 1
     prompt = [int(t) for t in np.random.default_rng(TOKEN_SEED).integers(0, engine.n_vocab, max(n_prompt, 1))]
     _warm_up(engine, prompt[: min(len(prompt), getattr(engine, "batch", 64))], n_gen)
     result = BenchResult(
@@ -354,7 +353,8 @@ def table(r: BenchResult) -> str:
         "| model | size | params | backend | threads | test | t/s |",
         "| --- | ---: | ---: | --- | ---: | ---: | ---: |",
     ]
-    cells = f"| {r.path.stem} | {_gib(r.size_bytes)} | {r.parameters / 1e9:.2f} B | {BACKENDS[r.device]} | {r.threads}"
+    backend = DEVICES[r.device].backend
+    cells = f"| {r.path.stem} | {_gib(r.size_bytes)} | {r.parameters / 1e9:.2f} B | {backend} | {r.threads}"
     rows = [f"{cells} | {t.name} | {t.best:.2f} |" for t in r.tests]
     rows.append(f"{cells} | {edit_name(r)} | {f'{r.edit.best:.2f}' if r.edit else 'not measured'} |")
     notes = [

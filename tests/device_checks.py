@@ -1,12 +1,12 @@
 """The identity checks every device runner passes on SmolLM2 (Vulkan, CUDA on its emulation and on a
-GPU, a model split between the CPU and the GPU): each takes an Engine whose executor is the runner
+GPU, a model split between the CPU and the GPU): each takes an Engine whose runner is the one
 under test and asserts bit-for-bit equality with the reference interpreter or with itself."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from kinetic.ir.interpreter import PassRows
+from kinetic.ir.rows import PassRows
 from kinetic.runtime.drafting import PassCosts
 from kinetic.runtime.engine import Engine
 

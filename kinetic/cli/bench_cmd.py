@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from kinetic.devices import DEVICES, device_choices, device_help
 from kinetic.errors import KineticError
 
 
@@ -59,10 +60,9 @@ def add_parser(sub) -> None:
     )
     p.add_argument(
         "--device",
-        choices=("auto", "cpu", "reference", "vulkan", "cuda"),
+        choices=device_choices(),
         default="auto",
-        help="cpu: generated kernels; reference: the numpy reference interpreter; vulkan: the first Vulkan GPU "
-        "(else lavapipe); auto: CUDA, else a Vulkan GPU, else the CPU, saying why each is skipped [default: auto]",
+        help=f"{device_help()} [default: auto]",
     )
     p.add_argument(
         "--off",
@@ -112,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
         return code
     if not args.json:
         print(bench.table(result) + "\n", flush=True)
-    gpu = result.device in ("cuda", "vulkan")  # llama.cpp on the same device: every layer on its GPU
+    gpu = DEVICES[result.device].gpu  # llama.cpp on the same device: every layer on its GPU
     theirs = bench_llama.run_llama_bench(exe, result.path, threads=result.threads, repetitions=args.repetitions,
                                          n_prompt=args.n_prompt, n_gen=args.n_gen, gpu=gpu)
     edit = None

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kinetic.ir.ops import ATTRS, LEAVES, Op, ParamAttrs, VerifyError, infer_type
+from kinetic.ir.ops import Op, ParamAttrs, VerifyError, infer_type, spec_of
 from kinetic.ir.types import TensorType
 
 
@@ -59,17 +59,19 @@ class Graph:
 
 
 def verify(graph: Graph) -> None:
-    """Check ids are unique, inputs defined before use, attributes typed and every type re-inferred."""
+    """Check ids are unique, inputs defined before use, attributes typed and every type re-inferred
+    (leaves that carry their type, weights and caches, only checked to have no inputs)."""
     seen: dict[int, Node] = {}
     for n in graph.nodes:
         if n.id in seen:
             raise VerifyError(f"node %{n.id} is defined twice")
-        if not isinstance(n.attrs, ATTRS[n.op]):
+        spec = spec_of(n.op)
+        if not isinstance(n.attrs, spec.attrs):
             raise VerifyError(f"%{n.id} = {n.op.value} has attributes {type(n.attrs).__name__}")
         for i in n.inputs:
             if i not in seen:
                 raise VerifyError(f"%{n.id} = {n.op.value} reads %{i} before it is defined")
-        if n.op in LEAVES and n.op is not Op.INPUT:
+        if spec.infer is None:
             if n.inputs:
                 raise VerifyError(f"%{n.id} = {n.op.value} must have no inputs")
         else:
@@ -92,7 +94,7 @@ class GraphBuilder:
     _params: dict[str, int] = field(default_factory=dict)
 
     def add(self, op: Op, inputs: tuple[int, ...] = (), attrs: object = None, type: TensorType | None = None) -> int:
-        attrs = ATTRS[op]() if attrs is None else attrs
+        attrs = spec_of(op).attrs() if attrs is None else attrs
         if type is None:
             type = infer_type(op, [self.nodes[i].type for i in inputs], attrs)
         node = Node(len(self.nodes), op, attrs, tuple(inputs), type)

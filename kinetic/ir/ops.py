@@ -1,8 +1,12 @@
-"""The op table: one enum of ops, a frozen attribute dataclass per op, and a spec per op.
+"""The op table: one enum of ops and one spec record per op (`OPS`), which everything else reads.
 
-A spec infers an op's output type from its input types and attributes and verifies them; an op
-without a spec raises. Op properties are sets (ELEMENTWISE, REDUCE) rather than a class tree.
-What each op computes is defined by the reference interpreter (kinetic/ir/interpreter.py).
+An op's `OpSpec` holds all the IR knows about it: its attribute dataclass (one small frozen dataclass
+per op), `infer` (its output type from its input types and attributes, raising VerifyError when they
+do not fit; None for leaves that carry their type), its groups (`ELEMENTWISE`, `REDUCE`, `LEAF`) and
+`reference`, the function that defines what it computes (kinetic/ir/reference.py). The verifier
+(graph.py), the text form (text.py) and the reference interpreter read this table; an op without a
+spec raises. Adding an op is one enum member, its attributes, one `OpSpec` row with its reference,
+and one row in each device's kernel table.
 
 Row semantics: activations are `f32[T, width]`, one row per token of the pass. Attention reads
 which KV-cache entries each row may see from the pass's row table (sequence, position, parent),
@@ -15,6 +19,7 @@ import enum
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 
+from kinetic.ir import reference as ref
 from kinetic.ir.types import R, T, TensorType, f32, i32
 
 
@@ -38,16 +43,16 @@ class Op(enum.Enum):
     SCALE = "scale"
     SILU = "silu"
     GELU = "gelu"
-    SOFTCAP = "softcap"
+    SOFTCAP = "softcap"  # final-logit soft-capping (Gemma 4's final_logit_softcapping)
     # fused forms produced by passes
     SWIGLU = "swiglu"  # silu(gate) * up
     GEGLU = "geglu"  # gelu(gate) * up
-    SPLIT = "split"  # a column slice of x: x[:, start:start+size]
 
 
-ELEMENTWISE = {Op.ADD, Op.MUL, Op.SCALE, Op.SILU, Op.GELU, Op.SOFTCAP, Op.SWIGLU, Op.GEGLU}
-REDUCE = {Op.MATMUL, Op.RMS_NORM, Op.ATTENTION}
-LEAVES = {Op.INPUT, Op.PARAM, Op.STATE}
+class Group(enum.Enum):
+    LEAF = "leaf"  # bound by the runtime, not computed; no inputs
+    ELEMENTWISE = "elementwise"  # each output value from the values at its own position
+    REDUCE = "reduce"  # sums over a dimension (its order is the op's numerics)
 
 
 # ---- attributes ---------------------------------------------------------------------------------
@@ -137,39 +142,7 @@ class SoftcapAttrs:
     cap: float  # cap * tanh(x / cap)
 
 
-@dataclass(frozen=True)
-class SplitAttrs:
-    start: int
-    size: int
-
-
-ATTRS: dict[Op, type] = {
-    Op.INPUT: InputAttrs,
-    Op.PARAM: ParamAttrs,
-    Op.STATE: StateAttrs,
-    Op.EMBED: EmbedAttrs,
-    Op.MATMUL: MatmulAttrs,
-    Op.TAKE_ROWS: NoAttrs,
-    Op.RMS_NORM: RmsNormAttrs,
-    Op.ROPE: RopeAttrs,
-    Op.ATTENTION: AttentionAttrs,
-    Op.ADD: NoAttrs,
-    Op.MUL: NoAttrs,
-    Op.SCALE: ScaleAttrs,
-    Op.SILU: NoAttrs,
-    Op.GELU: NoAttrs,
-    Op.SOFTCAP: SoftcapAttrs,
-    Op.SWIGLU: NoAttrs,
-    Op.GEGLU: NoAttrs,
-    Op.SPLIT: SplitAttrs,
-}
-
-
-def attr_fields(attrs) -> list[tuple[str, object]]:
-    return [(f.name, getattr(attrs, f.name)) for f in fields(attrs)]
-
-
-# ---- specs --------------------------------------------------------------------------------------
+# ---- shape inference ----------------------------------------------------------------------------
 
 
 class VerifyError(ValueError):
@@ -190,13 +163,13 @@ def _n_inputs(ins: list[TensorType], n: int, op: Op) -> None:
     _check(len(ins) == n, f"{op.value} takes {n} inputs, got {len(ins)}")
 
 
-def _spec_input(ins, a: InputAttrs) -> TensorType:
+def _infer_input(ins, a: InputAttrs) -> TensorType:
     _n_inputs(ins, 0, Op.INPUT)
     _check(a.name in ("tokens", "positions", "output_rows"), f"unknown input {a.name!r}")
     return i32(R) if a.name == "output_rows" else i32(T)
 
 
-def _spec_embed(ins, a) -> TensorType:
+def _infer_embed(ins, a) -> TensorType:
     _n_inputs(ins, 2, Op.EMBED)
     table, ids = ins
     _check(len(table.shape) == 2, f"embedding table must be 2-D, got {table}")
@@ -204,7 +177,7 @@ def _spec_embed(ins, a) -> TensorType:
     return f32(ids.shape[0], table.shape[1])
 
 
-def _spec_matmul(ins, a: MatmulAttrs) -> TensorType:
+def _infer_matmul(ins, a: MatmulAttrs) -> TensorType:
     _n_inputs(ins, 2, Op.MATMUL)
     x, w = ins
     rows, k = _activation(x, "matmul input")
@@ -214,7 +187,7 @@ def _spec_matmul(ins, a: MatmulAttrs) -> TensorType:
     return f32(rows, w.shape[0])
 
 
-def _spec_take_rows(ins, a) -> TensorType:
+def _infer_take_rows(ins, a) -> TensorType:
     _n_inputs(ins, 2, Op.TAKE_ROWS)
     x, idx = ins
     _, width = _activation(x, "take_rows input")
@@ -222,7 +195,7 @@ def _spec_take_rows(ins, a) -> TensorType:
     return f32(idx.shape[0], width)
 
 
-def _spec_rms_norm(ins, a: RmsNormAttrs) -> TensorType:
+def _infer_rms_norm(ins, a: RmsNormAttrs) -> TensorType:
     _check(len(ins) in (1, 2), f"rms_norm takes x and an optional weight, got {len(ins)} inputs")
     rows, width = _activation(ins[0], "rms_norm input")
     group = a.group or width
@@ -233,7 +206,7 @@ def _spec_rms_norm(ins, a: RmsNormAttrs) -> TensorType:
     return ins[0]
 
 
-def _spec_rope(ins, a: RopeAttrs) -> TensorType:
+def _infer_rope(ins, a: RopeAttrs) -> TensorType:
     _n_inputs(ins, 2, Op.ROPE)
     x, pos = ins
     rows, width = _activation(x, "rope input")
@@ -243,7 +216,7 @@ def _spec_rope(ins, a: RopeAttrs) -> TensorType:
     return x
 
 
-def _spec_attention(ins, a: AttentionAttrs) -> TensorType:
+def _infer_attention(ins, a: AttentionAttrs) -> TensorType:
     _n_inputs(ins, 4, Op.ATTENTION)
     q, k, v, kv = ins
     rows, qw = _activation(q, "attention q")
@@ -258,65 +231,90 @@ def _spec_attention(ins, a: AttentionAttrs) -> TensorType:
     return q
 
 
-def _spec_binary(op: Op):
-    def spec(ins, a) -> TensorType:
+def _infer_binary(op: Op):
+    def infer(ins, a) -> TensorType:
         _n_inputs(ins, 2, op)
         _activation(ins[0], f"{op.value} input")
         _check(ins[0] == ins[1], f"{op.value} operands differ: {ins[0]} vs {ins[1]}")
         return ins[0]
 
-    return spec
+    return infer
 
 
-def _spec_unary(op: Op):
-    def spec(ins, a) -> TensorType:
+def _infer_unary(op: Op):
+    def infer(ins, a) -> TensorType:
         _n_inputs(ins, 1, op)
         _activation(ins[0], f"{op.value} input")
         return ins[0]
 
-    return spec
+    return infer
 
 
-def _spec_split(ins, a: SplitAttrs) -> TensorType:
-    _n_inputs(ins, 1, Op.SPLIT)
-    rows, width = _activation(ins[0], "split input")
-    _check(a.start >= 0 and a.size > 0 and a.start + a.size <= width, f"split {a} outside width {width}")
-    return f32(rows, a.size)
+# ---- the table ----------------------------------------------------------------------------------
 
 
-def _leaf(op: Op):
-    def spec(ins, a) -> TensorType:
-        raise VerifyError(f"{op.value} nodes carry their type; they are not inferred")
+@dataclass(frozen=True)
+class OpSpec:
+    """Everything the IR knows about one op (see the module docstring)."""
 
-    return spec
+    attrs: type  # the attribute dataclass
+    infer: Callable[[list[TensorType], object], TensorType] | None  # None: the node carries its type
+    reference: Callable  # reference(ev, node, inputs) -> value: what the op computes
+    groups: frozenset[Group] = frozenset()
 
 
-SPECS: dict[Op, Callable] = {
-    Op.INPUT: _spec_input,
-    Op.PARAM: _leaf(Op.PARAM),
-    Op.STATE: _leaf(Op.STATE),
-    Op.EMBED: _spec_embed,
-    Op.MATMUL: _spec_matmul,
-    Op.TAKE_ROWS: _spec_take_rows,
-    Op.RMS_NORM: _spec_rms_norm,
-    Op.ROPE: _spec_rope,
-    Op.ATTENTION: _spec_attention,
-    Op.ADD: _spec_binary(Op.ADD),
-    Op.MUL: _spec_binary(Op.MUL),
-    Op.SWIGLU: _spec_binary(Op.SWIGLU),
-    Op.GEGLU: _spec_binary(Op.GEGLU),
-    Op.SCALE: _spec_unary(Op.SCALE),
-    Op.SILU: _spec_unary(Op.SILU),
-    Op.GELU: _spec_unary(Op.GELU),
-    Op.SOFTCAP: _spec_unary(Op.SOFTCAP),
-    Op.SPLIT: _spec_split,
+def _spec(attrs: type, infer, reference: Callable, *groups: Group) -> OpSpec:
+    """One row of the table: attribute dataclass, shape inference, reference, then the groups."""
+    return OpSpec(attrs, infer, reference, frozenset(groups))
+
+
+OPS: dict[Op, OpSpec] = {
+    Op.INPUT: _spec(InputAttrs, _infer_input, ref.input_, Group.LEAF),
+    Op.PARAM: _spec(ParamAttrs, None, ref.param, Group.LEAF),
+    Op.STATE: _spec(StateAttrs, None, ref.state, Group.LEAF),
+    Op.EMBED: _spec(EmbedAttrs, _infer_embed, ref.embed),
+    Op.MATMUL: _spec(MatmulAttrs, _infer_matmul, ref.matmul, Group.REDUCE),
+    Op.TAKE_ROWS: _spec(NoAttrs, _infer_take_rows, ref.take_rows),
+    Op.RMS_NORM: _spec(RmsNormAttrs, _infer_rms_norm, ref.rms_norm, Group.REDUCE),
+    Op.ROPE: _spec(RopeAttrs, _infer_rope, ref.rope),
+    Op.ATTENTION: _spec(AttentionAttrs, _infer_attention, ref.attention, Group.REDUCE),
+    Op.ADD: _spec(NoAttrs, _infer_binary(Op.ADD), ref.add, Group.ELEMENTWISE),
+    Op.MUL: _spec(NoAttrs, _infer_binary(Op.MUL), ref.mul, Group.ELEMENTWISE),
+    Op.SCALE: _spec(ScaleAttrs, _infer_unary(Op.SCALE), ref.scale, Group.ELEMENTWISE),
+    Op.SILU: _spec(NoAttrs, _infer_unary(Op.SILU), ref.silu, Group.ELEMENTWISE),
+    Op.GELU: _spec(NoAttrs, _infer_unary(Op.GELU), ref.gelu, Group.ELEMENTWISE),
+    Op.SOFTCAP: _spec(SoftcapAttrs, _infer_unary(Op.SOFTCAP), ref.softcap, Group.ELEMENTWISE),
+    Op.SWIGLU: _spec(NoAttrs, _infer_binary(Op.SWIGLU), ref.swiglu, Group.ELEMENTWISE),
+    Op.GEGLU: _spec(NoAttrs, _infer_binary(Op.GEGLU), ref.geglu, Group.ELEMENTWISE),
 }
+
+LEAVES = frozenset(op for op, spec in OPS.items() if Group.LEAF in spec.groups)
+ELEMENTWISE = frozenset(op for op, spec in OPS.items() if Group.ELEMENTWISE in spec.groups)
+REDUCE = frozenset(op for op, spec in OPS.items() if Group.REDUCE in spec.groups)
+
+
+def spec_of(op: Op) -> OpSpec:
+    """The op's spec; raises VerifyError for an op without one."""
+    spec = OPS.get(op)
+    if spec is None:
+        raise VerifyError(f"op {op.value} has no spec")
+    return spec
+
+
+def attr_fields(attrs) -> list[tuple[str, object]]:
+    return [(f.name, getattr(attrs, f.name)) for f in fields(attrs)]
+
+
+def check_attrs(op: Op, attrs) -> None:
+    """Raise VerifyError unless `attrs` is an instance of the op's attribute dataclass."""
+    cls = spec_of(op).attrs
+    _check(isinstance(attrs, cls), f"{op.value} needs {cls.__name__}, got {type(attrs).__name__}")
 
 
 def infer_type(op: Op, input_types: list[TensorType], attrs) -> TensorType:
     """The output type of `op` on these inputs; raises VerifyError when they do not fit."""
-    spec = SPECS.get(op)
-    if spec is None:
-        raise VerifyError(f"op {op.value} has no spec")
-    _check(isinstance(attrs, ATTRS[op]), f"{op.value} needs {ATTRS[op].__name__}, got {type(attrs).__name__}")
-    return spec(input_types, attrs)
+    spec = spec_of(op)
+    if spec.infer is None:
+        raise VerifyError(f"{op.value} nodes carry their type; they are not inferred")
+    check_attrs(op, attrs)
+    return spec.infer(input_types, attrs)

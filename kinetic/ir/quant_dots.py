@@ -28,20 +28,18 @@ from dataclasses import dataclass
 import numpy as np
 from gguf import GGMLQuantizationType as Q
 
+from kinetic.ir.quants import QUANT_TYPES
+
 F32 = np.float32
 
-# ggml-common.h kvalues_iq4nl and kvalues_mxfp4 (e2m1 values doubled)
-IQ4NL_VALUES = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], np.int8)
-MXFP4_VALUES = np.array([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12], np.int8)
-Q4_0_VALUES = np.arange(-8, 8, dtype=np.int8)  # a Q4_0 nibble q stands for q - 8
+# the value of each 4-bit code (QUANT_TYPES' codebooks), as arrays to index with the codes
+IQ4NL_VALUES = np.array(QUANT_TYPES[Q.IQ4_NL].codebook, np.int8)
+MXFP4_VALUES = np.array(QUANT_TYPES[Q.MXFP4].codebook, np.int8)
+Q4_0_VALUES = np.array(QUANT_TYPES[Q.Q4_0].codebook, np.int8)  # a Q4_0 nibble q stands for q - 8
 
 # lane l of a super-block: positions 32c + 4l + i for chunks c = 0..7, i = 0..3 (the 8 int32 lanes of
 # maddubs + madd, or vpdpbusd, accumulated over a super-block's 8 chunks of 32)
 LANE_PERM = np.array([32 * c + 4 * lane + i for lane in range(8) for c in range(8) for i in range(4)])
-
-LANE_ORDER = {Q.Q3_K, Q.Q5_K, Q.IQ4_XS}
-SCALAR_ORDER = {Q.Q2_K, Q.Q4_0, Q.IQ4_NL, Q.MXFP4}
-TYPES = LANE_ORDER | SCALAR_ORDER
 
 
 @dataclass(frozen=True)
@@ -49,13 +47,21 @@ class IntegerParts:
     """One weight [n, K] as ggml's dot kernel splits it (see the module docstring)."""
 
     wtype: Q
-    order: str  # "lanes" (8 lanes per super-block, hsum_float_8 at the end) or "scalar"
-    block: int  # values per block: 32 (Q8_0 activations) or 256 (Q8_K)
     weights: np.ndarray  # f32 [n, nb, lanes, block/lanes] integers, sub-block scales folded in
     perm: np.ndarray  # int [block]: block position of each (lane, pos), flattened
     d: np.ndarray  # f32 [n, nb]: the block's float scale
     mins: np.ndarray | None = None  # f32 [n, nb, 16]: integer minimum per 16 activations
     dmin: np.ndarray | None = None  # f32 [n, nb]
+
+    @property
+    def order(self) -> str:
+        """The float order (QUANT_TYPES): "lanes" (8 lanes per super-block, hsum_float_8 at the end) or "scalar"."""
+        return QUANT_TYPES[self.wtype].dot_order
+
+    @property
+    def block(self) -> int:
+        """Values per block: 32 (Q8_0 activations) or 256 (Q8_K)."""
+        return QUANT_TYPES[self.wtype].block
 
 
 def _f16(blocks: np.ndarray, at: int) -> np.ndarray:
@@ -94,7 +100,7 @@ def _q2_k(blocks: np.ndarray) -> IntegerParts:
     sc = (blocks[:, :, 0:16] & np.uint8(15)).astype(np.int32)
     mins = (blocks[:, :, 0:16] >> np.uint8(4)).astype(F32)
     w = (q * np.repeat(sc, 16, axis=2)).astype(F32)[:, :, None, :]
-    return IntegerParts(Q.Q2_K, "scalar", 256, w, np.arange(256), _f16(blocks, 80), mins, _f16(blocks, 82))
+    return IntegerParts(Q.Q2_K, w, np.arange(256), _f16(blocks, 80), mins, _f16(blocks, 82))
 
 
 def _q3_k(blocks: np.ndarray) -> IntegerParts:
@@ -107,7 +113,7 @@ def _q3_k(blocks: np.ndarray) -> IntegerParts:
     j = np.arange(16)
     sc = ((raw[:, :, j % 8] >> (4 * (j // 8))) & 15) | (((raw[:, :, 8 + j % 4] >> (2 * (j // 4))) & 3) << 4)
     w = q * np.repeat(sc - 32, 16, axis=2)
-    return IntegerParts(Q.Q3_K, "lanes", 256, _lanes(w), LANE_PERM, _f16(blocks, 108))
+    return IntegerParts(Q.Q3_K, _lanes(w), LANE_PERM, _f16(blocks, 108))
 
 
 def _q5_k(blocks: np.ndarray) -> IntegerParts:
@@ -120,7 +126,7 @@ def _q5_k(blocks: np.ndarray) -> IntegerParts:
     sc, mn = _k4_scale_min(blocks[:, :, 4:16])
     w = (q * sc[:, :, :, None]).reshape(*blocks.shape[:2], 256)
     mins16 = np.repeat(mn, 2, axis=2).astype(F32)  # min j against the Q8_K sums 2j and 2j + 1
-    return IntegerParts(Q.Q5_K, "lanes", 256, _lanes(w), LANE_PERM, _f16(blocks, 0), mins16, _f16(blocks, 2))
+    return IntegerParts(Q.Q5_K, _lanes(w), LANE_PERM, _f16(blocks, 0), mins16, _f16(blocks, 2))
 
 
 def _iq4_xs(blocks: np.ndarray) -> IntegerParts:
@@ -132,18 +138,18 @@ def _iq4_xs(blocks: np.ndarray) -> IntegerParts:
     sl = blocks[:, :, 4:8].astype(np.int32)
     ls = ((sl[:, :, ib // 2] >> (4 * (ib % 2))) & 15) | (((sh[:, :, None] >> (2 * ib)) & 3) << 4)
     w = (q * (ls - 32)[:, :, :, None]).reshape(*blocks.shape[:2], 256)
-    return IntegerParts(Q.IQ4_XS, "lanes", 256, _lanes(w), LANE_PERM, _f16(blocks, 0))
+    return IntegerParts(Q.IQ4_XS, _lanes(w), LANE_PERM, _f16(blocks, 0))
 
 
 def _iq4_nl(blocks: np.ndarray) -> IntegerParts:
     w = IQ4NL_VALUES[_nibbles32(blocks[:, :, 2:18])].astype(F32)[:, :, None, :]
-    return IntegerParts(Q.IQ4_NL, "scalar", 32, w, np.arange(32), _f16(blocks, 0))
+    return IntegerParts(Q.IQ4_NL, w, np.arange(32), _f16(blocks, 0))
 
 
 def _q4_0(blocks: np.ndarray) -> IntegerParts:
     # x86 llama.cpp repacks Q4_0 (N a multiple of 8) and runs ggml_gemv_q4_0_8x8_q8_0: IQ4_NL's order
     w = Q4_0_VALUES[_nibbles32(blocks[:, :, 2:18])].astype(F32)[:, :, None, :]
-    return IntegerParts(Q.Q4_0, "scalar", 32, w, np.arange(32), _f16(blocks, 0))
+    return IntegerParts(Q.Q4_0, w, np.arange(32), _f16(blocks, 0))
 
 
 def e8m0_half(e: np.ndarray) -> np.ndarray:
@@ -156,18 +162,21 @@ def e8m0_half(e: np.ndarray) -> np.ndarray:
 
 def _mxfp4(blocks: np.ndarray) -> IntegerParts:
     w = MXFP4_VALUES[_nibbles32(blocks[:, :, 1:17])].astype(F32)[:, :, None, :]
-    return IntegerParts(Q.MXFP4, "scalar", 32, w, np.arange(32), e8m0_half(blocks[:, :, 0]))
+    return IntegerParts(Q.MXFP4, w, np.arange(32), e8m0_half(blocks[:, :, 0]))
 
 
 _DECODERS = {Q.Q4_0: _q4_0, Q.Q2_K: _q2_k, Q.Q3_K: _q3_k, Q.Q5_K: _q5_k, Q.IQ4_XS: _iq4_xs, Q.IQ4_NL: _iq4_nl,
              Q.MXFP4: _mxfp4}
-_BLOCK_BYTES = {Q.Q4_0: 18, Q.Q2_K: 84, Q.Q3_K: 110, Q.Q5_K: 176, Q.IQ4_XS: 136, Q.IQ4_NL: 18, Q.MXFP4: 17}
+TYPES = frozenset(_DECODERS)
+# the types of each order decoded here (Q4_K and Q6_K have their own parts: numerics/weights.py)
+LANE_ORDER = frozenset(t for t in TYPES if QUANT_TYPES[t].dot_order == "lanes")
+SCALAR_ORDER = frozenset(t for t in TYPES if QUANT_TYPES[t].dot_order == "scalar")
 
 
 def integer_parts(raw: np.ndarray, wtype: Q) -> IntegerParts:
     """Raw blocks u8 [n, row_bytes] of one of TYPES -> their IntegerParts."""
     raw = np.ascontiguousarray(raw, dtype=np.uint8)
-    blocks = raw.reshape(raw.shape[0], -1, _BLOCK_BYTES[wtype])
+    blocks = raw.reshape(raw.shape[0], -1, QUANT_TYPES[wtype].block_bytes)
     return _DECODERS[wtype](blocks)
 
 

@@ -2,7 +2,8 @@
 
 Owns: `print_graph(graph) -> str` and `parse_graph(text) -> Graph`, with
 `parse_graph(print_graph(g)) == g` for every graph (node ids, attributes, floats, outputs, meta).
-Does not own what ops mean (kinetic/ir/ops.py) or what they compute (the interpreter).
+Reads each op's attributes and shape inference from its spec (kinetic/ir/ops.py, `OPS`); does not
+own what ops compute (kinetic/ir/reference.py).
 
 The form, one statement per line (docs/ir.md describes it in full):
 
@@ -24,7 +25,7 @@ import re
 from dataclasses import MISSING, fields
 
 from kinetic.ir.graph import Graph, Node
-from kinetic.ir.ops import ATTRS, LEAVES, Op, VerifyError, infer_type
+from kinetic.ir.ops import OPS, Op, VerifyError, infer_type
 from kinetic.ir.types import TensorType
 
 HEADER = "# kinetic ir"
@@ -150,7 +151,7 @@ def _parse_inputs(text: str, line_no: int, defined: dict[int, Node]) -> tuple[in
 
 def _parse_attrs(op: Op, text: str, line_no: int) -> object:
     """The op's attribute dataclass from `{key=value, ...}`; missing fields take their defaults."""
-    cls = ATTRS[op]
+    cls = OPS[op].attrs
     declared = {f.name: f for f in fields(cls)}
     values: dict[str, object] = {}
     body = text.strip()
@@ -231,7 +232,7 @@ def _parse_output_ref(value: str, line_no: int, defined: dict[int, Node]) -> int
 
 
 def _check_type(node: Node, defined: dict[int, Node], line_no: int) -> None:
-    if node.op in LEAVES and node.op is not Op.INPUT:
+    if OPS[node.op].infer is None:  # weights and caches carry their type
         if node.inputs:
             raise IRParseError(line_no, f"{node.op.value} takes no inputs")
         return

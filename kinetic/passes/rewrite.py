@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from kinetic.ir.graph import Graph, Node
-from kinetic.ir.ops import ATTRS, Op, infer_type
+from kinetic.ir.ops import OPS, Op, infer_type
 
 MAX_SWEEPS = 64  # a rule list that has not settled by then rewrites in a cycle
 MAX_REWRITES_PER_NODE = 64
@@ -65,7 +65,7 @@ class Match:
 
     def make(self, op: Op, inputs: tuple[Node, ...], attrs: object = None) -> Node:
         """A new node replacing the root: same id, type inferred from the inputs."""
-        attrs = ATTRS[op]() if attrs is None else attrs
+        attrs = OPS[op].attrs() if attrs is None else attrs
         type_ = infer_type(op, [n.type for n in inputs], attrs)
         return Node(self.root.id, op, attrs, tuple(n.id for n in inputs), type_)
 

@@ -21,7 +21,7 @@ from typing import Protocol
 
 import numpy as np
 
-from kinetic.ir.interpreter import PassRows
+from kinetic.ir.rows import PassRows
 
 CONTEXT_ORDERS = (4, 3, 2)  # n-gram lengths looked up, longest first (docs/rad1.md: measured)
 SEEN_ORDERS = (4, 2)

@@ -2,7 +2,8 @@
 
 Owns: forward passes over a batch of rows (tokens with sequence, position and parent), prompt
 processing in fixed-size chunks, one-token decode, greedy selection and rollback. It knows nothing
-about text: it works on token ids (the tokenizer lives in the frontend).
+about text: it works on token ids (the tokenizer lives in the frontend). The passes run on a device's
+runner (kinetic/codegen/runner.py), opened through the device registry (kinetic/devices.py).
 """
 
 from __future__ import annotations
@@ -12,42 +13,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kinetic.errors import KineticError
+from kinetic import devices
+from kinetic.codegen.runner import Runner, RunnerOptions
 from kinetic.ir.graph import Graph
-from kinetic.ir.interpreter import Interpreter, PassRows, WeightSource
+from kinetic.ir.interpreter import WeightSource
 from kinetic.ir.ops import Op
+from kinetic.ir.rows import PassRows
 from kinetic.runtime.kv_cache import KVCache, SequenceCaches, check_cache_fits
 
 DEFAULT_CONTEXT = 4096
 DEFAULT_BATCH = 128  # prompt rows per pass (measured: Gemma-3 pp512 +3.5% over 64, SmolLM2 even)
-
-
-def _executor(device: str, graph: Graph, weights: WeightSource, batch: int, threads: int | None, n_ctx: int,
-              gpu_layers: int | None = None):
-    """`cpu`: the compiled step (or, for a graph it cannot run yet, the generated matmul kernels
-    called op by op); `reference`: the numpy interpreter alone."""
-    if device == "reference":
-        return Interpreter(weights)
-    if device == "cpu":
-        from kinetic.codegen.cpu.step import CompiledStep, unsupported
-
-        if unsupported(graph) is None:
-            return CompiledStep(graph, weights, threads=threads, rows=batch)
-        from kinetic.codegen.cpu.executor import CpuInterpreter
-
-        return CpuInterpreter(weights)
-    if device == "cuda":  # the graph's kernels on the GPU, the decode step one CUDA graph (docs/devices.md)
-        from kinetic.codegen.cuda.model import open_runner
-
-        def cpu_runner(head: Graph):  # the first layers of a model split between the CPU and the GPU
-            return _executor("cpu", head, weights, batch, threads, n_ctx)
-
-        return open_runner(graph, weights, n_ctx, gpu_layers, cpu_runner)
-    if device == "vulkan":  # the graph's ops in order on the first Vulkan device (docs/devices.md)
-        from kinetic.codegen.vulkan.model import open_runner
-
-        return open_runner(graph, weights)
-    raise KineticError(f"device {device!r} is not available", "Use --device cpu (or reference).")
 
 
 @dataclass
@@ -67,8 +42,8 @@ class Engine:
         self.n_ctx = n_ctx
         self.batch = batch
         self.device = device
-        self.interpreter = _executor(device, graph, weights, batch, threads, n_ctx, gpu_layers)
-        self.in_place = getattr(self.interpreter, "in_place", False)
+        self.runner: Runner = devices.open_runner(device, graph, weights,
+                                                  RunnerOptions(batch, threads, n_ctx, gpu_layers))
         self.kv_width: dict[int, int] = {}
         self.kv_dtype = np.float16
         for node in graph.nodes:
@@ -78,6 +53,15 @@ class Engine:
                 self.kv_dtype = np.float32
         self.n_vocab = graph.output("logits").type.shape[1]
         self.passes = 0  # forward passes run (prompt chunks, decode steps, verification passes)
+
+    @property
+    def in_place(self) -> bool:
+        """The runner writes a pass's keys and values into the caches itself (commit by length)."""
+        return self.runner.in_place
+
+    def close(self) -> None:
+        """Free what the runner holds on its device; the engine runs no pass after this."""
+        self.runner.close()
 
     def new_sequence(self) -> Sequence:
         check_cache_fits(self.n_ctx, sum(self.kv_width.values()), np.dtype(self.kv_dtype).itemsize)
@@ -91,7 +75,7 @@ class Engine:
             for sid, s in seqs.items():
                 s.cache.check_room(int(np.count_nonzero(rows.seqs == sid)))
         caches = SequenceCaches({sid: s.cache for sid, s in seqs.items()})
-        result = self.interpreter.run(self.graph, rows, caches)
+        result = self.runner.run(self.graph, rows, caches)
         self.passes += 1
         if commit and rows.chain_seq >= 0 and self.in_place:  # one sequence's chain: every row is its own
             s = seqs[rows.chain_seq]
@@ -131,7 +115,7 @@ class Engine:
         keep() then commits the accepted path; the compiled step has already written every row in
         place at slot length + i."""
         seq.cache.check_room(len(rows.tokens))
-        result = self.interpreter.run(self.graph, rows, SequenceCaches({0: seq.cache}))
+        result = self.runner.run(self.graph, rows, SequenceCaches({0: seq.cache}))
         self.passes += 1
         seq.pending = (rows, result.new_kv, seq.cache.length)
         return result.outputs["logits"]

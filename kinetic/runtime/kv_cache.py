@@ -2,7 +2,8 @@
 
 Owns: cache layout (per layer, [n_ctx, n_kv_head * head_dim] in the cache dtype, plus the position
 of each entry), committing a pass's rows, and rollback to a length (speculative decoding keeps only
-the accepted rows). Does not own what the model computes.
+the accepted rows). Does not own what the model computes. Runners see a KVCache only through the
+protocols of kinetic/ir/rows.py (`SequenceKV`, `KVView`), which it and `SequenceCaches` implement.
 """
 
 from __future__ import annotations
@@ -59,6 +60,22 @@ class KVCache:
     def committed(self, layer: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         n = self.length
         return self.k[layer][:n], self.v[layer][:n], self.positions[:n]
+
+    def layers(self) -> list[int]:
+        return list(self.k)
+
+    def storage(self, layer: int) -> tuple[np.ndarray, np.ndarray]:
+        """The layer's whole key and value arrays [n_ctx, width] (a device copies them from here)."""
+        return self.k[layer], self.v[layer]
+
+    def write_pass_rows(self, new_kv: dict[int, tuple[np.ndarray, np.ndarray]]) -> None:
+        """Write a pass's keys and values [T, width] per layer at slots length + i, as an in-place
+        runner's pass does, without committing them (commit_written / keep_written do). Not a host
+        write: the runner that computed them holds them already."""
+        start = self.length
+        for layer, (k, v) in new_kv.items():
+            self.k[layer][start : start + len(k)] = k
+            self.v[layer][start : start + len(v)] = v
 
     def addresses(self, layers: list[int]) -> np.ndarray:
         """int64 [len(layers), 2]: where each layer's keys and values start (compiled code writes and
@@ -127,10 +144,13 @@ class KVCache:
 
 
 class SequenceCaches:
-    """The KVView the interpreter reads: sequence id -> its KVCache."""
+    """The KVView a pass's runner reads: sequence id -> its KVCache."""
 
     def __init__(self, caches: dict[int, KVCache]):
         self.caches = caches
 
     def committed(self, seq: int, layer: int):
         return self.caches[seq].committed(layer)
+
+    def sequence(self, seq: int) -> KVCache:
+        return self.caches[seq]

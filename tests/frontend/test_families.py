@@ -12,7 +12,7 @@ from kinetic.errors import KineticError
 from kinetic.frontend.families import FAMILIES, supported_architectures
 from kinetic.frontend.gguf_file import open_gguf
 from kinetic.frontend.lower import lower
-from kinetic.ir.interpreter import PassRows
+from kinetic.ir.rows import PassRows
 from kinetic.runtime.engine import Engine
 from kinetic.runtime.weights import GGUFWeights
 from tests.synthetic import SYNTHETIC, rewrite_gguf, synthetic_path

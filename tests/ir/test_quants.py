@@ -14,7 +14,7 @@ from gguf import GGMLQuantizationType
 from gguf import quants as gguf_quants
 
 from kinetic.frontend.gguf_file import open_gguf
-from kinetic.ir.quants import QUANT_TYPES, SEED_TYPES, dequantize, dequantize_rows, quant_type
+from kinetic.ir.quants import QUANT_TYPES, TYPES, dequantize, dequantize_rows, quant_type
 
 T = GGMLQuantizationType
 
@@ -39,8 +39,8 @@ def bits(a: np.ndarray) -> np.ndarray:
 
 def test_table_is_the_seed_list():
     """The table holds exactly the seed's 25 types, in its order."""
-    assert [t.name for t in SEED_TYPES] == list(SEED_BITS)
-    assert list(QUANT_TYPES) == list(SEED_TYPES)
+    assert [t.name for t in TYPES] == list(SEED_BITS)
+    assert list(QUANT_TYPES) == list(TYPES)
 
 
 @pytest.mark.parametrize("name", list(SEED_BITS))
@@ -70,10 +70,44 @@ def test_lookup_errors_are_clear():
         quant_type("Q8_0").row_bytes(33)
 
 
+# ggml's vec_dot_type of each weight type (ggml-cpu.c type_traits_cpu), written out independently
+VEC_DOT_TYPE = {"F32": "f32", "F16": "f16", "BF16": "bf16", "Q8_0": "q8_0", "Q4_0": "q8_0", "Q5_0": "q8_0",
+                "IQ4_NL": "q8_0", "MXFP4": "q8_0", "Q4_1": "q8_1", "Q5_1": "q8_1"}
+
+
+def test_activation_formats_are_ggmls_vec_dot_types():
+    """Each type's activation format is ggml's vec_dot_type: the listed ones, Q8_K for the rest."""
+    for t, q in QUANT_TYPES.items():
+        assert q.activation == VEC_DOT_TYPE.get(t.name, "q8_k"), t.name
+
+
+def test_dot_orders_and_minimums():
+    """The repacked gemvs (scalar order) are Q4_0, Q2_K, Q4_K, IQ4_NL and MXFP4; the vec-dots (lanes)
+    the other types with an exact order; minimums are Q4_1, Q5_1 (m) and Q2_K, Q4_K, Q5_K (dmin)."""
+    scalar = {t.name for t, q in QUANT_TYPES.items() if q.dot_order == "scalar"}
+    lanes = {t.name for t, q in QUANT_TYPES.items() if q.dot_order == "lanes"}
+    assert scalar == {"Q4_0", "Q2_K", "Q4_K", "IQ4_NL", "MXFP4"}
+    assert lanes == {"Q8_0", "Q4_1", "Q5_0", "Q5_1", "Q3_K", "Q5_K", "Q6_K", "IQ4_XS"}
+    assert {t.name for t, q in QUANT_TYPES.items() if q.has_min} == {"Q4_1", "Q5_1", "Q2_K", "Q4_K", "Q5_K"}
+
+
+@pytest.mark.parametrize("qtype,scale", [(T.Q4_0, [0x00, 0x3C]), (T.IQ4_NL, [0x00, 0x3C]), (T.MXFP4, [128])],
+                         ids=lambda v: getattr(v, "name", ""))
+def test_codebooks_are_what_gguf_decodes(qtype, scale):
+    """With a block scale of 1, code j (byte j's low and high nibble) dequantizes to codebook[j]."""
+    q = QUANT_TYPES[qtype]
+    codes = np.arange(16, dtype=np.uint8)
+    block = np.concatenate([np.array(scale, np.uint8), codes | (codes << 4)])
+    assert block.size == q.block_bytes
+    values = dequantize(block.reshape(1, -1), qtype)[0]
+    assert values[:16].tolist() == list(q.codebook) and values[16:].tolist() == list(q.codebook)
+    assert QUANT_TYPES[T.IQ4_XS].codebook == QUANT_TYPES[T.IQ4_NL].codebook
+
+
 # -- against gguf.quants on random blocks ------------------------------------------------------------
 
 
-@pytest.mark.parametrize("qtype", SEED_TYPES, ids=lambda t: t.name)
+@pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
 def test_random_blocks_match_gguf(qtype):
     """Random bytes of every type dequantize bit-identically to gguf.quants, NaNs included."""
     q = QUANT_TYPES[qtype]

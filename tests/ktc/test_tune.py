@@ -54,7 +54,7 @@ def test_tune_finishes_within_its_bound_and_its_profile_runs(tmp_path, capsys):
     assert profile["threads"] in thread_candidates(available_cpus()) and profile["batch"] in BATCHES
     assert measured["chosen"]["tg"] > 0 and measured["chosen"]["pp"] > 0 and measured["cpus"] == available_cpus()
     model = kinetic.Model(out, n_ctx=64)
-    assert model.engine.batch == profile["batch"] and model.engine.interpreter.threads == profile["threads"]
+    assert model.engine.batch == profile["batch"] and model.engine.runner.threads == profile["threads"]
 
 
 def test_default_profile_is_untouched(tmp_path):

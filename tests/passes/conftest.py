@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 
 from kinetic.ir.graph import Graph, verify
-from kinetic.ir.interpreter import Interpreter, PassRows
+from kinetic.ir.interpreter import Interpreter
 from kinetic.ir.ops import Op
+from kinetic.ir.rows import PassRows
 from kinetic.ir.text import parse_graph, print_graph
 
 

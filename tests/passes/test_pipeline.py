@@ -11,8 +11,8 @@ import pytest
 
 import kinetic.passes.pipeline as pipeline
 from kinetic.ir.graph import Graph, verify
-from kinetic.ir.interpreter import PassRows
 from kinetic.ir.ops import Op, VerifyError
+from kinetic.ir.rows import PassRows
 from kinetic.ir.text import parse_graph, print_graph
 from kinetic.passes import PIPELINE, PassOptions, Phase, pipeline_hash, run_pipeline
 

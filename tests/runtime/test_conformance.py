@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 import kinetic
-from kinetic.ir.interpreter import PassRows
+from kinetic.ir.rows import PassRows
 from kinetic.runtime.conformance import compare
 from kinetic.runtime.engine import Engine
 from tests.conftest import load_golden, model_path

@@ -8,7 +8,7 @@ import pytest
 
 from kinetic.frontend.gguf_file import open_gguf
 from kinetic.frontend.lower import lower
-from kinetic.ir.interpreter import PassRows
+from kinetic.ir.rows import PassRows
 from kinetic.runtime.engine import Engine
 from kinetic.runtime.weights import GGUFWeights
 
@@ -109,7 +109,7 @@ def test_context_full_is_a_clear_error(engine):
     """Going past -c fails with a KineticError that says what to do."""
     from kinetic.errors import KineticError
 
-    small = Engine(engine.graph, engine.interpreter.weights, n_ctx=4)
+    small = Engine(engine.graph, engine.runner.weights, n_ctx=4)
     seq = small.new_sequence()
     with pytest.raises(KineticError, match="context is full"):
         small.prefill(seq, PROMPT[:5])
@@ -119,6 +119,6 @@ def test_oversized_context_is_refused_before_allocating(engine):
     """A context whose KV cache cannot fit in memory fails with a clear error, not a MemoryError."""
     from kinetic.errors import KineticError
 
-    huge = Engine(engine.graph, engine.interpreter.weights, n_ctx=10**10)
+    huge = Engine(engine.graph, engine.runner.weights, n_ctx=10**10)
     with pytest.raises(KineticError, match="Use a smaller context"):
         huge.new_sequence()

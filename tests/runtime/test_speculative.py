@@ -317,7 +317,7 @@ def test_a_stop_token_ends_drafted_decoding_as_plain(engine, model):
 
 def test_drafting_never_writes_past_the_context(model):
     """Near the end of a small context, drafts shrink to the room left: no error, plain's tokens."""
-    small = Engine(model.engine.graph, model.engine.interpreter.weights, n_ctx=len(model.tokenize(REPEAT)) + 24)
+    small = Engine(model.engine.graph, model.engine.runner.weights, n_ctx=len(model.tokenize(REPEAT)) + 24)
     plain, drafted, _, seq = _both(small, model.tokenize(REPEAT), None)
     assert drafted == plain and len(plain) == 24 and seq.cache.length == small.n_ctx - 1
 

@@ -1,7 +1,9 @@
-"""Renders activation quantization: f32 rows -> Q8_0 / Q8_1 / Q8_K blocks, bit for bit numerics.py's.
+"""Renders what activation rows become before a dot: f32 rows -> Q8_0 / Q8_1 / Q8_K blocks for
+quantized weights, or rounded to f16 / bf16 for float weights, bit for bit kinetic/ir/numerics'.
 
-Owns: the kernels that turn activation rows into the int8 blocks a quantized dot reads. Rows are
-contiguous, so a kernel walks `n_blocks` blocks and knows nothing of rows or K:
+Owns: the kernels that turn activation rows into the int8 blocks a quantized dot reads, and the
+rounding pass of the float kernels (`render_round`). Rows are contiguous, so a kernel walks
+`n_blocks` blocks (or `n` values) and knows nothing of rows or K:
 
 * q8_0: amax = max |x|; d = f16(amax / 127); q = rint(x * (127 / amax)) (0 when amax is 0).
 * q8_1: q8_0 plus s = f16(d_unrounded * sum q), written as f32.
@@ -9,13 +11,15 @@ contiguous, so a kernel walks `n_blocks` blocks and knows nothing of rows or K:
   rint(iscale * x)); d = 1 / iscale (0 when max is 0); plus the sums of each 16 q's as i32, which the
   k-quant dots use for their minimums.
 
+* f16: the nearest f16 (ties to even), kept as f32; bf16: ggml_compute_fp32_to_bf16's bits.
+
 `rint` is round-half-even (the default rounding mode), which is what numpy's `rint` and ggml's
 `_mm256_round_ps(_MM_ROUND_NEAREST)` and `nearest_int` do.
 """
 
 from __future__ import annotations
 
-from kinetic.codegen.cpu.llvm_ir import Function, const_vec, module
+from kinetic.codegen.cpu.llvm_ir import Function, const_vec, module, splat
 
 DECLARATIONS = [
     "declare <32 x float> @llvm.fabs.v32f32(<32 x float>)",
@@ -104,3 +108,61 @@ def render_quantize(fmt: str) -> tuple[str, str]:
     fn.loop(0, "%n_blocks", [], step)
     fn.do("ret void")
     return module([fn], DECLARATIONS), fn.name
+
+
+# ---- activation rounding for float weights ----------------------------------------------------------
+
+_V16 = "<16 x float>"
+ROUND_PARAMS = [("ptr", "x"), ("ptr", "unused_q"), ("ptr", "unused_d"), ("ptr", "y"), ("i64", "n")]
+
+
+def _round_f16(fn: Function, v: str, n: int) -> str:
+    """<n x float> -> the nearest f16 values (ties to even), as float."""
+    return fn.v(f"fpext <{n} x half> {fn.v(f'fptrunc <{n} x float> {v} to <{n} x half>')} to <{n} x float>")
+
+
+def _round_bf16(fn: Function, v: str, n: int) -> str:
+    """<n x float> -> <n x i16> bf16 bits: ggml_compute_fp32_to_bf16, (bits + 0x7fff + lsb) >> 16,
+    a NaN kept quiet ((bits >> 16) | 64)."""
+    ty = f"<{n} x i32>"
+    bits = fn.v(f"bitcast <{n} x float> {v} to {ty}")
+    high = fn.v(f"lshr {ty} {bits}, {splat('i32', 16)}")
+    lsb = fn.v(f"and {ty} {high}, {splat('i32', 1)}")
+    biased = fn.v(f"add {ty} {bits}, {splat('i32', 0x7FFF)}")
+    rounded = fn.v(f"lshr {ty} {fn.v(f'add {ty} {biased}, {lsb}')}, {splat('i32', 16)}")
+    nan = fn.v(f"fcmp uno <{n} x float> {v}, zeroinitializer")
+    quiet = fn.v(f"or {ty} {high}, {splat('i32', 64)}")
+    chosen = fn.v(f"select <{n} x i1> {nan}, {ty} {quiet}, {ty} {rounded}")
+    return fn.v(f"trunc {ty} {chosen} to <{n} x i16>")
+
+
+def render_round(fmt: str) -> tuple[str, str]:
+    """kin_round_{fmt}(x, _, _, y, n): the n f32 values at x rounded as the dot reads them: "f16" ->
+    f16 values as f32 (4 bytes each), "bf16" -> bf16 bit patterns (2 bytes each). The unused
+    arguments give it the activation quantizers' signature (the compiled step's OP_QUANT)."""
+    if fmt not in ("f16", "bf16"):
+        raise ValueError(f"no activation rounding for {fmt!r}")
+    fn = Function(f"kin_round_{fmt}", ROUND_PARAMS)
+
+    def store(i: str, v: str, n: int) -> None:
+        if fmt == "f16":
+            fn.store(f"<{n} x float>", _round_f16(fn, v, n), fn.gep("%y", fn.v(f"mul i64 {i}, 4")), 4)
+        else:
+            fn.store(f"<{n} x i16>", _round_bf16(fn, v, n), fn.gep("%y", fn.v(f"mul i64 {i}, 2")), 2)
+
+    def block(b: str, _c: list[str]) -> list[str]:
+        i = fn.v(f"mul i64 {b}, 16")
+        store(i, fn.load(_V16, fn.gep("%x", fn.v(f"mul i64 {i}, 4")), 4), 16)
+        return []
+
+    def one(i: str, _c: list[str]) -> list[str]:
+        at = fn.gep("%x", fn.v(f"mul i64 {i}, 4"))
+        v = fn.v(f"insertelement <1 x float> poison, float {fn.load('float', at, 4)}, i64 0")
+        store(i, v, 1)
+        return []
+
+    blocks = fn.v("udiv i64 %n, 16")
+    fn.loop(0, blocks, [], block)
+    fn.loop(fn.v(f"mul i64 {blocks}, 16"), "%n", [], one)
+    fn.do("ret void")
+    return module([fn], []), fn.name

@@ -6,7 +6,8 @@ dequantized float copies. Every other op, and matmuls of types without a kernel,
 reference defines them. Both kernels and reference ops compute each row independently, so a batch
 still gives each row what it gets alone.
 
-The engine uses it only for graphs the compiled step (step.py) cannot run, e.g. an f32 KV cache.
+The CPU device opens it (runner.py) only for graphs the compiled step (step.py) cannot run, e.g. an
+f32 KV cache.
 """
 
 from __future__ import annotations

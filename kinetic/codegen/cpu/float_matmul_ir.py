@@ -1,9 +1,10 @@
-"""Renders the float-weight matmul kernels (F16, BF16, F32) and the activation rounding they read.
+"""Renders the float-weight matmul kernels (F16, BF16, F32).
 
 Owns: one kernel per (weight type, K, variant) computing y[r, n] = dot(activation row r, weight row n)
 in exactly `kinetic.ir.numerics.float_dot`'s order (ggml_vec_dot_{f16,bf16,f32} as built natively for
-an AVX-512 machine with AVX512-BF16), and the pass that rounds f32 activation rows to what the dot
-reads (f16 values kept as f32, bf16 bit patterns packed). It does not own threads or dispatch.
+an AVX-512 machine with AVX512-BF16). It does not own threads or dispatch, the vector operations
+(float_ops_ir.py) or the pass that rounds f32 activation rows to what the dot reads
+(activation_ir.render_round).
 
 Per output (r, n), K in chunks of 64 (the same for every row count, tile and thread split):
 
@@ -34,7 +35,8 @@ from dataclasses import dataclass
 
 from gguf import GGMLQuantizationType as Q
 
-from kinetic.codegen.cpu.llvm_ir import Function, const_vec, f32_literal, module, splat
+from kinetic.codegen.cpu.float_ops_ir import V16, FloatOps, hsum16
+from kinetic.codegen.cpu.llvm_ir import Function
 
 VARIANTS = ("avx512bf16", "avx512", "avx2", "generic")
 _NEEDS = {
@@ -107,105 +109,11 @@ def _attributes(variant: str, host_features: str) -> str:
     return ""
 
 
-V16 = "<16 x float>"
-_TINY = f32_literal(2.0**-126)
-
-
-class _Ops:
-    """The vector operations of one kernel, spelled for its type and variant."""
-
-    def __init__(self, fn: Function, wtype: Q, variant: str):
-        self.fn, self.wtype, self.variant = fn, wtype, variant
-
-    def fma(self, a: str, b: str, c: str) -> str:
-        return self.fn.v(f"call {V16} @llvm.fma.v16f32({V16} {a}, {V16} {b}, {V16} {c})")
-
-    def widen_f16(self, ptr: str) -> str:
-        """16 f16 values at ptr -> <16 x float> (exact)."""
-        fn = self.fn
-        if self.variant != "generic":
-            return fn.v(f"fpext <16 x half> {fn.load('<16 x half>', ptr, 2)} to {V16}")
-        # generic: the f16 magnitude bits shifted into an f32's place and scaled by 2^112 (exact for
-        # normal and subnormal values), inf/nan given the all-ones exponent, the sign put back
-        h = fn.v(f"zext <16 x i16> {fn.load('<16 x i16>', ptr, 2)} to <16 x i32>")
-        mag = fn.v(f"and <16 x i32> {h}, {splat('i32', 0x7FFF)}")
-        shifted = fn.v(f"shl <16 x i32> {mag}, {splat('i32', 13)}")
-        as_float = fn.v(f"bitcast <16 x i32> {shifted} to {V16}")
-        scaled = fn.v(f"fmul {V16} {as_float}, {splat('float', f32_literal(2.0**112))}")
-        special = fn.v(f"icmp uge <16 x i32> {mag}, {splat('i32', 0x7C00)}")
-        inf_nan = fn.v(f"or <16 x i32> {shifted}, {splat('i32', 0x7F800000)}")
-        normal = fn.v(f"bitcast {V16} {scaled} to <16 x i32>")
-        bits = fn.v(f"select <16 x i1> {special}, <16 x i32> {inf_nan}, <16 x i32> {normal}")
-        sign_bit = fn.v(f"and <16 x i32> {h}, {splat('i32', 0x8000)}")
-        sign = fn.v(f"shl <16 x i32> {sign_bit}, {splat('i32', 16)}")
-        signed = fn.v(f"or <16 x i32> {bits}, {sign}")
-        return fn.v(f"bitcast <16 x i32> {signed} to {V16}")
-
-    def weights(self, ptr: str) -> str:
-        """F16 / F32: 16 weights as <16 x float>."""
-        if self.wtype is Q.F16:
-            return self.widen_f16(ptr)
-        return self.fn.load(V16, ptr, 4)
-
-    def bf16_halves(self, ptr: str) -> tuple[str, str]:
-        """32 bf16 values at ptr -> (odd elements, even elements) as <16 x float>, subnormals read as
-        zero (vdpbf16ps's DAZ): the odd element of each 32-bit word is its high half."""
-        fn = self.fn
-        words = fn.load("<16 x i32>", ptr, 2)
-        odd = fn.v(f"and <16 x i32> {words}, {splat('i32', 0xFFFF0000)}")
-        even = fn.v(f"shl <16 x i32> {words}, {splat('i32', 16)}")
-        return self._daz(odd), self._daz(even)
-
-    def _daz(self, bits: str) -> str:
-        fn = self.fn
-        exp = fn.v(f"and <16 x i32> {bits}, {splat('i32', 0x7F800000)}")
-        zero_exp = fn.v(f"icmp eq <16 x i32> {exp}, zeroinitializer")
-        signed_zero = fn.v(f"and <16 x i32> {bits}, {splat('i32', 0x80000000)}")
-        kept = fn.v(f"select <16 x i1> {zero_exp}, <16 x i32> {signed_zero}, <16 x i32> {bits}")
-        return fn.v(f"bitcast <16 x i32> {kept} to {V16}")
-
-    def flush(self, v: str) -> str:
-        """Subnormal lanes to zero of the same sign (vdpbf16ps's FTZ)."""
-        fn = self.fn
-        mag = fn.v(f"call {V16} @llvm.fabs.v16f32({V16} {v})")
-        tiny = fn.v(f"fcmp olt {V16} {mag}, {splat('float', _TINY)}")
-        bits = fn.v(f"bitcast {V16} {v} to <16 x i32>")
-        sign = fn.v(f"and <16 x i32> {bits}, {splat('i32', 0x80000000)}")
-        zero = fn.v(f"bitcast <16 x i32> {sign} to {V16}")
-        return fn.v(f"select <16 x i1> {tiny}, {V16} {zero}, {V16} {v}")
-
-    def dpbf16(self, acc: str, w_ptr: str, x_ptr: str | tuple[str, str]) -> str:
-        """acc + the 32 bf16 pairs at w_ptr and x_ptr, vdpbf16ps's way (x_ptr: a pointer, or the
-        activations' (odd, even) halves already split for the emulation)."""
-        fn = self.fn
-        if self.variant == "avx512bf16":
-            w = fn.load("<32 x bfloat>", w_ptr, 2)
-            x = fn.load("<32 x bfloat>", x_ptr, 2)
-            pairs = f"<32 x bfloat> {w}, <32 x bfloat> {x}"
-            return fn.v(f"call {V16} @llvm.x86.avx512bf16.dpbf16ps.512({V16} {acc}, {pairs})")
-        w_odd, w_even = self.bf16_halves(w_ptr)
-        x_odd, x_even = x_ptr
-        acc = self.flush(self.fma(w_odd, x_odd, acc))
-        return self.flush(self.fma(w_even, x_even, acc))
-
-
-def _hsum16(fn: Function, v: str) -> str:
-    """_mm512_reduce_add_ps: 16 -> 8 -> 4 lanes by halves, then (l0+l2) + (l1+l3)."""
-    def half(src: str, n: int, start: int) -> str:
-        mask = const_vec("i32", range(start, start + n // 2))
-        return fn.v(f"shufflevector <{n} x float> {src}, <{n} x float> poison, {mask}")
-
-    v8 = fn.v(f"fadd <8 x float> {half(v, 16, 8)}, {half(v, 16, 0)}")
-    v4 = fn.v(f"fadd <4 x float> {half(v8, 8, 4)}, {half(v8, 8, 0)}")
-    e = [fn.v(f"extractelement <4 x float> {v4}, i64 {i}") for i in range(4)]
-    return fn.v(f"fadd float {fn.v(f'fadd float {e[0]}, {e[2]}')}, {fn.v(f'fadd float {e[1]}, {e[3]}')}")
-
-
 class _Kernel:
     def __init__(self, wtype: Q, k: int, variant: str):
         self.wtype, self.k, self.variant = wtype, k, variant
         self.fn = Function(kernel_name(wtype, k, variant), PARAMS)
-        self.ops = _Ops(self.fn, wtype, variant)
+        self.ops = FloatOps(self.fn, wtype, variant)
         self.main = k - k % CHUNK
         self.wbytes, self.xbytes = WEIGHT_BYTES[wtype], ACTIVATION_BYTES[wtype]
         self.accs = 2 if wtype is Q.BF16 else 4  # <16 x float> accumulators per output
@@ -318,10 +226,10 @@ class _Kernel:
         """float (F32), double (F16, BF16): the accumulators' sum before the leftover elements."""
         fn = self.fn
         if self.wtype is Q.BF16:
-            r1, r2 = (fn.v(f"fpext float {_hsum16(fn, a)} to double") for a in accs)
+            r1, r2 = (fn.v(f"fpext float {hsum16(fn, a)} to double") for a in accs)
             return fn.v(f"fadd double {fn.v(f'fadd double 0.0, {r1}')}, {r2}")
         v = fn.v(f"fadd {V16} {fn.v(f'fadd {V16} {accs[0]}, {accs[2]}')}, {fn.v(f'fadd {V16} {accs[1]}, {accs[3]}')}")
-        total = _hsum16(fn, v)
+        total = hsum16(fn, v)
         return total if self.wtype is Q.F32 else fn.v(f"fpext float {total} to double")
 
     def _scalar(self, base: str, i: int, x: bool) -> str:
@@ -423,60 +331,3 @@ def render_float_matmul(wtype: Q, k: int, variant: str, host_features: str = "",
         head, rest = text.split(" {\n", 1)
         text = f"{head} #0 {{\n{rest}\nattributes #0 = {{ {attrs} }}\n"
     return "\n".join(declarations) + "\n\n" + text, kernel.fn.name
-
-
-# ---- activation rounding ---------------------------------------------------------------------------
-
-ROUND_PARAMS = [("ptr", "x"), ("ptr", "unused_q"), ("ptr", "unused_d"), ("ptr", "y"), ("i64", "n")]
-
-
-def _round_f16(fn: Function, v: str, n: int) -> str:
-    """<n x float> -> the nearest f16 values (ties to even), as float."""
-    return fn.v(f"fpext <{n} x half> {fn.v(f'fptrunc <{n} x float> {v} to <{n} x half>')} to <{n} x float>")
-
-
-def _round_bf16(fn: Function, v: str, n: int) -> str:
-    """<n x float> -> <n x i16> bf16 bits: ggml_compute_fp32_to_bf16, (bits + 0x7fff + lsb) >> 16,
-    a NaN kept quiet ((bits >> 16) | 64)."""
-    ty = f"<{n} x i32>"
-    bits = fn.v(f"bitcast <{n} x float> {v} to {ty}")
-    high = fn.v(f"lshr {ty} {bits}, {splat('i32', 16)}")
-    lsb = fn.v(f"and {ty} {high}, {splat('i32', 1)}")
-    biased = fn.v(f"add {ty} {bits}, {splat('i32', 0x7FFF)}")
-    rounded = fn.v(f"lshr {ty} {fn.v(f'add {ty} {biased}, {lsb}')}, {splat('i32', 16)}")
-    nan = fn.v(f"fcmp uno <{n} x float> {v}, zeroinitializer")
-    quiet = fn.v(f"or {ty} {high}, {splat('i32', 64)}")
-    chosen = fn.v(f"select <{n} x i1> {nan}, {ty} {quiet}, {ty} {rounded}")
-    return fn.v(f"trunc {ty} {chosen} to <{n} x i16>")
-
-
-def render_round(fmt: str) -> tuple[str, str]:
-    """kin_round_{fmt}(x, _, _, y, n): the n f32 values at x rounded as the dot reads them: "f16" ->
-    f16 values as f32 (4 bytes each), "bf16" -> bf16 bit patterns (2 bytes each). The unused
-    arguments give it the activation quantizers' signature (the compiled step's OP_QUANT)."""
-    if fmt not in ("f16", "bf16"):
-        raise ValueError(f"no activation rounding for {fmt!r}")
-    fn = Function(f"kin_round_{fmt}", ROUND_PARAMS)
-
-    def store(i: str, v: str, n: int) -> None:
-        if fmt == "f16":
-            fn.store(f"<{n} x float>", _round_f16(fn, v, n), fn.gep("%y", fn.v(f"mul i64 {i}, 4")), 4)
-        else:
-            fn.store(f"<{n} x i16>", _round_bf16(fn, v, n), fn.gep("%y", fn.v(f"mul i64 {i}, 2")), 2)
-
-    def block(b: str, _c: list[str]) -> list[str]:
-        i = fn.v(f"mul i64 {b}, 16")
-        store(i, fn.load(V16, fn.gep("%x", fn.v(f"mul i64 {i}, 4")), 4), 16)
-        return []
-
-    def one(i: str, _c: list[str]) -> list[str]:
-        at = fn.gep("%x", fn.v(f"mul i64 {i}, 4"))
-        v = fn.v(f"insertelement <1 x float> poison, float {fn.load('float', at, 4)}, i64 0")
-        store(i, v, 1)
-        return []
-
-    blocks = fn.v("udiv i64 %n, 16")
-    fn.loop(0, blocks, [], block)
-    fn.loop(fn.v(f"mul i64 {blocks}, 16"), "%n", [], one)
-    fn.do("ret void")
-    return module([fn], []), fn.name

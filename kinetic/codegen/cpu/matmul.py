@@ -19,7 +19,7 @@ import numpy as np
 from gguf import GGMLQuantizationType as Q
 
 from kinetic.codegen.cpu import float_matmul_ir as F
-from kinetic.codegen.cpu.activation_ir import render_quantize
+from kinetic.codegen.cpu.activation_ir import render_quantize, render_round
 from kinetic.codegen.cpu.jit import Jit, default_jit
 from kinetic.codegen.cpu.matmul_ir import render_matmul
 from kinetic.codegen.cpu.quant_blocks import LAYOUTS
@@ -68,7 +68,7 @@ def _float_kernel(wtype: Q, k: int, variant: str, jit: Jit):
 
 @cache
 def _rounder(fmt: str, jit: Jit):
-    return QUANT_SIG(jit.address(*F.render_round(fmt)))
+    return QUANT_SIG(jit.address(*render_round(fmt)))
 
 
 def quantize_activations(x: np.ndarray, fmt: str, jit: Jit | None = None) -> QuantizedActivations:

@@ -30,13 +30,13 @@ from dataclasses import dataclass, field
 import numpy as np
 from gguf import GGMLQuantizationType as Q
 
+from kinetic.codegen.common.libm import render_libm_map
 from kinetic.codegen.cpu import float_matmul_ir as F
 from kinetic.codegen.cpu import step_ops as S
-from kinetic.codegen.cpu.activation_ir import render_quantize
+from kinetic.codegen.cpu.activation_ir import render_quantize, render_round
 from kinetic.codegen.cpu.attention_ir import heads_per_call, render_scores, render_softmax
 from kinetic.codegen.cpu.executor import BIT_EXACT
 from kinetic.codegen.cpu.jit import default_jit
-from kinetic.codegen.cpu.libm_ir import render_libm_map
 from kinetic.codegen.cpu.matmul import DEFAULT_TILE
 from kinetic.codegen.cpu.matmul_ir import render_matmul
 from kinetic.codegen.cpu.native import cycle_count, sched_yield_address
@@ -45,9 +45,10 @@ from kinetic.codegen.cpu.target import host
 from kinetic.errors import KineticError
 from kinetic.ir import numerics
 from kinetic.ir.graph import Graph, Node
-from kinetic.ir.interpreter import Interpreter, PassResult, PassRows, WeightSource
+from kinetic.ir.interpreter import Interpreter, WeightSource
 from kinetic.ir.ops import Op
 from kinetic.ir.quants import dequantize_rows
+from kinetic.ir.rows import KVView, PassResult, PassRows
 
 F32 = np.float32
 ALIGN = 16  # floats (64 bytes) between arena buffers
@@ -154,7 +155,7 @@ class CompiledStep:
             elif kind == "softmax":
                 ir, name = render_softmax(*key)
             elif kind == "round":
-                ir, name = F.render_round(*key)
+                ir, name = render_round(*key)
             elif kind == "fmm":
                 ir, name = F.render_float_matmul(*key, F.best_variant(key[0], host().flags), host().features)
             else:
@@ -296,11 +297,6 @@ class CompiledStep:
             elif op is Op.TAKE_ROWS:
                 plan.instrs.append(_Instr(S.OP_TAKE_ROWS, [_value(ins[0]), _Ref(out), width],
                                           reads=(("v", ins[0].id),), writes=(out,), output_rows=True))
-            elif op is Op.SPLIT:
-                plan.instrs.append(_Instr(
-                    S.OP_SPLIT, [_value(ins[0]), _Ref(out), ins[0].type.shape[1], a.start, a.size],
-                    reads=(("v", ins[0].id),), writes=(out,), row_local=True, output_rows=out_rows,
-                    width=a.size, unit=16, whole_row=True))
             elif op in _ELEMENTWISE:
                 second = _value(ins[1]) if len(ins) == 2 else 0
                 floats = ()
@@ -494,11 +490,14 @@ class CompiledStep:
         off = self.offsets[("v", node_id)]
         return self.arena[off: off + rows * width].reshape(rows, width)
 
-    def run(self, graph: Graph, rows: PassRows, caches) -> PassResult:
+    def run(self, graph: Graph, rows: PassRows, caches: KVView) -> PassResult:
         with self._lock:
             return self._run(rows, caches)
 
-    def _run(self, rows: PassRows, caches) -> PassResult:
+    def close(self) -> None:
+        """Nothing to free on a device: the arenas go with the step, the worker threads serve the process."""
+
+    def _run(self, rows: PassRows, caches: KVView) -> PassResult:
         n = len(rows.tokens)
         if n > self.capacity:
             self._build(max(n, 2 * self.capacity))
@@ -604,10 +603,10 @@ class _PassTables:
     """Per-pass arrays the compiled attention reads: each row's cache slot and cache index, the pass
     rows of each slot in order, who sees whom among the pass rows, and the caches' addresses."""
 
-    def __init__(self, rows: PassRows, caches, layers: list[int]):
+    def __init__(self, rows: PassRows, caches: KVView, layers: list[int]):
         n = len(rows.tokens)
         if rows.chain_seq >= 0:
-            self._one_chain(rows, caches.caches[rows.chain_seq], layers, n)  # the usual pass
+            self._one_chain(rows, caches.sequence(rows.chain_seq), layers, n)  # the usual pass
             return
         seqs = [int(s) for s in dict.fromkeys(rows.seqs.tolist())]
         slot_of = {s: i for i, s in enumerate(seqs)}
@@ -620,7 +619,7 @@ class _PassTables:
         self.row_cidx = np.zeros(n, np.int32)
         filled = np.zeros(len(seqs), np.int64)
         for s, seq in enumerate(seqs):
-            cache = caches.caches[seq]
+            cache = caches.sequence(seq)
             cache.check_room(int(counts[s]))  # rows are written even when the pass is not committed
             self.clen[s] = cache.length
             self.cpos_addr[s] = cache.positions.ctypes.data

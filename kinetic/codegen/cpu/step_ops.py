@@ -49,7 +49,6 @@ OP_GELU = 6
 OP_SOFTCAP = 7
 OP_SWIGLU = 8
 OP_GEGLU = 9
-OP_SPLIT = 10
 OP_TAKE_ROWS = 11
 OP_ROPE = 12
 OP_QUANT = 13
@@ -365,11 +364,6 @@ def drive(tape, ftape, start, end, tid, nt, a, a_addr, n_rows, n_out, out_rows, 
                 src = out_rows[r]
                 for i in range(width):
                     a[y + r * width + i] = a[x + src * width + i]
-        elif op == OP_SPLIT:
-            x, y, xw, s0, size = t[2], t[3], t[4], t[5], t[6]
-            for r in range(r0, r1):
-                for i in range(c0, c1):
-                    a[y + r * size + i] = a[x + r * xw + s0 + i]
         else:
             x, b, y, width = t[2], t[3], t[4], t[5]
             if c0 == 0 and c1 == width:

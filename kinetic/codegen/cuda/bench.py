@@ -16,6 +16,7 @@ import sys
 import numpy as np
 
 from kinetic.codegen.cuda import device, gemv
+from kinetic.ir.quants import QUANT_TYPES
 
 SHAPES = [(4096, 4096), (14336, 4096), (4096, 14336)]
 PROMPT_ROWS = 128
@@ -66,8 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'type':6} {'n_out x k':>12} {'us':>8} {'GB/s':>8} {'of peak':>8} {f'GEMV {rows} us':>13} "
           f"{f'GEMM {rows} us':>13}")
     for t in types:
-        block = 256 if t in gemv.SUPERBLOCK else 32
-        block_bytes = gemv.SUPERBLOCK.get(t) or gemv.BLOCK32[t].block_bytes
+        block, block_bytes = QUANT_TYPES[t].block, QUANT_TYPES[t].block_bytes
         for n, k in SHAPES:
             raw = cupy.asarray(rng.integers(0, 256, (n, k // block * block_bytes), dtype=np.uint8))
             one, prompt = _activations(rng, t, k, 1), _activations(rng, t, k, rows)

@@ -2,22 +2,22 @@
 
 Owns: per weight format (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q6_K) a GEMV kernel (one activation row
 per block) and a GEMM kernel (a tile of GEMM_ROWS rows per block, for prompts), each specialized to
-its shape, and which activation format each weight type reads (`activation_format`). Does not own:
-the activation quantizers (quantize.py), the meaning (kinetic/ir/numerics.py) or compiling and
-launching.
+its shape. Does not own: the activation quantizers (quantize.py), the facts of each type (block
+bytes, activation format, dot order: kinetic/ir/quants.py's QUANT_TYPES, which `activation_format`
+and `block32_order` read), the meaning (kinetic/ir/numerics) or compiling and launching.
 
 Every kernel sums in exactly the reference's order (numerics.matmul, which is ggml's x86 order for a
 decode row), so a GPU, the host emulation and the reference interpreter agree bit for bit:
 
-* block-32 formats, "lanes" order (numerics._lane_dot): 8 float lanes per output, lane l holding
-  values 4l..4l+3 of every block. Here 8 threads per output, thread l one lane: per block the exact
+* block-32 formats, "lanes" order (numerics/dots.py, _lane_dot): 8 float lanes per output, lane l
+  holding values 4l..4l+3 of every block. Here 8 threads per output, thread l one lane: per block the exact
   integer dot of its 4 values (one dp4a) and `acc = fma(d_w * d_x, f32(dot), acc)`, blocks in
   order; then the 8 lanes summed as ((l0+l4)+(l2+l6))+((l1+l5)+(l3+l7)), which is a butterfly over
   the lane bits, shuffles with lane ^ 4, ^ 2, ^ 1 (float addition is commutative, so both partners
   get the same sum). Q8_1 formats add the sum over blocks of m_w * s_x, in block order, at the end.
-  "scalar" order (quant_dots.SCALAR_ORDER): the 8 integer parts summed exactly per block, one chain.
-* Q4_K (numerics._superblock_dot, ggml's repacked gemv): one warp per output; per super-block the
-  exact integer sums iacc = sum sc*q*q_x and imin = sum m*bsum32(q_x) over the warp (integer
+  "scalar" order (llama.cpp's repacked gemv): the 8 integer parts summed exactly per block, one chain.
+* Q4_K (numerics/dots.py, _superblock_dot; ggml's repacked gemv): one warp per output; per
+  super-block the exact integer sums iacc = sum sc*q*q_x and imin = sum m*bsum32(q_x) over the warp (integer
   shuffles: exact in any order), then one float chain acc = fma(f32(iacc), d_w*d_x, acc),
   accmin likewise, result acc - accmin.
 * Q6_K (ggml_vec_dot_q6_K_q8_K): one warp per output, 8 float lanes; thread (p, l) adds the integer
@@ -46,21 +46,9 @@ from dataclasses import dataclass
 from gguf import GGMLQuantizationType as Q
 
 from kinetic.codegen.cuda.kernel import Kernel, Param, butterfly, indent, int_sum
-from kinetic.ir import numerics, quant_dots
+from kinetic.ir.quants import QUANT_TYPES
 
 GEMV_WARPS = 4  # warps per block of every GEMV kernel
-
-
-@dataclass(frozen=True)
-class Block32Format:
-    """A block-32 weight layout: its bytes per block, activation format and per-lane decoding.
-
-    `lane` is C code that, given `blk` (the block's first byte) and `l` (the lane 0..7), defines
-    `wv`: the 4 signed 8-bit weights of values 4l..4l+3 packed in an int, as dp4a takes them."""
-
-    block_bytes: int
-    activations: str  # "q8_0" or "q8_1" (then the f16 minimum m sits at byte 2)
-    lane: str
 
 
 # nibble j < 16 of a block is the low half of byte j, nibble 16 + j the high half: lane l < 4 reads
@@ -69,31 +57,32 @@ _NIBBLES = "((l < 4 ? qs : qs >> 4) & 0x0f0f0f0fu)"
 # bit 4l + i of qh moved to bit 4 of byte i (the fifth bit of values 4l..4l+3)
 _HIGH_BITS = "const u32 hb = ((qh & 1u) << 4) | ((qh & 2u) << 11) | ((qh & 4u) << 18) | ((qh & 8u) << 25);"
 
-BLOCK32: dict[Q, Block32Format] = {
-    Q.Q8_0: Block32Format(34, "q8_0", "const int wv = (int)k_ld_u16x2(blk, 2 + 4 * l);"),
+# Per block-32 format, its per-lane decoding: C code that, given `blk` (the block's first byte) and
+# `l` (the lane 0..7), defines `wv`: the 4 signed 8-bit weights of values 4l..4l+3 packed in an int,
+# as dp4a takes them. (Q8_1 formats' f16 minimum m sits at byte 2.)
+BLOCK32: dict[Q, str] = {
+    Q.Q8_0: "const int wv = (int)k_ld_u16x2(blk, 2 + 4 * l);",
     # bytes + 0x78 then ^ 0x80: each nibble minus 8 as a signed byte, no carry between bytes
-    Q.Q4_0: Block32Format(18, "q8_0", f"const u32 qs = k_ld_u16x2(blk, 2 + 4 * (l & 3));\n"
-                                      f"const int wv = (int)(({_NIBBLES} + 0x78787878u) ^ 0x80808080u);"),
-    Q.Q4_1: Block32Format(20, "q8_1", f"const u32 qs = LDB(u32, blk, 4 + 4 * (l & 3));\n"
-                                      f"const int wv = (int){_NIBBLES};"),
-    Q.Q5_0: Block32Format(22, "q8_0", f"const u32 qs = k_ld_u16x2(blk, 6 + 4 * (l & 3));\n"
-                                      f"const u32 qh = k_ld_u16x2(blk, 2) >> (4 * l);\n{_HIGH_BITS}\n"
-                                      f"const int wv = (int)((({_NIBBLES} | hb) + 0x70707070u) ^ 0x80808080u);"),
-    Q.Q5_1: Block32Format(24, "q8_1", f"const u32 qs = LDB(u32, blk, 8 + 4 * (l & 3));\n"
-                                      f"const u32 qh = LDB(u32, blk, 4) >> (4 * l);\n{_HIGH_BITS}\n"
-                                      f"const int wv = (int)({_NIBBLES} | hb);"),
+    Q.Q4_0: f"const u32 qs = k_ld_u16x2(blk, 2 + 4 * (l & 3));\n"
+            f"const int wv = (int)(({_NIBBLES} + 0x78787878u) ^ 0x80808080u);",
+    Q.Q4_1: f"const u32 qs = LDB(u32, blk, 4 + 4 * (l & 3));\n"
+            f"const int wv = (int){_NIBBLES};",
+    Q.Q5_0: f"const u32 qs = k_ld_u16x2(blk, 6 + 4 * (l & 3));\n"
+            f"const u32 qh = k_ld_u16x2(blk, 2) >> (4 * l);\n{_HIGH_BITS}\n"
+            f"const int wv = (int)((({_NIBBLES} | hb) + 0x70707070u) ^ 0x80808080u);",
+    Q.Q5_1: f"const u32 qs = LDB(u32, blk, 8 + 4 * (l & 3));\n"
+            f"const u32 qh = LDB(u32, blk, 4) >> (4 * l);\n{_HIGH_BITS}\n"
+            f"const int wv = (int)({_NIBBLES} | hb);",
 }
-SUPERBLOCK = {Q.Q4_K: 144, Q.Q6_K: 210}  # bytes per super-block of 256 values
-SUPPORTED = frozenset(BLOCK32) | frozenset(SUPERBLOCK)
+SUPERBLOCK = frozenset({Q.Q4_K, Q.Q6_K})  # super-blocks of 256 values, one kernel each
+SUPPORTED = frozenset(BLOCK32) | SUPERBLOCK
 
 
 def activation_format(wtype: Q) -> str:
-    """The 8-bit format a row takes before a GEMV with this weight type (numerics.activation_format)."""
-    if wtype in BLOCK32:
-        return BLOCK32[wtype].activations
-    if wtype in SUPERBLOCK:
-        return "q8_k"
-    raise NotImplementedError(f"no CUDA GEMV for {wtype.name}")
+    """The 8-bit format a row takes before a GEMV with this weight type (QUANT_TYPES' activation)."""
+    if wtype not in SUPPORTED:
+        raise NotImplementedError(f"no CUDA GEMV for {wtype.name}")
+    return QUANT_TYPES[wtype].activation
 
 
 # ---- GEMV and GEMM ------------------------------------------------------------------------------------
@@ -184,14 +173,13 @@ def _hsum8(var: str) -> str:
 
 
 def block32_order(wtype: Q) -> str:
-    """How the reference sums a block-32 type: "lanes" (numerics.LANE_TYPES, ggml's vec-dots: 8 float
-    lanes) or "scalar" (quant_dots.SCALAR_ORDER, llama.cpp's repacked gemv: one float chain of whole
-    block dots). Read from the reference's own tables, so a kernel follows it when it changes."""
-    if wtype in numerics.LANE_TYPES:
-        return "lanes"
-    if wtype in quant_dots.SCALAR_ORDER:
-        return "scalar"
-    raise NotImplementedError(f"the reference sums {wtype.name} in neither block-32 order")
+    """How the reference sums a block-32 type: "lanes" (ggml's vec-dots: 8 float lanes) or "scalar"
+    (llama.cpp's repacked gemv: one float chain of whole block dots). Read from QUANT_TYPES, the table
+    the reference reads too, so a kernel follows it when it changes."""
+    order = QUANT_TYPES[wtype].dot_order
+    if QUANT_TYPES[wtype].block != 32 or order not in ("lanes", "scalar"):
+        raise NotImplementedError(f"the reference sums {wtype.name} in neither block-32 order")
+    return order
 
 
 def _block32(wtype: Q, n_out: int, k: int, tile: _Tile) -> Kernel:
@@ -199,15 +187,15 @@ def _block32(wtype: Q, n_out: int, k: int, tile: _Tile) -> Kernel:
     "lanes": each thread one float lane of every row, the butterfly at the end. "scalar": per row the
     8 integer parts summed by an integer butterfly (exact), then one float chain
     acc = fma(f32(dot), d_x*d_w, acc) that the 8 threads run alike."""
-    fmt = BLOCK32[wtype]
+    facts = QUANT_TYPES[wtype]
     if k % 32:
         raise ValueError(f"{wtype.name} rows must be a multiple of 32 values, not {k}")
-    nb, q8_1, scalar = k // 32, fmt.activations == "q8_1", block32_order(wtype) == "scalar"
+    nb, q8_1, scalar = k // 32, facts.activation == "q8_1", block32_order(wtype) == "scalar"
     if scalar and q8_1:
         raise NotImplementedError(f"{wtype.name}: the scalar order has no Q8_1 minimum term here")
     acc, summs = tile.of("acc"), tile.of("summs")
     xv, dx = "LD(int, xq, ((long)row * K + 32 * b) / 4 + l)", "LD(float, xd, (long)row * NB + b)"
-    decode = f"const int l = LANE_ID & 7;\nconst u8* blk = w + ((long)L(n) * NB + b) * BLOCK_BYTES;\n{fmt.lane}\n"
+    decode = f"const int l = LANE_ID & 7;\nconst u8* blk = w + ((long)L(n) * NB + b) * BLOCK_BYTES;\n{BLOCK32[wtype]}\n"
     if scalar:
         declare = "  LANE(int, wq);\n  LANE(float, dw);\n  LANE(int, part);\n  LANE(int, itmp);\n"
         decode += "L(wq) = wv;\nL(dw) = k_h2f(LDB(u16, blk, 0));"
@@ -231,7 +219,7 @@ LANES {{ if (L(n) < N) L({acc}) = k_fma(k_i2f(L(part)), k_mul({dx}, L(dw)), L({a
 {tile.declare("float", "acc")}\
   LANE(float, other);
 {declare}\
-  enum {{ N = {n_out}, K = {k}, NB = {nb}, BLOCK_BYTES = {fmt.block_bytes} }};
+  enum {{ N = {n_out}, K = {k}, NB = {nb}, BLOCK_BYTES = {facts.block_bytes} }};
 BODY
 {tile.top}\
   LANES {{
@@ -303,7 +291,7 @@ BODY
     for (int b = 0; b < NSB; ++b) {{
       LANES {{
         const int g = LANE_ID >> 3, j = LANE_ID & 7;
-        const u8* blk = w + ((long)n * NSB + b) * 144;
+        const u8* blk = w + ((long)n * NSB + b) * {QUANT_TYPES[Q.Q4_K].block_bytes};
         const u32 qv = LDB(u32, blk, 16 + 32 * g + 4 * j);
         L(lo) = (int)(qv & 0x0f0f0f0fu); L(hi) = (int)((qv >> 4) & 0x0f0f0f0fu);
         L(sc_lo) = k_scale_k4(blk + 4, 2 * g); L(sc_hi) = k_scale_k4(blk + 4, 2 * g + 1);
@@ -332,6 +320,7 @@ def _q6_k(n_out: int, k: int, tile: _Tile) -> Kernel:
     if k % 256:
         raise ValueError(f"Q6_K rows must be a multiple of 256 values, not {k}")
     isum, acc = tile.of("isum"), tile.of("acc")
+    block_bytes = QUANT_TYPES[Q.Q6_K].block_bytes
     integer = f"""\
 const long x0 = ((long)row * K + 256 * b) / 4;
 int s = 0;
@@ -357,7 +346,7 @@ BODY
     for (int b = 0; b < NSB; ++b) {{
       LANES {{
         const int l = LANE_ID & 7, p = LANE_ID >> 3;
-        const u8* blk = w + ((long)n * NSB + b) * 210;
+        const u8* blk = w + ((long)n * NSB + b) * {block_bytes};
         int qu[2], sc[2];
         for (int i = 0; i < 2; ++i) {{
           const int c = 2 * p + i, h = c >> 2, a = 32 * (c & 3) + 4 * l;
@@ -371,7 +360,7 @@ BODY
       }}
 {tile.each_row(int_sum(isum, (8, 16), 0), 6)}\
       LANES {{
-        const float dw = k_h2f(LDB(u16, w + ((long)n * NSB + b) * 210, 208));
+        const float dw = k_h2f(LDB(u16, w + ((long)n * NSB + b) * {block_bytes}, 208));
 {tile.each_row(chain, 8)}\
       }}
     }}

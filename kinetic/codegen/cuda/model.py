@@ -2,22 +2,20 @@
 the device, each pass shape recorded once and replayed (a CUDA graph on a GPU).
 
 Owns: checking once that every op and weight of a graph has a CUDA kernel (refusing with the reason
-otherwise), choosing the device (a GPU, or the host emulation under KINETIC_CUDA_EMULATE) and how
-many layers fit there (the rest run on the CPU: `SplitModel`), uploading the weights once, each
-sequence's device cache (`_Mirror`), and per pass shape a `Plan` (plan.py: its launches, buffers and
-staging) recorded once per sequence and replayed: on a GPU one host-to-device copy, one graph
-launch, one copy back. Does not own the kernels (renderer.py and the kernel modules), the device
-calls (backends.py) or the cache's bookkeeping (the runtime's KVCache: length, positions, rollback).
+otherwise), choosing the backend (a GPU for `--device cuda`, the host emulation for `--device
+cuda-emulated`) and how many layers fit there (the first ones run on the CPU runner the registry
+hands in: `SplitModel`), uploading the weights once, and per pass shape a `Plan` (plan.py: its
+launches, buffers and staging) recorded once per sequence and replayed: on a GPU one host-to-device
+copy, one graph launch, one copy back. Does not own the kernels (renderer.py and the kernel modules),
+the device calls (backends.py), the device copy of each sequence's cache (common/kv_mirror.py) or
+the cache's bookkeeping (the runtime's KVCache: length, positions, rollback).
 
-The KV cache: each sequence's KVCache gets, on first use, a device copy of its keys and values per
-layer (capacity n_ctx, f16; `_Mirror`). A pass stores its rows' keys and values (rounded to f16) at
-slots length + i on the device, attention reads them there, and the same rows come back in one copy
-(the keys' and values' f32 rows sit side by side in one buffer; the host rounds them to f16 exactly
-as the device did) and are written into the host KVCache in place (`in_place`, as the CPU step).
-The host arrays stay the source of truth: KVCache counts the writes the host makes itself
-(`host_writes`: keep_written moving a draft tree's kept rows, commit), and the next pass copies the
-rows from the lowest one written up to the device first. Rollback needs nothing: the length governs
-what attention reads.
+The KV cache: each sequence's cache gets, on first use, a device copy of its keys and values per
+layer (capacity n_ctx, f16), kept in step by the `host_writes` protocol (common/kv_mirror.py). A pass
+stores its rows' keys and values (rounded to f16) at slots length + i on the device, attention reads
+them there, and the same rows come back in one copy (the keys' and values' f32 rows sit side by side
+in one buffer; the host rounds them to f16 exactly as the device did) and are written into the host
+cache in place (`in_place`, as the CPU step).
 
 Exactness: every kernel computes its reference's value bit for bit (RMS norm: see pointwise.py), and
 a row's result never depends on the other rows of its launch, so a pass here equals the reference
@@ -28,26 +26,26 @@ interpreter's, and a batch equals its rows alone. CI runs this module whole on t
 from __future__ import annotations
 
 import atexit
-import itertools
-import os
 import sys
-import weakref
 from collections import OrderedDict
 
 import numpy as np
 from gguf import GGMLQuantizationType as Q
 
-from kinetic.codegen.cuda.plan import ATTENTION_SCRATCH_BYTES, Plan, RopeTables
+from kinetic.codegen.common.kv_mirror import KVMirror, KVMirrors
+from kinetic.codegen.common.tables import RopeTables
+from kinetic.codegen.cuda.plan import ATTENTION_SCRATCH_BYTES, Plan
 from kinetic.codegen.cuda.renderer import CudaRenderer
+from kinetic.codegen.runner import Runner, RunnerOptions
 from kinetic.errors import KineticError
 from kinetic.ir import numerics
 from kinetic.ir.graph import Graph
-from kinetic.ir.interpreter import KVView, PassResult, PassRows, WeightSource
+from kinetic.ir.interpreter import WeightSource
 from kinetic.ir.ops import Op
+from kinetic.ir.rows import KVView, PassResult, PassRows
 from kinetic.passes.split import LayerSplit, layer_of_nodes, n_layers, split_layers
 
 F32 = np.float32
-EMULATE_ENV = "KINETIC_CUDA_EMULATE"  # set (not 0): --device cuda runs on the host emulation (development, CI)
 MAX_PLANS = 8  # pass shapes whose buffers are kept (decode, verification passes, prompt chunks)
 MAX_RECORDINGS = 16  # recorded plans (CUDA graphs) kept: a plan per sequence cache it writes
 
@@ -57,30 +55,31 @@ def unsupported(graph: Graph) -> str | None:
     return next(iter(CudaRenderer().render(graph).unsupported.values()), None)
 
 
-def open_runner(graph: Graph, weights: WeightSource, n_ctx: int, gpu_layers: int | None = None,
-                cpu_runner=None):
-    """The engine's executor for `--device cuda`: this graph's weights on the current GPU, or, for a
-    model larger than the GPU or --gpu-layers N below its layer count, its last layers there and the
-    first ones on the CPU (`cpu_runner(head_graph)` makes that executor). No usable GPU, an op or
-    weight type without a kernel, or a model whose every layer would not fit is a KineticError with
-    the reason; a split is one line on stderr."""
+def open_runner(graph: Graph, weights: WeightSource, options: RunnerOptions, *, emulated: bool = False):
+    """The runner for `--device cuda` (`cuda-emulated`: the same runtime on the host emulation of the
+    kernels): this graph's weights on the current GPU, or, for a model larger than the GPU or
+    --gpu-layers N below its layer count, its last layers there and the first ones on the CPU
+    (`options.host_runner(head_graph)` opens that runner). No usable GPU, an op or weight type without
+    a kernel, or a model whose every layer would not fit is a KineticError with the reason; a split is
+    one line on stderr."""
     from kinetic.codegen.cuda import emulator
     from kinetic.codegen.cuda.backends import GpuBackend, HostBackend
     from kinetic.codegen.cuda.device import unavailable_reason
 
+    name = "cuda-emulated" if emulated else "cuda"
+    n_ctx, gpu_layers, cpu_runner = options.n_ctx, options.gpu_layers, options.host_runner
     reason = unsupported(graph)
     if reason:
-        raise KineticError(f"--device cuda cannot run this model: {reason}", "Use --device cpu.")
-    emulate = os.environ.get(EMULATE_ENV, "") not in ("", "0")
-    reason = emulator.unavailable_reason() if emulate else unavailable_reason()
+        raise KineticError(f"--device {name} cannot run this model: {reason}", "Use --device cpu.")
+    reason = emulator.unavailable_reason() if emulated else unavailable_reason()
     if reason:
-        raise KineticError(f"--device cuda cannot run here: {reason}", "Use --device cpu.")
+        raise KineticError(f"--device {name} cannot run here: {reason}", "Use --device cpu.")
     if gpu_layers is not None and gpu_layers <= 0:
         raise KineticError(f"--gpu-layers {gpu_layers} puts no layer on the GPU", "Use --device cpu.")
-    if emulate:
-        print(f"kinetic: --device cuda is running on the host emulation of its kernels ({EMULATE_ENV}; exact, "
+    if emulated:
+        print("kinetic: --device cuda-emulated is running on the host emulation of its kernels (exact, "
               "but far slower than --device cpu)", file=sys.stderr)
-    backend = HostBackend() if emulate else GpuBackend()
+    backend = HostBackend() if emulated else GpuBackend()
     total = n_layers(graph)
     free = backend.free_bytes()
     on_gpu = min(gpu_layers or total, total)
@@ -149,8 +148,8 @@ class SplitModel:
 
     in_place = True
 
-    def __init__(self, cpu, gpu: CudaModel, split: LayerSplit):
-        if not getattr(cpu, "in_place", False):
+    def __init__(self, cpu: Runner, gpu: CudaModel, split: LayerSplit):
+        if not cpu.in_place:
             raise ValueError("the CPU part of a split must write its cache rows in place")
         self.cpu, self.gpu, self.split = cpu, gpu, split
 
@@ -159,11 +158,12 @@ class SplitModel:
         return self.gpu.run(graph, rows, kv, hidden=hidden)
 
     def close(self) -> None:
+        self.cpu.close()
         self.gpu.close()
 
 
 class CudaModel:
-    """Runs passes of one graph on one backend; the engine's executor for `--device cuda`."""
+    """Runs passes of one graph on one backend; the runner for `--device cuda` and `cuda-emulated`."""
 
     in_place = True  # the pass's new cache rows are written into the host KVCache at slots length + i
     attention_scratch_bytes = ATTENTION_SCRATCH_BYTES  # passes within it attend with attention_rows
@@ -196,7 +196,9 @@ class CudaModel:
                           if n.op is Op.ATTENTION and n.id not in self.skip}
         self._plans: OrderedDict[tuple[int, int], Plan] = OrderedDict()
         self._recordings: OrderedDict[tuple[int, int, int], object] = OrderedDict()
-        self._mirrors: dict[int, _Mirror] = {}
+        self.kv_mirrors = KVMirrors(alloc=backend.empty, write=lambda buf, at, rows: backend.write(buf[at:], rows),
+                                    layers=sorted(self.kv_layers), on_drop=self._forget,
+                                    device="the CUDA runner")
         self._rope: dict[tuple, RopeTables] = {}
         tables = [graph.node(n.inputs[0]) for n in graph.nodes if n.op is Op.EMBED and n.id not in self.skip]
         self.vocab = int(tables[0].type.shape[0]) if tables else None  # rows the embedding lookup reads
@@ -217,7 +219,7 @@ class CudaModel:
                 del self._recordings[rkey]
         return plan
 
-    def recording(self, plan: Plan, mirror: _Mirror):
+    def recording(self, plan: Plan, mirror: KVMirror):
         """The plan's launches for this sequence's cache, recorded once (a CUDA graph on a GPU)."""
         key = (plan.n_rows, plan.n_out, mirror.serial)
         replay = self._recordings.pop(key, None)
@@ -231,21 +233,9 @@ class CudaModel:
             self._recordings.popitem(last=False)
         return replay
 
-    def mirror(self, cache) -> _Mirror:
-        """The device copy of a KVCache, made on first use, brought up to date with the rows the host
-        wrote since its last pass. The copies of KVCaches that no longer exist are dropped here."""
-        for key, m in list(self._mirrors.items()):
-            if m.cache() is None or (key == id(cache) and m.cache() is not cache):
-                self._drop(key)
-        m = self._mirrors.get(id(cache))
-        if m is None:
-            m = self._mirrors[id(cache)] = _Mirror(self.backend, cache, sorted(self.kv_layers))
-        m.sync(cache)
-        return m
-
-    def _drop(self, key: int) -> None:
-        serial = self._mirrors.pop(key).serial
-        for rkey in [r for r in self._recordings if r[2] == serial]:
+    def _forget(self, mirror: KVMirror) -> None:
+        """A sequence's cache is gone: so are the recordings of plans for its device copy."""
+        for rkey in [r for r in self._recordings if r[2] == mirror.serial]:
             del self._recordings[rkey]
 
     # ---- one pass --------------------------------------------------------------------------------
@@ -257,7 +247,7 @@ class CudaModel:
         if len(seqs) > 1:
             raise KineticError("one sequence per pass on CUDA (several users' rows are not batched yet)")
         seq = int(seqs[0]) if len(seqs) else 0
-        cache = kv.caches[seq]  # the engine's SequenceCaches: the KVCache whose copy the device keeps
+        cache = kv.sequence(seq)  # the cache whose copy the device keeps
         n, r = len(rows.tokens), len(rows.output_rows)
         cache.check_room(n)
         if self.vocab is not None and n and not (0 <= int(rows.tokens.min()) and int(rows.tokens.max()) < self.vocab):
@@ -265,7 +255,7 @@ class CudaModel:
                                "Check the token ids of the prompt.")
         if cache.n_ctx != self.n_ctx:
             raise ValueError(f"the cache holds {cache.n_ctx} entries; this runner was built for {self.n_ctx}")
-        mirror = self.mirror(cache)
+        mirror = self.kv_mirrors.mirror(cache)
         plan = self.plan(n, r)
         if (hidden is None) != (self.split is None):
             raise ValueError("a split runner takes the first layers' hidden state, and only a split one")
@@ -278,37 +268,6 @@ class CudaModel:
     def close(self) -> None:
         self._recordings.clear()
         self._plans.clear()
-        self._mirrors.clear()
+        self.kv_mirrors.close()
         self.weights, self.gelu = {}, None
         self.backend.close()
-
-
-class _Mirror:
-    """One KVCache's keys and values on the device (the runner's layers): per layer a buffer of n_ctx
-    rows (f16) for each.
-    Rows [0, cache.length) equal the host's once sync() has run."""
-
-    _serials = itertools.count()
-
-    def __init__(self, backend, cache, layers: list[int]):
-        self.backend = backend
-        self.serial = next(self._serials)  # names its recordings (ids of dead objects come back)
-        self.cache = weakref.ref(cache)
-        self.k = {layer: backend.empty(cache.k[layer].nbytes) for layer in layers}
-        self.v = {layer: backend.empty(cache.v[layer].nbytes) for layer in layers}
-        for host in cache.k.values():
-            if host.dtype != np.float16:
-                raise KineticError("the CUDA runner keeps an f16 cache")
-        self.seen = None  # the cache's host_writes when last in sync; None: nothing copied yet
-
-    def sync(self, cache) -> None:
-        writes = cache.host_writes
-        if writes == self.seen:
-            return
-        start = cache.host_written_from if self.seen is not None and writes == self.seen + 1 else 0
-        if cache.length > start:
-            for layer, buf in self.k.items():
-                row = cache.k[layer].strides[0]
-                self.backend.write(buf[start * row :], cache.k[layer][start : cache.length])
-                self.backend.write(self.v[layer][start * row :], cache.v[layer][start : cache.length])
-        self.seen = writes

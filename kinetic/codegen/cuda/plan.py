@@ -4,9 +4,10 @@ staging buffer of everything that changes between passes of that shape.
 Owns: `Plan` (built once per (rows T, output rows R): buffers reused once a value is dead, the
 quantized copy of an input shared by the matmuls that read it, the GEMV for one row and the GEMM for
 more, the fused chains the renderer names; per pass, filling the staging buffer and reading the
-outputs and the new keys and values back) and `RopeTables` (cos/sin per position, as the reference
-computes them). Does not own the device calls (backends.py), the kernels (renderer.py and the kernel
-modules) or the model-level state: weights, the sequences' caches, recordings (model.py).
+outputs and the new keys and values back). Does not own the device calls (backends.py), the kernels
+(renderer.py and the kernel modules), the per-pass tables it stages (rotary cos/sin and visibility
+masks: kinetic/codegen/common/tables.py) or the model-level state: weights, the sequences' caches,
+recordings (model.py).
 """
 
 from __future__ import annotations
@@ -15,12 +16,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from kinetic.codegen.common.tables import pass_mask
 from kinetic.codegen.cuda import gemv
 from kinetic.codegen.cuda.backends import ALIGN
-from kinetic.ir import numerics
 from kinetic.ir.graph import Graph, Node
-from kinetic.ir.interpreter import PassRows, _visibility
 from kinetic.ir.ops import Op
+from kinetic.ir.rows import PassRows, SequenceKV
 
 F32 = np.float32
 # attention_rows (8 warps per (row, head), the keys' scores and factors in parallel) for every pass
@@ -37,59 +38,6 @@ class Launch:
     kernel: str
     rows: int
     args: tuple
-
-
-class RopeTables:
-    """cos and sin [rows, n_rot/2] of one rotary key's angles per position, as numerics.rope_cos_sin
-    computes them (the C library's cosf / sinf), made a block of positions at a time: through the CPU
-    JIT's map over an array when it is there (a decode step's new position costs nothing then), else
-    numerics' own call per value."""
-
-    BLOCK = 256
-
-    def __init__(self, n_rot: int, theta: float, freq_scale: float):
-        self.n_rot, self.theta, self.freq_scale = n_rot, theta, freq_scale
-        self.blocks: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-
-    def rows(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        first = positions // self.BLOCK
-        for b in np.unique(first).tolist():
-            if b not in self.blocks:
-                self.blocks[b] = self._block(b)
-        if len(positions) == 1:
-            cos, sin = self.blocks[int(first[0])]
-            at = int(positions[0]) % self.BLOCK
-            return cos[at : at + 1], sin[at : at + 1]
-        return tuple(np.stack([self.blocks[int(p) // self.BLOCK][i][int(p) % self.BLOCK] for p in positions])
-                     for i in (0, 1))
-
-    def _block(self, b: int) -> tuple[np.ndarray, np.ndarray]:
-        angles = numerics.rope_angles(np.arange(b * self.BLOCK, (b + 1) * self.BLOCK), self.n_rot, self.theta,
-                                      self.freq_scale)
-        return _libm_map("cosf", angles), _libm_map("sinf", angles)
-
-
-def _libm_map(name: str, x: np.ndarray) -> np.ndarray:
-    """The C library's float function over an array (numerics.libm_f32's values), compiled once."""
-    try:
-        import ctypes
-
-        from kinetic.codegen.cpu.jit import default_jit
-        from kinetic.codegen.cpu.libm_ir import render_libm_map
-
-        fn = _LIBM_MAPS.get(name)
-        if fn is None:
-            address = default_jit().address(*render_libm_map(name))
-            fn = _LIBM_MAPS[name] = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)(address)
-    except Exception:  # no LLVM here: the reference's own path
-        return numerics.libm_f32(name, x)
-    x = np.ascontiguousarray(x, F32)
-    out = np.empty_like(x)
-    fn(x.ctypes.data, out.ctypes.data, x.size)
-    return out
-
-
-_LIBM_MAPS: dict[str, object] = {}
 
 
 class Plan:
@@ -284,7 +232,7 @@ class Plan:
             add(Launch(kernels[0].name, n, (*ins, *table, out, *acts)))
 
     # -- per pass
-    def fill(self, rows: PassRows, cache, hidden: np.ndarray | None = None) -> None:
+    def fill(self, rows: PassRows, cache: SequenceKV, hidden: np.ndarray | None = None) -> None:
         """Write what this pass's launches read into the host staging buffer."""
         t, n_c = self.n_rows, cache.length
         if hidden is not None:
@@ -297,10 +245,10 @@ class Plan:
             cos, sin = self.model.rope_tables(key).rows(np.asarray(rows.positions))
             self.staged(("cos", key), F32)[:] = cos.reshape(-1)
             self.staged(("sin", key), F32)[:] = sin.reshape(-1)
-        mine, cpos = np.arange(t), np.asarray(cache.positions[:n_c])
+        cpos = cache.positions[:n_c]
         for w in self.windows:
             mask = self.staged(("mask", w), np.uint8).reshape(t, self.model.n_ctx)
-            mask[:, : n_c + t] = _visibility(rows, mine, cpos, w)
+            mask[:, : n_c + t] = pass_mask(rows, cpos, w)
 
     def read(self, node: Node) -> np.ndarray:
         count, width = self.count(node), int(node.type.shape[-1])
@@ -308,17 +256,16 @@ class Plan:
             return np.zeros((0, width), F32)
         return self.model.backend.read(self.buffers[node.id], F32, count * width).reshape(count, width)
 
-    def new_kv(self, cache) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    def new_kv(self, cache: SequenceKV) -> dict[int, tuple[np.ndarray, np.ndarray]]:
         """Each layer's keys and values of the pass's rows, rounded to f16 as the device stored them,
         written into the host KVCache at slots length + i (in place) and returned."""
-        t, n_c = self.n_rows, cache.length
+        t = self.n_rows
         flat = self.model.backend.read(self.kv_rows, F32, self.kv_bytes // 4).astype(np.float16)
         result, at = {}, 0
         for layer, (_, _, width) in sorted(self.kv_nodes.items()):
             k = flat[at : at + t * width].reshape(t, width)
             v = flat[at + t * width : at + 2 * t * width].reshape(t, width)
             at += 2 * t * width
-            cache.k[layer][n_c : n_c + t] = k
-            cache.v[layer][n_c : n_c + t] = v
             result[layer] = (k, v)
+        cache.write_pass_rows(result)
         return result

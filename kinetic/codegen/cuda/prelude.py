@@ -41,7 +41,7 @@ written through `LD`/`LDB`/`ST`, which the host checks against the buffers the l
 
 from __future__ import annotations
 
-from kinetic.codegen.cpu import expf_ir
+from kinetic.codegen.common import expf
 
 # Definitions shared by both targets (written with the macros and k_* functions below).
 COMMON = r"""
@@ -293,10 +293,11 @@ DEV u16 k_f2h(float f) {
 
 def _libc_expf() -> str:
     """glibc's expf (sysdeps/ieee754/flt-32/e_expf.c, __expf_fma) with the operations its x86-64 FMA
-    build fuses, from the constants codegen/cpu/expf_ir.py proved bit-identical on all 2^32 inputs:
+    build fuses, from glibc's constants (codegen/common/expf.py; codegen/cpu/expf_ir.py proved its
+    evaluation bit-identical on all 2^32 inputs):
     the reference's attention calls the C library's expf, so the GPU computes exactly that."""
-    table = ", ".join(f"0x{t:016X}ull" for t in expf_ir.TABLE)
-    c0, c1, c2 = (f"k_bits2d({c}ull)" for c in expf_ir.POLY)
+    table = ", ".join(f"0x{t:016X}ull" for t in expf.TABLE)
+    c0, c1, c2 = (f"k_bits2d({c}ull)" for c in expf.POLY)
     return f"""
 // ---- the C library's expf (glibc, FMA build), in double precision as glibc evaluates it ----
 KCONST u64 k_expf_tab[32] = {{{table}}};
@@ -306,7 +307,7 @@ DEV float k_expf_libc(float x) {{
     if (x < -0x1.9fe368p+6f) return 0.0f;                  // underflow to zero
     if (x < -0x1.9d1d9ep+6f) return k_bits2f(1u);          // glibc's errno path: the smallest subnormal
     const double xd = (double)x;
-    const double inv_ln2_n = k_bits2d({expf_ir.INV_LN2_N}ull), shift = k_bits2d({expf_ir.SHIFT}ull);
+    const double inv_ln2_n = k_bits2d({expf.INV_LN2_N}ull), shift = k_bits2d({expf.SHIFT}ull);
     const double shifted = k_dfma(inv_ln2_n, xd, shift);   // k + shift, k = round(x * 32/ln2)
     const u64 ki = k_d2bits(shifted);
     const double kd = shifted - shift;

@@ -3,7 +3,7 @@ values and scales in the format the weight type's dot product takes (Q8_0, Q8_1 
 Q8_K per 256), each specialized to its width.
 
 Owns: the quantizer kernels. Does not own: which format a weight type takes (gemv.activation_format)
-or the meaning (kinetic/ir/numerics.py: quantize_q8_0, q8_1_sums, quantize_q8_k), which they follow
+or the meaning (kinetic/ir/numerics/activations.py: quantize_q8_0, q8_1_sums, quantize_q8_k), which they follow
 bit for bit: the scale is the block's largest magnitude found by an order-free butterfly, each value
 rounded once, the sums exact integer sums.
 """

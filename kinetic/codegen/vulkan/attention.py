@@ -21,8 +21,8 @@ Because the reference's softmax is one chain over the keys, the keys are not spl
 needs the C library's tanhf and is refused. Heads of 64k values only (ggml's whole chunks; the
 reference adds a tail in float64).
 
-expf: glibc's __expf (kinetic/codegen/cpu/expf_ir.py has the algorithm and its proof). Its first two
-operations are fmas of a double constant and x; Vulkan may split a double Fma (lavapipe does), so
+expf: glibc's __expf (kinetic/codegen/common/expf.py has its constants, codegen/cpu/expf_ir.py the
+proof). Its first two operations are fmas of a double constant and x; Vulkan may split a double Fma (lavapipe does), so
 they are formed exactly here: InvLn2N = HI + LO with HI of 29 bits, so HI*x and LO*x are exact
 doubles; their sum p plus its TwoSum error e is x*InvLn2N exactly. k = round-half-even(p + e) is
 rint(p) except where p lies exactly halfway and e breaks the tie; r = (p - k) + e (p - k exact) is
@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kinetic.codegen.cpu import expf_ir
+from kinetic.codegen.common import expf
 from kinetic.codegen.vulkan import builders
 from kinetic.codegen.vulkan.builders import Target
 from kinetic.codegen.vulkan.device import Kernel, Unsupported
@@ -43,16 +43,16 @@ from kinetic.codegen.vulkan.elementwise import flat_group, flat_index
 from kinetic.codegen.vulkan.spirv import BuiltIn, Function, Module, Op
 
 WORKGROUP = 64
-_INV_LN2_N = float(np.uint64(int(expf_ir.INV_LN2_N, 16)).view(np.float64))
-_HI = float(np.uint64(int(expf_ir.INV_LN2_N, 16) & ~((1 << 24) - 1)).view(np.float64))  # 29 bits
+_INV_LN2_N = float(np.uint64(int(expf.INV_LN2_N, 16)).view(np.float64))
+_HI = float(np.uint64(int(expf.INV_LN2_N, 16) & ~((1 << 24) - 1)).view(np.float64))  # 29 bits
 _LO = _INV_LN2_N - _HI  # exact: the low 24 bits
-_SHIFT = float(np.uint64(int(expf_ir.SHIFT, 16)).view(np.float64))
-_POLY = [float(np.uint64(int(c, 16)).view(np.float64)) for c in expf_ir.POLY]
+_SHIFT = float(np.uint64(int(expf.SHIFT, 16)).view(np.float64))
+_POLY = [float(np.uint64(int(c, 16)).view(np.float64)) for c in expf.POLY]
 
 
 def expf_table_words() -> np.ndarray:
     """u32 [64]: glibc's 32-entry table as (low, high) words, the buffer expf_libc reads."""
-    return np.array(expf_ir.TABLE, np.uint64).view(np.uint32)
+    return np.array(expf.TABLE, np.uint64).view(np.uint32)
 
 
 def expf_libc(fn: Function, table, x: int) -> int:

@@ -1,5 +1,5 @@
-"""Runs single graph ops on a Vulkan device from numpy arrays: the entry point the tests (and, later,
-the whole-model runner) use.
+"""Runs single graph ops on a Vulkan device from numpy arrays (`VulkanOps`): what the kernel tests and
+the whole-model runner (model.py) call.
 
 Owns: choosing and caching each op's kernel for the device (`Target`), uploading inputs, the grid of
 each dispatch, and reading results back. One call records its dispatches into one command buffer
@@ -152,7 +152,7 @@ class VulkanOps:
             qargs, margs = [xbuf, qbuf, dbuf, extra], [wbuf, qbuf, dbuf, extra, ybuf]
             quant_groups = self.grid(-(-nblocks // matvec_k.QUANT_WORKGROUP))
         else:
-            with_sums = matvec.LAYOUTS[wtype][2] == "q8_1"
+            with_sums = numerics.activation_format(wtype) == "q8_1"
             quant = self.kernel(("quantize", with_sums), lambda: matvec.render_quantize_q8(with_sums))
             mv = self.kernel(("matvec", wtype, n_out, k, self.use_subgroups),
                              lambda: matvec.render_matvec(self.target, wtype, n_out, k, self.use_subgroups))

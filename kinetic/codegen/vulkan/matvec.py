@@ -38,11 +38,12 @@ from kinetic.codegen.vulkan.builders import Target
 from kinetic.codegen.vulkan.device import Kernel, Unsupported
 from kinetic.codegen.vulkan.elementwise import flat_index
 from kinetic.codegen.vulkan.spirv import GLSL, BuiltIn, Function, Module, Op
-from kinetic.ir import numerics, quant_dots
+from kinetic.ir.quants import QUANT_TYPES
 
-# weight type -> (block bytes, byte offset of the quants, activation format)
-LAYOUTS = {Q.Q8_0: (34, 2, "q8_0"), Q.Q4_0: (18, 2, "q8_0"), Q.Q4_1: (20, 4, "q8_1"), Q.Q5_0: (22, 6, "q8_0")}
-SUPPORTED = tuple(LAYOUTS)
+# weight type -> byte offset of the quants in its block (block bytes, activation format and dot order
+# are QUANT_TYPES')
+QS_OFFSET = {Q.Q8_0: 2, Q.Q4_0: 2, Q.Q4_1: 4, Q.Q5_0: 6}
+SUPPORTED = tuple(QS_OFFSET)
 ROWS_PER_GROUP = 8
 LANES = 8
 QUANT_WORKGROUP = 64
@@ -50,11 +51,10 @@ QUANT_WORKGROUP = 64
 
 def dot_order(wtype: Q) -> str:
     """The float order the reference uses for this weight type: "lanes" or "scalar" (see above)."""
-    if wtype in numerics.LANE_TYPES:
-        return "lanes"
-    if wtype in quant_dots.SCALAR_ORDER:
-        return "scalar"
-    raise Unsupported(f"{wtype.name}: the reference's dot order is neither ggml's lanes nor the scalar gemv")
+    order = QUANT_TYPES[wtype].dot_order if wtype in QUANT_TYPES else None
+    if order not in ("lanes", "scalar"):
+        raise Unsupported(f"{wtype.name}: the reference's dot order is neither ggml's lanes nor the scalar gemv")
+    return order
 
 
 def render_quantize_q8(with_sums: bool) -> Kernel:
@@ -104,7 +104,7 @@ def round_f16(fn: Function, v: int) -> int:
 def _weight_quads(fn: Function, wtype: Q, words, block_base: int, lane: int) -> list[int]:
     """The 4 integer weights (i32 ids) of values 4*lane .. 4*lane+3 of the block at block_base."""
     m = fn.m
-    _, qs_at, _ = LAYOUTS[wtype]
+    qs_at = QS_OFFSET[wtype]
     if wtype is Q.Q8_0:
         word = builders.load_u32_at(fn, words, fn.iadd(block_base, fn.iadd(m.u(qs_at), fn.imul(lane, m.u(4)))))
         signed = fn.bitcast(word, m.i32)
@@ -129,11 +129,11 @@ def _weight_quads(fn: Function, wtype: Q, words, block_base: int, lane: int) -> 
 def render_matvec(t: Target, wtype: Q, n_out: int, k: int, use_subgroups: bool = True) -> Kernel:
     """Bindings: weights u32 [n_out*row_bytes/4], q_x u32 [rows*K/4], d_x f32 [rows*K/32],
     (s_x f32 [rows*K/32] for Q4_1), y f32 [rows*n_out]. Workgroups: (ceil(n_out/8), rows)."""
-    if wtype not in LAYOUTS:
+    if wtype not in QS_OFFSET:
         raise Unsupported(f"{wtype.name} is not a block-32 type with a Vulkan kernel (executor.check_weight_type)")
     if k % 32:
         raise Unsupported(f"matvec: K = {k} is not a multiple of 32")
-    block_bytes, _, fmt = LAYOUTS[wtype]
+    block_bytes, fmt = QUANT_TYPES[wtype].block_bytes, QUANT_TYPES[wtype].activation
     nb = k // 32
     width = ROWS_PER_GROUP * LANES
     butterfly = uses_butterfly(t, use_subgroups)

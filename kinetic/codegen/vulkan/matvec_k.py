@@ -1,5 +1,5 @@
 """Quantized matrix-vector products for Q4_K and Q6_K weights (super-blocks of 256), in the order of
-`numerics._superblock_dot`, with activations quantized to Q8_K on the device.
+`numerics/dots.py`'s `_superblock_dot`, with activations quantized to Q8_K on the device.
 
 1. `render_quantize_q8_k`: one invocation per 256 activations, `numerics.quantize_q8_k`: max = the
    first value of largest magnitude with its sign, iscale = -127 / max, q = min(127,
@@ -30,9 +30,9 @@ from kinetic.codegen.vulkan.device import Kernel, Unsupported
 from kinetic.codegen.vulkan.elementwise import flat_index
 from kinetic.codegen.vulkan.matvec import LANES, ROWS_PER_GROUP, hsum8, row_roles, store_row, sum8_int, uses_butterfly
 from kinetic.codegen.vulkan.spirv import GLSL, Function, Module, Op
+from kinetic.ir.quants import QUANT_TYPES
 
-BLOCK_BYTES = {Q.Q4_K: 144, Q.Q6_K: 210}
-SUPPORTED = tuple(BLOCK_BYTES)
+SUPPORTED = (Q.Q4_K, Q.Q6_K)  # their block bytes are QUANT_TYPES
 QUANT_WORKGROUP = 32
 
 
@@ -145,11 +145,11 @@ def _q6_k_lane(fn: Function, words, qx, sums, base: int, xblock: int, lane: int)
 def render_matvec_k(t: Target, wtype: Q, n_out: int, k: int, use_subgroups: bool = True) -> Kernel:
     """Bindings: weights u32, q_x u32 [rows*K/4], d_x f32 [rows*K/256], bsums i32 [rows*K/16],
     y f32 [rows*n_out]. Workgroups: (ceil(n_out/8), rows)."""
-    if wtype not in BLOCK_BYTES:
+    if wtype not in SUPPORTED:
         raise Unsupported(f"{wtype.name} is not a super-block type with a Vulkan kernel")
     if k % 256:
         raise Unsupported(f"matvec: K = {k} is not a multiple of 256 for {wtype.name}")
-    nsb, block_bytes = k // 256, BLOCK_BYTES[wtype]
+    nsb, block_bytes = k // 256, QUANT_TYPES[wtype].block_bytes
     width = ROWS_PER_GROUP * LANES
     butterfly = uses_butterfly(t, use_subgroups)
     m = Module()

@@ -6,17 +6,16 @@ one lookup or matmul per part, the parts' columns then put in place), and per pa
 tables and visibility of the pass's rows, recording every node's dispatches into one command buffer
 (device.run puts a barrier before each dispatch that reads what an earlier one wrote), and reading
 back the logits. Does not own the cache's bookkeeping (the runtime's KVCache: length, positions,
-rollback) or the arithmetic (the renderers, through VulkanOps' kernel cache).
+rollback), its device copy (common/kv_mirror.py), the per-pass tables (common/tables.py) or the
+arithmetic (the renderers, through VulkanOps' kernel cache).
 
-The KV cache is resident on the device: each sequence's KVCache gets, on first use, a device copy of
-its keys and values per layer (capacity n_ctx, f16; `_Mirror`), kept while the KVCache lives. A pass's
-keys and values are stored (rounded to f16) by the device at slots length + i, attention reads them
-there, and only those new rows are copied back into the host KVCache in place (`in_place` is True, as
-the CPU step: the engine commits with commit_written / keep_written). The host arrays stay the source
-of truth: KVCache counts the rows the host writes itself (`host_writes`: keep_written moving a draft
-tree's kept rows down, commit), and the next pass copies the rows from the lowest one written up to
-the device first; a plain decode copies nothing. Rollback needs nothing: the length governs what
-attention reads. One sequence per pass (a chain, or a draft tree of one sequence).
+The KV cache is resident on the device: each sequence's cache gets, on first use, a device copy of
+its keys and values per layer (capacity n_ctx, f16), kept while the cache lives and in step by the
+`host_writes` protocol (common/kv_mirror.py: a plain decode copies nothing up). A pass's keys and
+values are stored (rounded to f16) by the device at slots length + i, attention reads them there, and
+only those new rows are copied back into the host cache in place (`in_place` is True, as the CPU
+step: the engine commits with commit_written / keep_written). One sequence per pass (a chain, or a
+draft tree of one sequence).
 """
 
 from __future__ import annotations
@@ -24,11 +23,13 @@ from __future__ import annotations
 import atexit
 import struct
 import sys
-import weakref
 
 import numpy as np
 from gguf import GGMLQuantizationType as Q
 
+from kinetic.codegen.common.kv_mirror import KVMirror, KVMirrors
+from kinetic.codegen.common.tables import RopeTables, pass_mask
+from kinetic.codegen.runner import RunnerOptions
 from kinetic.codegen.vulkan import elementwise, gather, norm, rope
 from kinetic.codegen.vulkan.device import (
     DeviceBuffer,
@@ -40,13 +41,14 @@ from kinetic.codegen.vulkan.device import (
     physical_devices,
     preferred_device,
 )
-from kinetic.codegen.vulkan.executor import VulkanOps
+from kinetic.codegen.vulkan.executor import SUPPORTED_WEIGHTS, VulkanOps
 from kinetic.codegen.vulkan.matvec import ROWS_PER_GROUP
 from kinetic.errors import KineticError
 from kinetic.ir import numerics
 from kinetic.ir.graph import Graph, Node
-from kinetic.ir.interpreter import KVView, PassResult, PassRows, WeightSource, _visibility
+from kinetic.ir.interpreter import WeightSource
 from kinetic.ir.ops import Op
+from kinetic.ir.rows import KVView, PassResult, PassRows, SequenceKV
 
 F32 = np.float32
 ELEMENTWISE = {Op.ADD: "add", Op.MUL: "mul", Op.SCALE: "scale", Op.SILU: "silu", Op.GELU: "gelu",
@@ -63,6 +65,8 @@ def unsupported(graph: Graph) -> str | None:
             return f"{node.op.value} has no Vulkan kernel yet"
         if node.op is Op.MATMUL and a.activations != "q8":
             return f"matmul with {a.activations} activations has no Vulkan kernel (only q8)"
+        if node.op is Op.MATMUL and graph.node(node.inputs[1]).type.ggml_type not in SUPPORTED_WEIGHTS:
+            return f"matmul with {graph.node(node.inputs[1]).type.ggml_type.name} weights has no Vulkan kernel"
         if node.op is Op.EMBED and node.inputs and graph.node(node.inputs[0]).type.ggml_type is not Q.Q8_0:
             return f"embedding table of {graph.node(node.inputs[0]).type.ggml_type.name} (only Q8_0 has a kernel)"
         if node.op is Op.ROPE and (a.yarn_ext_factor or a.llama3_factor):
@@ -72,10 +76,11 @@ def unsupported(graph: Graph) -> str | None:
     return None
 
 
-def open_runner(graph: Graph, weights: WeightSource) -> VulkanModel:
-    """The engine's executor for `--device vulkan`: the first Vulkan GPU (else the first device), this graph's
-    weights on it. A CPU-type device (lavapipe) is used, with one line on stderr saying so; a missing
-    loader or driver, or an op or weight type without a kernel, is a KineticError with the reason."""
+def open_runner(graph: Graph, weights: WeightSource, options: RunnerOptions | None = None) -> VulkanModel:
+    """The runner for `--device vulkan` (it needs none of the options): the first Vulkan GPU (else the
+    first device), this graph's weights on it. A CPU-type device (lavapipe) is used, with one line on
+    stderr saying so; a missing loader or driver, or an op or weight type without a kernel, is a
+    KineticError with the reason."""
     reason = unsupported(graph)
     if reason:
         raise KineticError(f"--device vulkan cannot run this model: {reason}", "Use --device cpu.")
@@ -99,7 +104,7 @@ def open_runner(graph: Graph, weights: WeightSource) -> VulkanModel:
 
 
 class VulkanModel:
-    """Runs passes of one graph on one device; the engine's executor for `--device vulkan`."""
+    """Runs passes of one graph on one device; the runner for `--device vulkan`."""
 
     in_place = True  # the pass's new cache rows are written into the host KVCache at slots length + i
 
@@ -115,7 +120,9 @@ class VulkanModel:
             if node.op is Op.PARAM:
                 self._upload(node, np.asarray(weights.tensor(node.attrs.tensor)))
         self._pool: dict[object, DeviceBuffer] = {}
-        self._mirrors: dict[int, _Mirror] = {}  # id(KVCache) -> its device copy
+        self._rope_tables: dict[tuple, RopeTables] = {}
+        self.kv_mirrors = KVMirrors(alloc=device.buffer, write=lambda buf, at, rows: buf.write(rows, at),
+                                    free=device.free, error=Unsupported, device="the Vulkan runner")
 
     def _upload(self, node: Node, raw: np.ndarray) -> None:
         """An f32 parameter as one buffer; a quantized weight as raw GGUF rows, split into parts of
@@ -140,33 +147,17 @@ class VulkanModel:
             buf = self._pool[key] = self.device.buffer(max(nbytes, 16))
         return buf
 
-    def mirror(self, cache) -> _Mirror:
-        """The device copy of a KVCache's keys and values, made on first use (the committed rows
-        uploaded), then brought up to date with the host rows changed since its last pass. The copies
-        of KVCaches that no longer exist are freed here."""
-        for key, m in list(self._mirrors.items()):
-            if m.cache() is None:
-                m.free(self.device)
-                del self._mirrors[key]
-        m = self._mirrors.get(id(cache))
-        if m is None or m.cache() is not cache:
-            if m is not None:
-                m.free(self.device)
-            m = self._mirrors[id(cache)] = _Mirror(self.device, cache)
-        writes = cache.host_writes
-        if writes != m.seen:  # rows the host wrote itself since (see KVCache.host_writes)
-            start = cache.host_written_from if m.seen is not None and writes == m.seen + 1 else 0
-            m.upload(cache, start, cache.length)
-            m.seen = writes
-        return m
+    def rope_tables(self, key: tuple) -> RopeTables:
+        if key not in self._rope_tables:
+            self._rope_tables[key] = RopeTables(*key)
+        return self._rope_tables[key]
 
     def close(self) -> None:
         parts = [b for bufs in self.parts.values() for _, _, b in bufs]
         for buf in [*self.weights.values(), *parts, *self._pool.values()]:
             self.device.free(buf)
-        for m in self._mirrors.values():
-            m.free(self.device)
-        self.weights, self.parts, self._pool, self._mirrors = {}, {}, {}, {}
+        self.kv_mirrors.close()
+        self.weights, self.parts, self._pool = {}, {}, {}
 
     def close_device(self) -> None:
         """Free everything and close the device (at exit, for the runner open_runner made)."""
@@ -183,9 +174,9 @@ class VulkanModel:
             raise Unsupported("one sequence per pass on Vulkan (several users' rows are not batched yet)")
         n_rows = {"T": len(rows.tokens), "R": len(rows.output_rows)}
         seq = int(seqs[0]) if len(seqs) else 0
-        cache = kv.caches[seq]  # the engine's SequenceCaches: the KVCache whose copy the device keeps
+        cache = kv.sequence(seq)  # the cache whose copy the device keeps
         cache.check_room(n_rows["T"])
-        mirror = self.mirror(cache)
+        mirror = self.kv_mirrors.mirror(cache)
         plan = _Pass(self, rows, cache, mirror, n_rows)
         for node in graph.nodes:
             plan.node(node)
@@ -194,45 +185,11 @@ class VulkanModel:
         return PassResult(outputs, plan.new_kv())
 
 
-class _Mirror:
-    """One KVCache's keys and values on the device: per layer a buffer of n_ctx rows (f16) for each.
-    Rows [0, cache.length) equal the host's once mirror() has brought it up to date with the rows the
-    host wrote itself (`seen`: the cache's host_writes then; None before the first copy)."""
-
-    def __init__(self, device: VulkanDevice, cache):
-        self.cache = weakref.ref(cache)
-        self.k: dict[int, DeviceBuffer] = {}
-        self.v: dict[int, DeviceBuffer] = {}
-        self.seen: int | None = None
-        try:
-            for layer, host in cache.k.items():
-                if host.dtype != np.float16:
-                    raise Unsupported("the Vulkan runner keeps an f16 cache")
-                self.k[layer] = device.buffer(host.nbytes)
-                self.v[layer] = device.buffer(cache.v[layer].nbytes)
-        except Exception:
-            self.free(device)
-            raise
-
-    def upload(self, cache, start: int, end: int) -> None:
-        """Copy host rows [start, end) of every layer to the device."""
-        if end <= start:
-            return
-        for layer, buf in self.k.items():
-            row = cache.k[layer].strides[0]
-            buf.write(cache.k[layer][start:end], start * row)
-            self.v[layer].write(cache.v[layer][start:end], start * row)
-
-    def free(self, device: VulkanDevice) -> None:
-        for buf in [*self.k.values(), *self.v.values()]:
-            device.free(buf)
-        self.k, self.v = {}, {}
-
-
 class _Pass:
     """The buffers and dispatches of one pass, built node by node."""
 
-    def __init__(self, model: VulkanModel, rows: PassRows, cache, mirror: _Mirror, n_rows: dict[str, int]):
+    def __init__(self, model: VulkanModel, rows: PassRows, cache: SequenceKV, mirror: KVMirror,
+                 n_rows: dict[str, int]):
         self.model, self.ops, self.rows, self.n_rows = model, model.ops, rows, n_rows
         self.cache, self.mirror = cache, mirror
         self.dispatches: list[Dispatch] = []
@@ -347,7 +304,7 @@ class _Pass:
         a = node.attrs
         key = (a.n_rot, a.theta, a.freq_scale)
         if key not in self._rope:
-            cos, sin = numerics.rope_cos_sin(self.rows.positions, a.n_rot, a.theta, a.freq_scale)
+            cos, sin = self.model.rope_tables(key).rows(np.asarray(self.rows.positions))
             self._rope[key] = (self.model.buffer(("rope_cos", key), cos.nbytes),
                                self.model.buffer(("rope_sin", key), sin.nbytes))
             self._rope[key][0].write(np.ascontiguousarray(cos, F32))
@@ -375,8 +332,7 @@ class _Pass:
         self.dispatch(store, [ins[1], slots, kbuf], n * width // 2, gather.WORKGROUP, n)
         self.dispatch(store, [ins[2], slots, vbuf], n * width // 2, gather.WORKGROUP, n)
         if a.window not in self._visible:
-            mine = np.arange(n)
-            visible = _visibility(self.rows, mine, np.asarray(cpos), a.window)
+            visible = pass_mask(self.rows, cpos, a.window)
             self._visible[a.window] = self.u32(("visible", a.window), visible)
         kernel = self.ops.attention_kernel(a)
         self.dispatches.append(Dispatch(kernel, [ins[0], kbuf, vbuf, self._visible[a.window],
@@ -391,7 +347,6 @@ class _Pass:
         for layer, (kbuf, vbuf, n_c, width) in self.caches.items():
             words, offset = n * width // 2, n_c * width * 2
             k, v = (b.read(np.uint32, words, offset).view(np.float16).reshape(n, width) for b in (kbuf, vbuf))
-            self.cache.k[layer][n_c : n_c + n] = k
-            self.cache.v[layer][n_c : n_c + n] = v
             result[layer] = (k, v)
+        self.cache.write_pass_rows(result)
         return result

@@ -13,6 +13,7 @@ from functools import cache
 import numpy as np
 import pytest
 
+from kinetic.codegen.common.libm import render_libm_map
 from kinetic.codegen.cpu import expf_ir
 from kinetic.codegen.cpu.expf_ir import (
     POLY,
@@ -25,7 +26,6 @@ from kinetic.codegen.cpu.expf_ir import (
     render_expf_map,
     use_vector_expf,
 )
-from kinetic.codegen.cpu.libm_ir import render_libm_map
 from kinetic.codegen.cpu.target import host
 from kinetic.ir import numerics
 

@@ -18,9 +18,10 @@ from kinetic.codegen.cpu.target import host
 from kinetic.frontend.gguf_file import open_gguf
 from kinetic.frontend.lower import lower
 from kinetic.ir import numerics as nx
-from kinetic.ir.interpreter import Interpreter, PassRows
+from kinetic.ir.interpreter import Interpreter
 from kinetic.ir.ops import Op
 from kinetic.ir.quants import dequantize
+from kinetic.ir.rows import PassRows
 from kinetic.passes import PassOptions, run_pipeline
 from kinetic.runtime.engine import Engine
 from kinetic.runtime.weights import GGUFWeights
@@ -255,7 +256,7 @@ def _logits(engine: Engine, tokens: list[int]) -> np.ndarray:
 def test_step_runs_every_float_matmul_on_the_tape(float_model):
     """No Python segment is left: each matmul, float ones included, is a kernel call on the tape."""
     file, graph = float_model
-    step = Engine(graph, GGUFWeights(file), n_ctx=64, device="cpu").interpreter
+    step = Engine(graph, GGUFWeights(file), n_ctx=64, device="cpu").runner
     assert isinstance(step, CompiledStep)
     assert all(isinstance(s, tuple) for s in step.segments)
     n_matmuls = sum(node.op is Op.MATMUL for node in graph.nodes)

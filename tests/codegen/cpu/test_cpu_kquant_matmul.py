@@ -183,7 +183,7 @@ def test_compiled_step_with_these_types_equals_the_reference(tmp_path):
     from kinetic.codegen.cpu.step import CompiledStep
     from kinetic.frontend.gguf_file import open_gguf
     from kinetic.frontend.lower import lower
-    from kinetic.ir.interpreter import PassRows
+    from kinetic.ir.rows import PassRows
     from kinetic.passes import PassOptions, run_pipeline
     from kinetic.runtime.engine import Engine
     from kinetic.runtime.weights import GGUFWeights
@@ -202,7 +202,7 @@ def test_compiled_step_with_these_types_equals_the_reference(tmp_path):
         logits[device] = e.forward(PassRows.chain(tokens, 0, outputs="all"), {0: e.new_sequence()})
     assert np.isfinite(logits["reference"]).all()
     assert np.array_equal(logits["cpu"].view(np.uint32), logits["reference"].view(np.uint32))
-    step, original = engine(path, "cpu").interpreter, engine(synthetic_path("llama"), "cpu").interpreter
+    step, original = engine(path, "cpu").runner, engine(synthetic_path("llama"), "cpu").runner
     assert isinstance(step, CompiledStep)
     python = [sum(not isinstance(s, tuple) for s in e.segments) for e in (step, original)]
     assert python[0] == python[1]

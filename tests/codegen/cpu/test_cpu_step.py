@@ -12,7 +12,7 @@ from kinetic.codegen.cpu.step import CompiledStep, unsupported
 from kinetic.errors import KineticError
 from kinetic.frontend.gguf_file import open_gguf
 from kinetic.frontend.lower import lower
-from kinetic.ir.interpreter import PassRows
+from kinetic.ir.rows import PassRows
 from kinetic.passes import PassOptions, run_pipeline
 from kinetic.runtime.engine import Engine
 from kinetic.runtime.weights import GGUFWeights
@@ -43,7 +43,7 @@ def synthetic(request):
 def test_synthetic_models_equal_the_reference(synthetic):
     gguf, graph = synthetic
     cpu, ref = _engine(gguf, graph), _engine(gguf, graph, device="reference")
-    assert isinstance(cpu.interpreter, CompiledStep)
+    assert isinstance(cpu.runner, CompiledStep)
     tokens = [t % 200 for t in PROMPT]
     assert np.array_equal(_all_logits(cpu, tokens), _all_logits(ref, tokens))
 
@@ -55,7 +55,7 @@ def test_types_without_a_kernel_run_through_the_reference_between_segments():
 
     gguf = open_gguf(synthetic_path("llama"))
     graph = run_pipeline(lower(gguf, Options(activations="f32")), PassOptions())
-    step = _engine(gguf, graph).interpreter
+    step = _engine(gguf, graph).runner
     assert any(not isinstance(s, tuple) for s in step.segments)
     assert sum(isinstance(s, tuple) for s in step.segments) > 1
     tokens = [t % 200 for t in PROMPT[:5]]
@@ -90,7 +90,7 @@ def test_a_pass_larger_than_the_buffers_grows_them():
     engine = _engine(gguf, graph, batch=3)
     tokens = [t % 200 for t in PROMPT]
     got = _all_logits(engine, tokens)
-    assert engine.interpreter.capacity >= len(tokens)
+    assert engine.runner.capacity >= len(tokens)
     assert np.array_equal(got, _all_logits(_engine(gguf, graph, device="reference"), tokens))
 
 
@@ -113,7 +113,7 @@ def test_real_models_thread_count_invariant(name):
 
 def test_plan_barriers_and_buffer_reuse_are_sound(synthetic):
     gguf, graph = synthetic
-    step = _engine(gguf, graph).interpreter
+    step = _engine(gguf, graph).runner
     instrs = step.plan.instrs
     # independent matmuls reading the same quantized input share a phase (no barrier between them)
     phases_with_matmuls = {}
@@ -152,7 +152,7 @@ def test_graphs_it_cannot_run_fall_back_to_the_op_by_op_executor():
     graph = run_pipeline(lower(gguf, Options(kv_dtype="f32")), PassOptions())
     assert unsupported(graph) == "a f32 KV cache"
     engine = _engine(gguf, graph)
-    assert not isinstance(engine.interpreter, CompiledStep)
+    assert not isinstance(engine.runner, CompiledStep)
 
 
 @pytest.mark.parametrize("threads", [2, 3])
@@ -167,7 +167,7 @@ def test_passes_smaller_than_the_thread_count_split_columns(synthetic, threads):
     for start in (3, 5):
         got.extend(engine.forward(PassRows.chain(tokens[start : start + 2], seq.cache.length, outputs="all"), {0: seq}))
     assert np.array_equal(np.stack(got), want)
-    step = engine.interpreter
+    step = engine.runner
     rows_barriers = step.tape[:, 1] & S.FLAG_BARRIER
     column_barriers = step.column_tape[:, 1] & S.FLAG_BARRIER
     assert np.all(column_barriers >= rows_barriers)  # the buffer plan relies on this

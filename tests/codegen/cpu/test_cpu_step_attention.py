@@ -123,7 +123,7 @@ def test_compiled_libm_map_is_the_references_libm(name):
     """The rotary tables' compiled cosf/sinf calls give numerics.libm_f32's values (the same C library)."""
     import ctypes
 
-    from kinetic.codegen.cpu.libm_ir import render_libm_map
+    from kinetic.codegen.common.libm import render_libm_map
 
     rng = np.random.default_rng(5)
     x = np.concatenate([rng.uniform(-1e5, 1e5, 100_000), rng.standard_normal(100_000) * 4]).astype(np.float32)

@@ -39,7 +39,7 @@ from gguf import GGMLQuantizationType as Q
 
 from kinetic.codegen.cuda import device, pointwise
 from kinetic.ir import numerics
-from kinetic.ir.interpreter import _ELEMENTWISE, _rope
+from kinetic.ir.interpreter import evaluate
 from kinetic.ir.ops import Op, RopeAttrs, ScaleAttrs
 from kinetic.ir.quants import dequantize_rows
 from tests.device_checks import same_bits
@@ -82,7 +82,7 @@ def test_gpu_elementwise_equals_reference(gpu, cp, op):
     b = (rng.standard_normal(a.shape) * 4).astype(np.float32)
     got = cp.asnumpy(kernel_elementwise(gpu, cp, op, a, b if pointwise.ELEMENTWISE[op][0] == 2 else None))
     with np.errstate(all="ignore"):
-        assert same_bits(got, _ELEMENTWISE[Op(op)]([a, b], ScaleAttrs(SCALE_FACTOR)))
+        assert same_bits(got, evaluate(Op(op), [a, b], ScaleAttrs(SCALE_FACTOR) if op == "scale" else None))
 
 
 @pytest.mark.parametrize("width,eps,group,weighted", NORMS)
@@ -105,8 +105,8 @@ def test_gpu_rope_equals_reference(gpu, cp, n_head, head_dim, n_rot, neox):
     x = rng.standard_normal((3, n_head * head_dim)).astype(np.float32)
     pos = np.array([0, 17, 40000], np.int32)
     got = cp.asnumpy(kernel_rope(gpu, cp, x, pos, n_head, head_dim, n_rot, neox))
-    assert same_bits(got, _rope(x, pos, RopeAttrs(n_head=n_head, head_dim=head_dim, n_rot=n_rot, theta=10000.0,
-                                                  neox=neox)))
+    assert same_bits(got, evaluate(Op.ROPE, [x, pos], RopeAttrs(n_head=n_head, head_dim=head_dim, n_rot=n_rot,
+                                                                theta=10000.0, neox=neox)))
 
 
 @pytest.mark.parametrize("n_head,n_kv_head,head_dim", ATTENTIONS)

@@ -151,8 +151,7 @@ def test_gpu_backend_runs_the_model_as_the_reference(gpu_backend, smollm2_path):
 
     graph, weights = load(smollm2_path)
     engine = Engine(graph, weights, n_ctx=64, device="reference")
-    engine.interpreter = model = CudaModel(graph, weights, gpu_backend, 64)
-    engine.in_place = True
+    engine.runner = model = CudaModel(graph, weights, gpu_backend, 64)
     reference = Engine(graph, weights, n_ctx=64, device="reference")
     got_tokens, got, _ = greedy(engine, PROMPT[:4], 1)
     gpu_backend.log.clear()

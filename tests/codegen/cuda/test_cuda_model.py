@@ -8,15 +8,14 @@ Kept to a few tokens: the emulation runs a SmolLM2 decode step in well under a s
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from kinetic.codegen.cuda import emulator
 from kinetic.errors import KineticError
 from kinetic.frontend.gguf_file import open_gguf
 from kinetic.frontend.lower import lower
-from kinetic.ir.interpreter import PassRows
 from kinetic.ir.ops import Op
+from kinetic.ir.rows import PassRows
 from kinetic.passes import PassOptions, run_pipeline
 from kinetic.runtime.engine import Engine
 from kinetic.runtime.weights import GGUFWeights
@@ -52,13 +51,12 @@ def reference(smollm2):
 
 
 def cuda_engine(graph, weights, backend) -> Engine:
-    """An engine whose executor is the CUDA runtime on `backend` (Engine(device="cuda") builds the
-    same with the GPU backend)."""
+    """An engine whose runner is the CUDA runtime on `backend` (Engine(device="cuda") builds the same
+    with the GPU backend, device="cuda-emulated" with the host one)."""
     from kinetic.codegen.cuda.model import CudaModel
 
     engine = Engine(graph, weights, n_ctx=N_CTX, device="reference")
-    engine.interpreter = CudaModel(graph, weights, backend, N_CTX)
-    engine.in_place = engine.interpreter.in_place
+    engine.runner = CudaModel(graph, weights, backend, N_CTX)
     return engine
 
 
@@ -67,18 +65,18 @@ def emulated(smollm2):
     reason = emulator.unavailable_reason()
     if reason:
         pytest.skip(reason)
-    from kinetic.codegen.cuda.backends import HostBackend
-
-    engine = cuda_engine(*smollm2, HostBackend())
+    graph, weights = smollm2
+    engine = Engine(graph, weights, n_ctx=N_CTX, device="cuda-emulated")  # the registry's opener
+    assert engine.runner.backend.name == "the host emulation of the CUDA kernels"
     yield engine
-    engine.interpreter.close()
+    engine.close()
 
 
 def test_greedy_tokens_and_logits_equal_the_reference(emulated, reference):
     """Prompt then 3 greedy tokens: the same tokens, bit-identical logits at every step, and the same
     cache bits; the decode shape is recorded once and replayed."""
     check_greedy_equals(emulated, reference, 3, layers=(0, 17, 29))
-    model = emulated.interpreter
+    model = emulated.runner
     assert (1, 1) in model._plans and (len(PROMPT), 1) in model._plans
     decode_recordings = [key for key in model._recordings if key[:2] == (1, 1)]
     assert len(decode_recordings) == 1  # three decode steps, one recording
@@ -92,14 +90,14 @@ def test_the_one_warp_attention_kernel_equals_the_reference(smollm2, reference):
     if emulator.unavailable_reason():
         pytest.skip(emulator.unavailable_reason())
     engine = cuda_engine(*smollm2, HostBackend())
-    engine.interpreter.attention_scratch_bytes = 0
+    engine.runner.attention_scratch_bytes = 0
     try:
         check_greedy_equals(engine, reference, 2)
         check_tree_rows_equal_paths(engine)
-        launched = {x.kernel.split("_h")[0] for plan in engine.interpreter._plans.values() for x in plan.launches}
+        launched = {x.kernel.split("_h")[0] for plan in engine.runner._plans.values() for x in plan.launches}
         assert "attention" in launched and "attention_rows" not in launched
     finally:
-        engine.interpreter.close()
+        engine.runner.close()
 
 
 def test_a_row_in_a_pass_equals_the_row_alone(emulated):
@@ -179,7 +177,7 @@ def test_gemma3_equals_the_reference(gemma_path):
         for g, w in zip(got, want, strict=True):
             assert same_bits(g, w)
     finally:
-        engine.interpreter.close()
+        engine.runner.close()
 
 
 def test_the_real_models_kernels_compile_within_budget(smollm2, gemma_path, tmp_path):
@@ -222,23 +220,6 @@ def test_fused_chains_of_the_real_models(smollm2, gemma_path):
             assert all(position[u] > position[late] for u in users[early])
 
 
-def test_rotary_tables_are_the_reference_values():
-    """The runtime's cos/sin per position (a block of positions at a time, through the compiled map of
-    the C library's cosf/sinf) are numerics.rope_cos_sin's bits, for one row and for many, across
-    blocks, for both of Gemma 3's bases."""
-    from kinetic.codegen.cuda.plan import RopeTables
-    from kinetic.ir import numerics
-
-    for n_rot, theta in ((64, 100000.0), (256, 10000.0), (256, 1000000.0)):
-        tables = RopeTables(n_rot, theta, 1.0)
-        for positions in ([7], [255, 256, 257], [0, 1000, 5000, 300]):
-            positions = np.asarray(positions)
-            got = tables.rows(positions)
-            want = numerics.rope_cos_sin(positions, n_rot, theta, 1.0)
-            for g, w in zip(got, want, strict=True):
-                assert same_bits(np.ascontiguousarray(g), w)
-
-
 # ---- a model split between the CPU and the GPU (--gpu-layers N below the layer count) ---------------
 
 @pytest.fixture(scope="module")
@@ -255,11 +236,10 @@ def split_engine(smollm2):
     graph, weights = smollm2
     split = split_layers(graph, 20)
     engine = Engine(graph, weights, n_ctx=N_CTX, device="reference")
-    engine.interpreter = SplitModel(CompiledStep(split.head, weights, threads=2),
-                                    CudaModel(graph, weights, HostBackend(), N_CTX, split=split), split)
-    engine.in_place = True
+    engine.runner = SplitModel(CompiledStep(split.head, weights, threads=2),
+                               CudaModel(graph, weights, HostBackend(), N_CTX, split=split), split)
     yield engine
-    engine.interpreter.close()
+    engine.runner.close()
 
 
 def test_split_model_equals_the_reference(split_engine, reference):
@@ -267,9 +247,9 @@ def test_split_model_equals_the_reference(split_engine, reference):
     greedy tokens, every step's logits and both halves of the cache are the reference's bits; the
     device holds only its own layers' cache."""
     check_greedy_equals(split_engine, reference, 3, layers=(0, 19, 20, 29))
-    gpu = split_engine.interpreter.gpu
+    gpu = split_engine.runner.gpu
     assert sorted(gpu.kv_layers) == list(range(20, 30))
-    assert all(sorted(m.k) == list(range(20, 30)) for m in gpu._mirrors.values())
+    assert all(sorted(m.k) == list(range(20, 30)) for m in gpu.kv_mirrors.by_cache.values())
     assert not any(name.startswith(f"blk.{i}.") for i in range(20) for name in gpu.weights)
 
 
@@ -322,7 +302,7 @@ def on_gpu(smollm2):
     graph, weights = smollm2
     engine = Engine(graph, weights, n_ctx=N_CTX, device="cuda")  # open_runner: the GPU backend
     yield engine
-    engine.interpreter.close()
+    engine.runner.close()
 
 
 @pytest.mark.gpu

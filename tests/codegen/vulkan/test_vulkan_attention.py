@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from vulkan_helpers import assert_reference, spirv_val
 
-from kinetic.codegen.cpu import expf_ir
+from kinetic.codegen.common import expf
 from kinetic.codegen.vulkan import attention, gather
 from kinetic.ir import numerics
 from kinetic.ir.ops import AttentionAttrs
@@ -36,7 +36,7 @@ def _case(seed: int, rows: int, n: int, a: AttentionAttrs, p_visible: float = 0.
 
 def _chain_visibility(n_committed: int, rows: int, window: int) -> np.ndarray:
     """A chain of rows at positions n_committed.. over committed keys at 0..n_committed-1 then the
-    pass's rows (the interpreter's _visibility for one sequence's chain)."""
+    pass's rows (kinetic.ir.rows.visibility for one sequence's chain)."""
     pos = np.arange(n_committed + rows)
     row_pos = pos[n_committed:, None]
     seen = pos[None, :] <= row_pos
@@ -60,7 +60,7 @@ def test_expf_matches_the_c_library(ops, device):
     where glibc's non-FMA build differs (z's rounding)."""
     rng = np.random.default_rng(3)
     special = np.array([0.0, -0.0, -np.inf, np.inf, 88.8, 89.0, -87.0, -88.0, -103.0, -103.9, -104.5, -200.0], F32)
-    sse2 = np.array(expf_ir.SSE2_DIFFERS, np.uint32).view(F32)
+    sse2 = np.array(expf.SSE2_DIFFERS, np.uint32).view(F32)
     x = np.concatenate([-rng.random(100_000).astype(F32) * 105, (rng.standard_normal(20_000) * 30).astype(F32),
                         special, sse2])
     got = ops.expf(x)

@@ -16,8 +16,8 @@ import pytest
 from vulkan_helpers import assert_reference, bits
 
 from kinetic.ir import numerics
-from kinetic.ir.interpreter import _rope
-from kinetic.ir.ops import RopeAttrs
+from kinetic.ir.interpreter import evaluate
+from kinetic.ir.ops import Op, RopeAttrs
 
 F32 = np.float32
 EDGES = np.array([0.0, -0.0, 1e-30, -1e-30, 1e-6, -3e-5, 0.5, -0.5, 9.999, -9.999, 10.0, -10.0, 10.001, -10.001,
@@ -116,7 +116,7 @@ def test_rope_matches_reference(ops, device, n_head, head_dim, n_rot, neox):
     positions = np.array([0, 1, 7, 100, 4095, 32767], np.int32)
     a = _rope_attrs(n_head, head_dim, n_rot, neox)
     got = ops.rope(x, positions, n_head, head_dim, n_rot, a.theta, neox)
-    assert_reference(got, _rope(x, positions, a), _exact(device, False), rtol=1e-6, atol=1e-6)
+    assert_reference(got, evaluate(Op.ROPE, [x, positions], a), _exact(device, False), rtol=1e-6, atol=1e-6)
     alone = ops.rope(x[3:4], positions[3:4], n_head, head_dim, n_rot, a.theta, neox)
     np.testing.assert_array_equal(bits(got[3:4]), bits(alone))
 

@@ -15,7 +15,7 @@ import pytest
 
 from kinetic.frontend.gguf_file import open_gguf
 from kinetic.frontend.lower import lower
-from kinetic.ir.interpreter import PassRows
+from kinetic.ir.rows import PassRows
 from kinetic.runtime.engine import Engine
 from kinetic.runtime.weights import GGUFWeights
 from tests.device_checks import (
@@ -51,8 +51,7 @@ def vulkan_engine(smollm2, device):
     graph, weights = smollm2
     engine = Engine(graph, weights, n_ctx=64, device="reference")
     model = VulkanModel(graph, weights, device)
-    engine.interpreter = model  # same contract as the interpreter: run(graph, rows, kv) -> PassResult
-    engine.in_place = model.in_place  # as Engine(device="vulkan"): commit_written / keep_written
+    engine.runner = model  # same contract as the interpreter: run(graph, rows, kv) -> PassResult
     yield engine
     model.close()
 
@@ -87,13 +86,13 @@ def test_engine_device_vulkan_runs_the_model(smollm2, reference, monkeypatch, ca
     engine = Engine(graph, weights, n_ctx=64, device="vulkan")
     try:
         err = capsys.readouterr().err
-        if engine.interpreter.device.caps.is_cpu:
+        if engine.runner.device.caps.is_cpu:
             assert len(err.strip().splitlines()) == 1 and "CPU implementation of Vulkan" in err
         seq, ref_seq = engine.new_sequence(), reference.new_sequence()
         got = list(engine.greedy(seq, PROMPT, 2))
         assert got == list(reference.greedy(ref_seq, PROMPT, 2))
     finally:
-        engine.interpreter.close_device()
+        engine.runner.close_device()
 
 
 def test_unsupported_ops_are_refused_with_the_reason(smollm2):
@@ -114,7 +113,7 @@ def test_gemma3_with_split_weights_equals_the_reference(gemma_path, device):
     graph, weights = lower(gguf), GGUFWeights(gguf)
     reference = Engine(graph, weights, n_ctx=64, device="reference")
     engine = Engine(graph, weights, n_ctx=64, device="reference")
-    engine.interpreter = model = VulkanModel(graph, weights, device)
+    engine.runner = model = VulkanModel(graph, weights, device)
     try:
         prompt = [2, 818, 5279, 529, 7001, 563]  # "<bos>The capital of France is"
         seq, ref_seq = engine.new_sequence(), reference.new_sequence()
@@ -165,11 +164,11 @@ def test_the_device_cache_lives_as_long_as_its_sequence(vulkan_engine):
     import gc
 
     engine = vulkan_engine
-    model = engine.interpreter
+    model = engine.runner
     seq = engine.new_sequence()
     first = engine.prefill(seq, PROMPT[:3])
-    assert list(model._mirrors) == [id(seq.cache)]
-    mirror, uploads = model._mirrors[id(seq.cache)], []
+    assert list(model.kv_mirrors.by_cache) == [id(seq.cache)]
+    mirror, uploads = model.kv_mirrors.by_cache[id(seq.cache)], []
     plain_upload = mirror.upload
     mirror.upload = lambda cache, start, end: uploads.append((start, end)) or plain_upload(cache, start, end)
     engine.decode(seq, PROMPT[3])
@@ -182,4 +181,4 @@ def test_the_device_cache_lives_as_long_as_its_sequence(vulkan_engine):
     gc.collect()
     other = engine.new_sequence()
     engine.decode(other, PROMPT[0])
-    assert list(model._mirrors) == [id(other.cache)]
+    assert list(model.kv_mirrors.by_cache) == [id(other.cache)]

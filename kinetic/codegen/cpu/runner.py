@@ -1,0 +1,22 @@
+"""The CPU device's entry (`--device cpu`): which of its two runners a graph gets.
+
+Owns: `open_runner`, the compiled step (step.py: one tape per pass, keys and values written in
+place) for every graph it can run, else the op-by-op executor (executor.py: the generated matmul
+kernels inside the reference interpreter), so the CPU runs every graph. Does not own either runner.
+"""
+
+from __future__ import annotations
+
+from kinetic.codegen.runner import Runner, RunnerOptions
+from kinetic.ir.graph import Graph
+from kinetic.ir.interpreter import WeightSource
+
+
+def open_runner(graph: Graph, weights: WeightSource, options: RunnerOptions) -> Runner:
+    from kinetic.codegen.cpu.step import CompiledStep, unsupported
+
+    if unsupported(graph) is None:
+        return CompiledStep(graph, weights, threads=options.threads, rows=options.batch)
+    from kinetic.codegen.cpu.executor import CpuInterpreter
+
+    return CpuInterpreter(weights)

@@ -1,0 +1,54 @@
+"""The contract between the runtime and a device: what a runner does, and what opening one is told.
+
+Owns: the `Runner` protocol every device's runner meets (the reference interpreter, the CPU's
+compiled step and its op-by-op fallback, the CUDA and Vulkan runtimes) and `RunnerOptions`, the
+settings a device's `open_runner` receives. Does not own the list of devices, how to open each or
+when `--device auto` picks one (kinetic/devices.py, the one registry), nor what a pass computes.
+
+A runner runs passes of the graph it was opened for. `run(graph, rows, kv)` computes one pass of
+rows (kinetic/ir/rows.py: PassRows) over the caches the KVView gives and returns the named outputs
+and, per layer, the keys and values of every row. `in_place` says where those keys and values went:
+False, nowhere yet (the runtime commits what PassResult returns); True, already into each
+sequence's cache at slots length + i (the runtime then commits by length: commit_written,
+keep_written). `close()` frees what the runner holds on its device. Which graphs a device cannot
+run, and why, is asked of the device before a runner exists (devices.Device.unsupported).
+
+Exactness: every runner gives the reference interpreter's floats bit for bit, for any grouping of
+rows into passes (docs/numerics.md); tests/device_checks.py holds the shared checks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from kinetic.ir.graph import Graph
+    from kinetic.ir.rows import KVView, PassResult, PassRows
+
+
+class Runner(Protocol):
+    """Runs passes of one graph on one device."""
+
+    in_place: bool  # True: a pass's keys and values are written into the caches at slots length + i
+
+    def run(self, graph: Graph, rows: PassRows, kv: KVView) -> PassResult:
+        """One pass: the graph's outputs for rows.output_rows, and every row's keys and values."""
+
+    def close(self) -> None:
+        """Free what the runner holds on its device; it runs no pass after this."""
+
+
+@dataclass(frozen=True)
+class RunnerOptions:
+    """What opening a runner is told: rows per prompt pass, CPU threads (None: every CPU), the
+    context every sequence's cache holds, the most layers a GPU takes (None: as many as fit), and,
+    for a device that leaves its first layers to the CPU, how to open a CPU runner for them (set by
+    the registry: a device never imports another)."""
+
+    batch: int
+    threads: int | None
+    n_ctx: int
+    gpu_layers: int | None = None
+    host_runner: Callable[[Graph], Runner] | None = None

@@ -1,0 +1,184 @@
+"""What every op computes: one reference function per op, on numpy values.
+
+Owns: the meaning of each op, as the function its spec names (`kinetic.ir.ops.OPS[op].reference`),
+float32 throughout with ggml's numerics where they matter (kinetic/ir/numerics). Every kernel of
+every device is tested against these. Does not own the order of evaluation or the weights' cache
+(kinetic/ir/interpreter.py), nor the row table and the caches (kinetic/ir/rows.py, the runtime).
+
+A reference is `reference(ev, node, inputs) -> value`: `inputs` are the values of the node's
+inputs, `node` gives its attributes (and, for a weight, its tensor name and stored type), and `ev`
+is the pass being evaluated (`Evaluation`): its rows, the KV-cache view, the keys and values the pass
+produces, and the runner that holds the weights and whose `matmul` and `attend` a device may replace
+with its kernels. Most references read only their inputs and attributes (then `ev` may be None: see
+interpreter.evaluate). This module imports nothing from ops.py (ops.py imports it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+import numpy as np
+
+from kinetic.ir import numerics
+from kinetic.ir.quants import dequantize_rows
+from kinetic.ir.rows import KVView, PassRows, visibility
+
+if TYPE_CHECKING:
+    from kinetic.ir.graph import Node
+
+F32 = np.float32
+
+
+class Runner(Protocol):
+    """What the references ask of the runner that evaluates them (the interpreter, or a device runner
+    built on it)."""
+
+    weights: object  # a WeightSource: tensor(name) -> the stored tensor
+
+    def weight(self, param: Node) -> numerics.DequantizedWeight:
+        """The weight of a `param` node, decoded once."""
+
+    def matmul(self, x: np.ndarray, weight: Node, attrs) -> np.ndarray:
+        """x f32 [rows, K] times the weight's [n_out, K] transposed."""
+
+    def attend(self, q: np.ndarray, keys: np.ndarray, vals: np.ndarray, visible: np.ndarray, attrs) -> np.ndarray:
+        """Attention of some rows of one sequence over the keys they see."""
+
+
+@dataclass
+class Evaluation:
+    """One pass being evaluated: what a reference may read besides its inputs and attributes."""
+
+    runner: Runner
+    rows: PassRows
+    kv: KVView
+    new_kv: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)  # layer -> (k, v), cache dtype
+
+
+# ---- leaves -------------------------------------------------------------------------------------
+
+
+def input_(ev: Evaluation, node: Node, x: list) -> np.ndarray:
+    """The pass's row data the node names: token ids, positions or the rows whose output is wanted."""
+    rows = ev.rows
+    return {"tokens": rows.tokens, "positions": rows.positions, "output_rows": rows.output_rows}[node.attrs.name]
+
+
+def param(ev: Evaluation, node: Node, x: list) -> Node:
+    """The weight node itself: the ops that read weights resolve it lazily (and only once)."""
+    return node
+
+
+def state(ev: Evaluation, node: Node, x: list):
+    """The cache handle (its attributes); attention reads the cache through the pass's KV view."""
+    return node.attrs
+
+
+# ---- lookups, projections, norms, position --------------------------------------------------------
+
+
+def embed(ev: Evaluation, node: Node, x: list) -> np.ndarray:
+    """Rows x[1] of the table x[0], dequantized: f32 [rows, width]."""
+    table, ids = x
+    raw = ev.runner.weights.tensor(table.attrs.tensor)
+    return dequantize_rows(raw, table.type.ggml_type, ids).reshape(len(ids), -1)
+
+
+def matmul(ev: Evaluation, node: Node, x: list) -> np.ndarray:
+    """x[0] @ weight.T with ggml's numerics (numerics.matmul), or the runner's kernel."""
+    return ev.runner.matmul(x[0], x[1], node.attrs)
+
+
+def take_rows(ev: Evaluation, node: Node, x: list) -> np.ndarray:
+    return x[0][x[1]]
+
+
+def rms_norm(ev: Evaluation, node: Node, x: list) -> np.ndarray:
+    """RMS norm of each row (or each group of `group` values), times the weight if there is one."""
+    a = node.attrs
+    y = numerics.rms_norm(x[0], a.eps, a.group)
+    if len(x) == 2:
+        w = ev.runner.weight(x[1]).values.reshape(-1)
+        y = (y.reshape(y.shape[0], y.shape[1] // w.size, w.size) * w).reshape(y.shape)
+    return y.astype(F32)
+
+
+def rope(ev: Evaluation, node: Node, x: list) -> np.ndarray:
+    """Rotary position embedding of each head's first n_rot values (NeoX halves or interleaved pairs)."""
+    a = node.attrs
+    values, positions = x
+    if a.yarn_ext_factor or a.llama3_factor:
+        raise NotImplementedError("the reference interpreter applies only linear rotary scaling so far")
+    rows = values.shape[0]
+    heads = values.reshape(rows, a.n_head, a.head_dim).copy()
+    cos, sin = numerics.rope_cos_sin(positions, a.n_rot, a.theta, a.freq_scale)
+    cos, sin = cos[:, None, :], sin[:, None, :]
+    rot = heads[:, :, : a.n_rot]
+    if a.neox:
+        half = a.n_rot // 2
+        rot[:, :, :half], rot[:, :, half:] = numerics.rope_rotate(rot[:, :, :half], rot[:, :, half:], cos, sin)
+    else:
+        rot[:, :, 0::2], rot[:, :, 1::2] = numerics.rope_rotate(rot[:, :, 0::2], rot[:, :, 1::2], cos, sin)
+    return heads.reshape(rows, -1).astype(F32)
+
+
+# ---- attention ----------------------------------------------------------------------------------
+
+
+def attention(ev: Evaluation, node: Node, x: list) -> np.ndarray:
+    """Each row attends over the cache entries it may see; returns f32 [T, n_head*head_dim].
+
+    Rows are grouped by sequence; a group's keys are the sequence's committed entries followed by
+    the pass's rows of that sequence, in order, and `visible[r, j]` says which a row sees. The pass's
+    keys and values, in the cache dtype, go to `ev.new_kv` for the runtime to commit.
+    """
+    q, k, v, handle = x
+    a, rows = node.attrs, ev.rows
+    cache_dtype = np.float16 if a.kv_dtype == "f16" else np.float32
+    k_new, v_new = k.astype(cache_dtype), v.astype(cache_dtype)
+    ev.new_kv[handle.layer] = (k_new, v_new)
+    out = np.empty((q.shape[0], a.n_head * a.head_dim), np.float32)
+    for seq in np.unique(rows.seqs):
+        mine = np.flatnonzero(rows.seqs == seq)
+        ck, cv, cpos = ev.kv.committed(int(seq), handle.layer)
+        keys = np.concatenate([ck, k_new[mine]])
+        vals = np.concatenate([cv, v_new[mine]])
+        visible = visibility(rows, mine, cpos, a.window)
+        out[mine] = ev.runner.attend(q[mine], keys, vals, visible, a)
+    return out
+
+
+# ---- elementwise --------------------------------------------------------------------------------
+
+
+def add(ev: Evaluation, node: Node, x: list) -> np.ndarray:
+    return (x[0] + x[1]).astype(F32)
+
+
+def mul(ev: Evaluation, node: Node, x: list) -> np.ndarray:
+    return (x[0] * x[1]).astype(F32)
+
+
+def scale(ev: Evaluation, node: Node, x: list) -> np.ndarray:
+    return (x[0] * F32(node.attrs.factor)).astype(F32)
+
+
+def silu(ev: Evaluation, node: Node, x: list) -> np.ndarray:
+    return numerics.silu(x[0])
+
+
+def gelu(ev: Evaluation, node: Node, x: list) -> np.ndarray:
+    return numerics.gelu_ggml(x[0])
+
+
+def softcap(ev: Evaluation, node: Node, x: list) -> np.ndarray:
+    return numerics.softcap(x[0], node.attrs.cap)
+
+
+def swiglu(ev: Evaluation, node: Node, x: list) -> np.ndarray:
+    return (numerics.silu(x[0]) * x[1]).astype(F32)
+
+
+def geglu(ev: Evaluation, node: Node, x: list) -> np.ndarray:
+    return (numerics.gelu_ggml(x[0]) * x[1]).astype(F32)

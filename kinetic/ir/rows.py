@@ -1,0 +1,120 @@
+"""One forward pass as every runner sees it: the table of its rows, the caches they attend over, and
+what the pass gives back.
+
+Owns: `PassRows` (the row table), `visibility` (which cache entries and pass rows a row attends to),
+the `KVView` / `SequenceKV` protocols (everything a runner may ask of the runtime's caches, and no
+more) and `PassResult`. Does not own the caches themselves (kinetic/runtime/kv_cache.py implements
+the protocols), nor what a pass computes (the interpreter and the device runners).
+
+A pass is a table of rows: each row is a token with its sequence, its position and its parent row in
+this pass (-1: it follows the committed context of its sequence directly). A row's attention sees
+the committed cache entries of its sequence plus its ancestors in the pass and itself, minus what a
+sliding window excludes. A prompt chunk is the chain 0 <- 1 <- 2 ...; a draft tree is any forest;
+several users are several chains with different sequences.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+
+@dataclass
+class PassRows:
+    tokens: np.ndarray  # i32 [T]
+    positions: np.ndarray  # i32 [T]
+    seqs: np.ndarray  # i32 [T]
+    parents: np.ndarray  # i32 [T], -1 = attaches to the committed context
+    output_rows: np.ndarray  # i32 [R], rows whose logits are wanted
+    chain_seq: int = -1  # set by chain(): every row is this sequence's, each the child of the one before
+
+    @staticmethod
+    def chain(tokens, start_pos: int, seq: int = 0, outputs: str = "last") -> PassRows:
+        """One sequence's consecutive tokens from position start_pos (a prompt chunk or one decode step);
+        logits for all rows, the last one or none (a prompt chunk before the last)."""
+        n = len(tokens)
+        out = {"all": np.arange(n), "last": np.array([n - 1]), "none": np.zeros(0)}[outputs]
+        return PassRows(
+            tokens=np.asarray(tokens, np.int32),
+            positions=np.arange(start_pos, start_pos + n, dtype=np.int32),
+            seqs=np.full(n, seq, np.int32),
+            parents=np.arange(-1, n - 1, dtype=np.int32),
+            output_rows=out.astype(np.int32),
+            chain_seq=seq,
+        )
+
+    def ancestors(self, row: int) -> list[int]:
+        """The rows of this pass that `row` sees: its chain of parents, then itself."""
+        chain = [row]
+        while self.parents[chain[-1]] >= 0:
+            chain.append(int(self.parents[chain[-1]]))
+        return chain[::-1]
+
+
+def visibility(rows: PassRows, mine: np.ndarray, committed_pos: np.ndarray, window: int) -> np.ndarray:
+    """bool [len(mine), n_committed + len(mine)]: committed entries at or before the row's position
+    (inside the window), and the row's ancestors in the pass with itself."""
+    n_c = len(committed_pos)
+    where = {int(r): i for i, r in enumerate(mine)}
+    visible = np.zeros((len(mine), n_c + len(mine)), bool)
+    for i, r in enumerate(mine):
+        pos = rows.positions[r]
+        seen_pos = committed_pos
+        ok = seen_pos <= pos
+        if window:
+            ok &= seen_pos > pos - window
+        visible[i, :n_c] = ok
+        for anc in rows.ancestors(int(r)):
+            j = where[anc]
+            if not window or rows.positions[anc] > pos - window:
+                visible[i, n_c + j] = True
+    return visible
+
+
+class SequenceKV(Protocol):
+    """One sequence's cache as a device runner sees it: per layer keys and values [n_ctx, width] in
+    the cache dtype, entries [0, length) committed. A runner that keeps a device copy follows the
+    rows the host writes itself through `host_writes` / `host_written_from`
+    (kinetic/codegen/common/kv_mirror.py); a runner that computes in place writes a pass's rows at
+    slots length + i (`write_pass_rows`, or through `addresses`) and the runtime commits them."""
+
+    n_ctx: int
+    length: int  # committed entries
+    positions: np.ndarray  # i32 [n_ctx]: the position of each entry ([0, length) meaningful)
+    host_writes: int  # a count of the writes the host made itself (commit, a kept row moved down) ...
+    host_written_from: int  # ... and the lowest slot the latest of them touched
+
+    def layers(self) -> list[int]:
+        """The layers the cache holds, in order."""
+
+    def storage(self, layer: int) -> tuple[np.ndarray, np.ndarray]:
+        """The layer's whole key and value arrays [n_ctx, width] (to copy from; never to commit)."""
+
+    def addresses(self, layers: list[int]) -> np.ndarray:
+        """int64 [len(layers), 2]: where each layer's keys and values start (compiled code reads and
+        writes them in place); fixed for the cache's life."""
+
+    def check_room(self, n: int) -> None:
+        """Fail before a pass whose n new rows would not fit."""
+
+    def write_pass_rows(self, new_kv: dict[int, tuple[np.ndarray, np.ndarray]]) -> None:
+        """Write a pass's keys and values [T, width] per layer at slots length + i without committing
+        them."""
+
+
+class KVView(Protocol):
+    """The caches of the sequences a pass's rows belong to."""
+
+    def committed(self, seq: int, layer: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Keys [n, kv_width], values [n, kv_width] (in the cache dtype) and their positions [n]."""
+
+    def sequence(self, seq: int) -> SequenceKV:
+        """Sequence `seq`'s whole cache, for runners that read or write it in place."""
+
+
+@dataclass
+class PassResult:
+    outputs: dict[str, np.ndarray]
+    new_kv: dict[int, tuple[np.ndarray, np.ndarray]]  # layer -> (k, v) of every row, cache dtype
