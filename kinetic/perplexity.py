@@ -28,7 +28,8 @@ from pathlib import Path
 import numpy as np
 
 from kinetic.errors import KineticError
-from kinetic.ir.interpreter import PassRows
+from kinetic.ir.rows import PassRows
+from kinetic.outputs import Inputs, atomic_output, check_output
 
 MAGIC = b"_logits_"
 HEADER_BYTES = len(MAGIC) + 3 * 4
@@ -269,26 +270,42 @@ def median(sorted_values: np.ndarray) -> float:
 # -- the base file --------------------------------------------------------------------------------
 
 
-class KldBaseWriter:
-    """Writes a base file: the header and tokens at once, then each chunk's rows as they come."""
+class _Incomplete(Exception):
+    """Ends a base file's atomic write without putting it in place (not every row came)."""
 
-    def __init__(self, path: str | os.PathLike, chunks: np.ndarray, n_vocab: int):
-        self.path = Path(path)
+
+class KldBaseWriter:
+    """Writes a base file: the header and tokens at once, then each chunk's rows as they come.
+
+    Through kinetic.outputs: the path is refused when it exists (unless force) or is one of
+    `inputs`; the rows go to a temporary file that close() puts in place only when every row the
+    header promises was written, so an interrupted run leaves no base file (and an older one as it
+    was)."""
+
+    def __init__(self, path: str | os.PathLike, chunks: np.ndarray, n_vocab: int, *, force: bool = False,
+                 inputs: Inputs | None = None):
+        self.path = check_output(path, inputs=inputs, force=force)
         self.n_vocab = n_vocab
-        try:
-            self._file = open(self.path, "wb")  # closed by close() or the with-block
-        except OSError as exc:
-            raise KineticError(f"cannot write {self.path}: {exc.strerror}",
-                               "Give a writable path to --kl-divergence-base.") from None
         n_chunk, n_ctx = chunks.shape
+        self._rows_left = n_chunk * scored_rows(n_ctx)
+        self._output = atomic_output(self.path, force=force)
+        self._file = self._output.__enter__()  # left by close()
         self._file.write(MAGIC + np.array([n_ctx, n_vocab, n_chunk], "<i4").tobytes())
         self._file.write(chunks.astype("<i4").tobytes())
 
     def write_rows(self, rows: np.ndarray) -> None:
         self._file.write(rows.astype("<u2").tobytes())
+        self._rows_left -= len(rows)
 
     def close(self) -> None:
-        self._file.close()
+        """Put the file in place if it is complete; else remove what was written."""
+        output, self._output = self._output, None
+        if output is None:
+            return
+        if self._rows_left == 0:
+            output.__exit__(None, None, None)
+        else:
+            output.__exit__(_Incomplete, _Incomplete(), None)
 
     def __enter__(self) -> KldBaseWriter:
         return self

@@ -37,7 +37,8 @@ def add_parser(sub) -> None:
     p.add_argument("-b", "--batch-size", type=int, metavar="N",
                    help="rows per forward pass [default: the engine's prompt batch]")
     p.add_argument("--kl-divergence-base", metavar="FILE",
-                   help="save the log-probabilities to FILE (llama-perplexity's format)")
+                   help="save the log-probabilities to FILE (llama-perplexity's format; never over an existing file)")
+    p.add_argument("--force", action="store_true", help="replace the --kl-divergence-base FILE when it exists")
     p.add_argument("--kl-divergence", nargs="?", const="", metavar="FILE",
                    help="compare with the base log-probabilities in FILE (or in --kl-divergence-base's FILE)")
     p.add_argument("-t", "--threads", type=int, metavar="N", help="CPU threads [default: the engine's]")
@@ -77,7 +78,9 @@ def _run_perplexity(args: argparse.Namespace, spec: str) -> int:
         raise KineticError("--chunks 0 leaves nothing to score", "Give --chunks 1 or more, or leave it out.")
     batch = args.batch_size or model.engine.batch
     _say(f"perplexity: calculating perplexity over {len(chunks)} chunks, n_ctx={n_ctx}, batch_size={batch}")
-    writer = ppl.KldBaseWriter(args.kl_divergence_base, chunks, model.engine.n_vocab) \
+    text_path = args.file_flag or args.textfile or (args.model if args.model_flag else None)
+    writer = ppl.KldBaseWriter(args.kl_divergence_base, chunks, model.engine.n_vocab, force=args.force,
+                               inputs={"the model file": model.path, "the text file": text_path}) \
         if args.kl_divergence_base else None
     sums = ppl.PerplexitySums()
     try:

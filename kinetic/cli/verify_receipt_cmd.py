@@ -8,7 +8,10 @@ Owns: the command line and the report, one line per check as it completes:
     rerun:     identical, 8 of 8 output tokens on cpu-x86_64-avx2 (BLAKE3 7bd0632303b6fcbd)
 
 The checks run in that order and the first that fails ends the command with exit 1 (the lines
-before it still printed). The checks themselves live in kinetic.receipts.verify.
+before it still printed). "identical" needs the same tokens on a comparable rerun: the receipt's
+Kinetic version, build, device class and device; when any differs, every one that does is named
+and the command fails even if the tokens match. The checks themselves live in
+kinetic.receipts.verify.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from kinetic.devices import device_choices
 from kinetic.errors import KineticError
 
 
@@ -29,7 +33,7 @@ def add_parser(sub) -> None:
     )
     p.add_argument("receipt", help="the receipt's JSON file (kinetic run --receipt FILE)")
     p.add_argument("--model", metavar="PATH", help="the model file, when it is not at the receipt's path")
-    p.add_argument("--device", choices=("cpu", "reference", "cuda", "vulkan"),
+    p.add_argument("--device", choices=device_choices(auto=False),
                    help="where the rerun goes [default: the receipt's device]")
     p.add_argument("-t", "--threads", type=int, metavar="N",
                    help="CPU threads for the rerun (threads never change the bits) [default: all]")
@@ -74,20 +78,42 @@ def run(args: argparse.Namespace) -> int:
                            "Give the receipt's model with --model PATH.")
     _say("model", f"{model_path.name} matches (BLAKE3 {digest[:16]})")
     result = v.rerun(receipt, model_path, device=args.device or v.receipt_device(receipt), threads=args.threads)
+    return _report_rerun(path, receipt, result)
+
+
+def _report_rerun(path: Path, receipt: dict, result) -> int:
+    """The rerun's line, then every recorded fact that differs; 0 only for identical tokens on a
+    comparable rerun (the receipt's version, build, device class and device)."""
+    from kinetic.receipts import verify as v
+
     difference = v.difference(receipt, result)
-    if difference is None:
-        n = len(result.tokens)
+    reasons = v.what_differs(receipt, result)
+    n = len(result.tokens)
+    if difference is None and not reasons:
         _say("rerun", f"identical, {n} of {n} output tokens on {result.device_class} "
              f"(BLAKE3 {receipt['output']['tokens']['blake3'][:16]})")
         return 0
+    if difference is None:
+        _say("rerun", f"the same {n} of {n} output tokens on {result.device_class}, but not comparable: "
+             "it was not made the way the receipt records")
+        _say("differs", "; ".join(reasons))
+        raise KineticError(f"{path.name}: the rerun reproduces the tokens, but not on the receipt's "
+                           f"{_facts(reasons)}, so it does not confirm the receipt",
+                           "Bits are promised only within one build and one device class: rerun with the "
+                           "receipt's build and device class to confirm it.")
     _say("rerun", difference)
-    reasons = v.what_differs(receipt, result)
     _say("", "what differs: " + "; ".join(reasons) if reasons else
          "the build, the device class and the settings are the receipt's")
     hint = ("A different build or device class may round differently; rerun with the receipt's."
             if reasons else "Same build, class and settings give the same tokens: the receipt was changed, or "
             "this is a bug in Kinetic worth reporting.")
     raise KineticError(f"{path.name}: the rerun does not reproduce the receipt's output", hint)
+
+
+def _facts(reasons: list[str]) -> str:
+    """"build and device class" from what_differs' lines."""
+    names = [r.split(" (")[0] for r in reasons]
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
 def _say(label: str, text: str) -> None:

@@ -1,8 +1,8 @@
 """Receipts: a record of one answer (model hash, build, device class, prompt tokens, every sampling
 setting with the seed, output tokens), optionally signed, that `kinetic verify-receipt` reruns.
 
-Owns: the record and its canonical signed form (receipt.py), the hashes it holds (hashing.py) and
-the checks and the plain rerun (verify.py). Does not own sampling, the model or the command lines.
+Owns: the record and its canonical signed form (receipt.py), the strict JSON a receipt file must be
+(strict_json.py), the hashes it holds (hashing.py) and the checks and the plain rerun (verify.py). Does not own sampling, the model or the command lines.
 User-facing description: docs/receipts.md.
 """
 

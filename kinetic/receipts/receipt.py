@@ -1,7 +1,8 @@
 """The receipt record: what one answer was made from, as JSON, and its Ed25519 signature.
 
 Owns: the receipt's fields (docs/receipts.md), the canonical bytes a signature covers, signing and
-checking a signature, reading a receipt back (every field checked) and writing it. Does not own the
+checking a signature, reading a receipt back (strict JSON, every field's type and the values a
+rerun uses checked) and writing it (through kinetic.outputs). Does not own the
 hashes (hashing.py), running a model or rerunning a receipt (verify.py).
 
 The canonical form: the receipt without its "signature" member, as JSON with keys sorted, no spaces
@@ -20,8 +21,11 @@ from typing import Any
 from kinetic.devices import DEVICE_NAMES
 from kinetic.errors import KineticError
 from kinetic.frontend.blocks import Options
+from kinetic.outputs import Inputs, write_output
 from kinetic.receipts.hashing import build_hash, file_blake3, token_hash
+from kinetic.receipts.strict_json import MAX_RECEIPT_BYTES, JsonRefused, loads_strict
 from kinetic.runtime.sampling import SamplingSettings
+from kinetic.runtime.sampling.settings import SettingError
 
 RECEIPT_VERSION = 1
 _HINT = "The receipt is damaged or was not written by `kinetic run --receipt`."
@@ -134,29 +138,65 @@ _SHAPE: dict[str, Any] = {
 }
 
 
+_DEVICE_CHOICES = {"activations": ("q8", "f32"), "kv-type": ("f16", "f32")}
+_FINISHES = ("stop", "length")
+CTX_MAX = 2**31 - 1
+
+
 def read_receipt(path: str | os.PathLike) -> dict[str, Any]:
-    """The receipt in a file, its shape checked (a KineticError names the first bad member)."""
+    """The receipt in a file, every member checked: strict JSON (strict_json.py), each member's
+    type, the values a rerun uses (token ids, load settings, sampling settings and the seed). A
+    KineticError names the first thing wrong."""
     path = Path(path)
-    try:
-        receipt = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise KineticError(f"cannot read {path}: {exc.strerror or exc}", "Check the receipt's path.") from None
-    except ValueError as exc:
-        raise KineticError(f"{path} is not JSON: {exc}", _HINT) from None
+    receipt = _parse(path)
     if not isinstance(receipt, dict):
         raise KineticError(f"{path} does not hold a receipt object", _HINT)
     _check_shape(receipt, _SHAPE, path, "")
     if receipt["receipt"] != RECEIPT_VERSION:
         raise KineticError(f"{path} is a version {receipt['receipt']} receipt; this Kinetic reads version "
                            f"{RECEIPT_VERSION}", "Verify it with the Kinetic version that made it.")
-    for where in (receipt["prompt"]["ids"], receipt["output"]["tokens"]["ids"]):
-        if not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < 2**32 for t in where):
-            raise KineticError(f"{path}: a token id is not an integer from 0 to 2**32 - 1", _HINT)
+    _check_values(receipt, path)
     sig = receipt.get("signature")
     if sig is not None and not (isinstance(sig, dict) and isinstance(sig.get("public_key"), str)
                                 and isinstance(sig.get("ed25519"), str)):
         raise KineticError(f"{path}: signature must hold public_key and ed25519 as hex text", _HINT)
+    settings_from_receipt(receipt, path)
     return receipt
+
+
+def _parse(path: Path) -> Any:
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_RECEIPT_BYTES + 1)
+    except OSError as exc:
+        raise KineticError(f"cannot read {path}: {exc.strerror or exc}", "Check the receipt's path.") from None
+    if len(data) > MAX_RECEIPT_BYTES:
+        raise KineticError(f"{path} is larger than a receipt can be ({MAX_RECEIPT_BYTES // 2**20} MiB)", _HINT)
+    try:
+        return loads_strict(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise KineticError(f"{path} is not UTF-8 text", _HINT) from None
+    except JsonRefused as exc:
+        raise KineticError(f"{path} is not a receipt: {exc}", _HINT) from None
+
+
+def _check_values(receipt: dict[str, Any], path: Path) -> None:
+    """The values a rerun uses, beyond their types."""
+    for where in (receipt["prompt"]["ids"], receipt["output"]["tokens"]["ids"]):
+        if not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < 2**32 for t in where):
+            raise KineticError(f"{path}: a token id is not an integer from 0 to 2**32 - 1", _HINT)
+    settings = receipt["device"]["settings"]
+    if not 1 <= settings["ctx-size"] <= CTX_MAX:
+        raise KineticError(f"{path}: device.settings.ctx-size is {settings['ctx-size']}, not from 1 to {CTX_MAX}",
+                           _HINT)
+    for name, choices in _DEVICE_CHOICES.items():
+        if settings[name] not in choices:
+            raise KineticError(f"{path}: device.settings.{name} is {settings[name]!r}, not one of {choices}", _HINT)
+    if receipt["output"]["finish"] not in _FINISHES:
+        raise KineticError(f"{path}: output.finish is {receipt['output']['finish']!r}, not one of {_FINISHES}",
+                           _HINT)
+    if receipt["model"]["size"] < 0:
+        raise KineticError(f"{path}: model.size is negative", _HINT)
 
 
 def _check_shape(value: Any, shape: Any, path: Path, where: str) -> None:
@@ -171,8 +211,10 @@ def _check_shape(value: Any, shape: Any, path: Path, where: str) -> None:
         raise KineticError(f"{path}: {where[:-1]!r} is {value!r}, not {shape.__name__}", _HINT)
 
 
-def settings_from_receipt(receipt: dict[str, Any]) -> tuple[SamplingSettings, int | None]:
-    """The recorded sampling settings (with their seed) and token limit."""
+def settings_from_receipt(receipt: dict[str, Any], path: str | os.PathLike = "the receipt"
+                          ) -> tuple[SamplingSettings, int | None]:
+    """The recorded sampling settings (with their seed) and token limit, checked by the settings'
+    one validation (a float seed, a top_p of 2, ... are refused naming the setting)."""
     recorded = dict(receipt["sampling"])
     max_tokens = recorded.pop("max_tokens", None)
     stop = recorded.pop("stop", [])
@@ -182,25 +224,24 @@ def settings_from_receipt(receipt: dict[str, Any]) -> tuple[SamplingSettings, in
     if unknown or missing or stop:
         what = (f"unknown sampling settings {unknown}" if unknown else f"no {missing} in its sampling settings"
                 if missing else "stop strings, which `kinetic run` does not take yet")
-        raise KineticError(f"the receipt has {what}", "Verify it with the Kinetic version that made it.")
+        raise KineticError(f"{path} has {what}", "Verify it with the Kinetic version that made it.")
     if recorded["seed"] is None:
-        raise KineticError("the receipt records no seed", _HINT)
-    if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 0):
-        raise KineticError(f"the receipt's max_tokens is {max_tokens!r}", _HINT)
+        raise KineticError(f"{path} records no seed", _HINT)
+    if max_tokens is not None and (not isinstance(max_tokens, int) or isinstance(max_tokens, bool)
+                                   or max_tokens < 0):
+        raise KineticError(f"{path}: sampling.max_tokens is {max_tokens!r}, not a count", _HINT)
     recorded = {k: tuple(v) if isinstance(v, list) else v for k, v in recorded.items()}
     try:
         return SamplingSettings(**recorded), max_tokens
-    except (TypeError, ValueError) as exc:
-        raise KineticError(f"the receipt's sampling settings are not valid: {exc}", _HINT) from None
+    except SettingError as exc:
+        raise KineticError(f"{path}: sampling.{exc.setting} {exc.reason}", _HINT) from None
 
 
-def write_receipt(receipt: dict[str, Any], path: str | os.PathLike) -> None:
-    """Two-space indented JSON, each list of numbers on one line (as docs/receipts.md shows)."""
-    text = _pretty(receipt, 0) + "\n"
-    try:
-        Path(path).write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise KineticError(f"cannot write the receipt {path}: {exc.strerror or exc}", "Check the path.") from None
+def write_receipt(receipt: dict[str, Any], path: str | os.PathLike, *, force: bool = False,
+                  inputs: Inputs | None = None) -> None:
+    """Two-space indented JSON, each list of numbers on one line (as docs/receipts.md shows),
+    written by kinetic.outputs: never over an existing file without force, never over an input."""
+    write_output(path, _pretty(receipt, 0) + "\n", inputs=inputs, force=force)
 
 
 def _pretty(value: Any, depth: int) -> str:

@@ -42,8 +42,8 @@ def find_model(receipt: dict[str, Any], receipt_path: Path, given: str | None) -
 
         return resolve_model(given)
     recorded = receipt["model"]
-    for candidate in (Path(recorded["path"]).expanduser(), receipt_path.parent / recorded["file"]):
-        if candidate.is_file():
+    for candidate in (_expanded(recorded["path"]), receipt_path.parent / recorded["file"]):
+        if candidate is not None and candidate.is_file():
             return candidate
     from kinetic.hub import models_dir
 
@@ -52,6 +52,14 @@ def find_model(receipt: dict[str, Any], receipt_path: Path, given: str | None) -
         return downloaded
     raise KineticError(f"the receipt's model {recorded['path']} is not here",
                        "Give its path with --model PATH.")
+
+
+def _expanded(recorded: str) -> Path | None:
+    """The recorded path with ~ expanded; None when it names a home folder this machine lacks."""
+    try:
+        return Path(recorded).expanduser()
+    except RuntimeError:
+        return None
 
 
 def model_matches(receipt: dict[str, Any], path: Path) -> tuple[bool, str]:
@@ -70,12 +78,16 @@ class Rerun:
     text: str
     device_class: str
     build: str
+    version: str = ""
+    device_name: str = ""
     pieces: dict[int, str] = field(default_factory=dict)  # the text of the tokens a report names
 
 
 def rerun(receipt: dict[str, Any], path: Path, *, device: str, threads: int | None) -> Rerun:
     """The recorded prompt ids decoded plainly with the recorded settings, for at most one token more
     than the receipt lists (enough to see an answer the receipt cut short)."""
+    from kinetic import __version__
+    from kinetic.devices import DEVICE_NAMES
     from kinetic.model import Model
 
     sampling, max_tokens = settings_from_receipt(receipt)
@@ -86,7 +98,8 @@ def rerun(receipt: dict[str, Any], path: Path, *, device: str, threads: int | No
                   options=options_from_settings(settings), draft=False)
     text = model.generate(receipt["prompt"]["ids"], max_tokens=limit, sampling=sampling)
     stats = model.last_stats
-    result = Rerun(list(stats.tokens), stats.stop_reason, text, device_class_of(device), build_hash())
+    result = Rerun(list(stats.tokens), stats.stop_reason, text, device_class_of(device), build_hash(), __version__,
+                   DEVICE_NAMES.get(device, device))
     at = first_difference(recorded, result.tokens)
     for token in ([recorded[at]] if at < len(recorded) else []) + ([result.tokens[at]] if at < len(result.tokens)
                                                                        else []):
@@ -103,12 +116,19 @@ def first_difference(a: list[int], b: list[int]) -> int:
 
 
 def what_differs(receipt: dict[str, Any], result: Rerun) -> list[str]:
-    """The recorded facts that differ between the receipt's run and the rerun."""
+    """Every recorded fact about how the answer was made that differs between the receipt and the
+    rerun: the Kinetic version, the build, the device class and the device's name. (The model file
+    is refused before any rerun when it differs; the prompt ids and every setting are the receipt's
+    own, used as recorded.) Empty: the rerun is comparable, bit for bit."""
+    rerun_facts = {("kinetic", "version"): ("Kinetic version", result.version),
+                   ("kinetic", "build"): ("build", result.build),
+                   ("device", "class"): ("device class", result.device_class),
+                   ("device", "name"): ("device", result.device_name)}
     found = []
-    if receipt["kinetic"]["build"] != result.build:
-        found.append(f"build (receipt {receipt['kinetic']['build']}, this Kinetic {result.build})")
-    if receipt["device"]["class"] != result.device_class:
-        found.append(f"device class (receipt {receipt['device']['class']}, rerun {result.device_class})")
+    for (group, key), (label, ours) in rerun_facts.items():
+        theirs = receipt[group][key]
+        if theirs != ours:
+            found.append(f"{label} (receipt {theirs}, rerun {ours})")
     return found
 
 

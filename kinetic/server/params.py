@@ -2,9 +2,11 @@
 
 Owns: which request fields set which SamplingSettings field (OpenAI's, llama-server's and Ollama's
 spellings), the OpenAI ranges the seed documents (temperature 0..100, top_p 0..1, penalties -2..2,
-logit_bias -100..100), logit_bias in its two shapes, and turning a settings ValueError into a 400
-that names the setting. Fields Kinetic has no sampler for (dynatemp, min_keep, ...) are ignored, as
-llama-server ignores what it does not know. Does not own the samplers (kinetic/runtime/sampling).
+logit_bias -100..100) on top of the ranges every caller shares, logit_bias in its two shapes, and
+turning a settings error into a 400 that names the field. Fields Kinetic has no sampler for
+(dynatemp, min_keep, ...) are ignored, as llama-server ignores what it does not know. Does not own
+the ranges themselves: those are kinetic/runtime/sampling/settings.py's LIMITS, the one validation
+the CLI and the Python API use too.
 """
 
 from __future__ import annotations
@@ -13,49 +15,33 @@ import math
 from dataclasses import replace
 
 from kinetic.runtime.sampling import SamplingSettings
+from kinetic.runtime.sampling.settings import LIMITS, SEED_MAX, SettingError
 from kinetic.server.body import Fields
 from kinetic.server.errors import ApiError
-
-_FLOATS = ("temperature", "top_p", "min_p", "typical_p", "top_n_sigma", "repeat_penalty", "presence_penalty",
-           "frequency_penalty", "dry_multiplier", "dry_base", "xtc_probability", "xtc_threshold", "mirostat_tau",
-           "mirostat_eta")
-_INTS = ("top_k", "repeat_last_n", "dry_allowed_length", "dry_penalty_last_n", "mirostat")
 
 # Other spellings clients send for the same setting (request field -> settings field).
 _ALIASES = {"repetition_penalty": "repeat_penalty", "typical": "typical_p", "top_nsigma": "top_n_sigma",
             "penalty_last_n": "repeat_last_n"}
 
-# The ranges the OpenAI routes enforce (the seed's table); llama-server and Ollama routes check only
-# what SamplingSettings itself refuses, as those servers do.
+# The ranges the OpenAI routes enforce (the seed's table), within LIMITS; llama-server and Ollama
+# routes take everything LIMITS allows.
 OPENAI_RANGES = {"temperature": (0.0, 100.0), "top_p": (0.0, 1.0), "min_p": (0.0, 1.0),
                  "presence_penalty": (-2.0, 2.0), "frequency_penalty": (-2.0, 2.0)}
-
-SEED_MAX = 2**64 - 1
 
 
 def sampling_settings(f: Fields, base: SamplingSettings, n_vocab: int, strict: bool = False,
                       seed_field: str = "seed") -> SamplingSettings:
     """`base` with every sampler field `f` sets. strict: the OpenAI ranges."""
     changes: dict = {}
-    ranges = OPENAI_RANGES if strict else {}
-    for name in (*_FLOATS, *_ALIASES):
+    asked: dict[str, str] = {}  # settings field -> the request field that set it
+    for name in (*LIMITS, *_ALIASES):
         target = _ALIASES.get(name, name)
-        if target not in _FLOATS:
-            continue
-        lo, hi = ranges.get(target, (None, None))
-        value = f.number(name, lo, hi)
+        value = f.integer(name) if LIMITS[target].kind is int else f.number(name, *_bounds(target, strict))
         if value is not None:
-            changes[target] = value
-    for name in (*_INTS, *_ALIASES):
-        target = _ALIASES.get(name, name)
-        if target not in _INTS:
-            continue
-        value = f.integer(name, lo=-1 if target in ("repeat_last_n", "dry_penalty_last_n") else None)
-        if value is not None:
-            changes[target] = value
+            changes[target], asked[target] = value, name
     seed = f.integer(seed_field, lo=-1, hi=SEED_MAX)
     if seed is not None:
-        changes["seed"] = seed
+        changes["seed"], asked["seed"] = seed, seed_field
     if f.has("dry_sequence_breakers"):  # llama.cpp reads at most 40 characters of each
         changes["dry_sequence_breakers"] = f.strings("dry_sequence_breakers", most=64, longest=40, single=False)
     if f.has("samplers"):  # names only (llama-server also takes a string of one-letter codes)
@@ -64,8 +50,19 @@ def sampling_settings(f: Fields, base: SamplingSettings, n_vocab: int, strict: b
         changes["logit_bias"] = logit_bias(f, n_vocab, strict)
     try:
         return replace(base, **changes)
-    except (TypeError, ValueError) as e:
-        raise ApiError(400, f"{f.prefix}{e}") from None
+    except SettingError as e:  # what the bounds above leave to LIMITS: integer ranges, repeat_penalty 0, ...
+        field = f.prefix + asked.get(e.setting, e.setting)
+        raise ApiError(400, f"{field} {e.reason}", param=field) from None
+
+
+def _bounds(target: str, strict: bool) -> tuple[float | None, float | None]:
+    """The shared limit of a setting, narrowed to the OpenAI range when strict."""
+    limit = LIMITS[target]
+    lo, hi = limit.lo, limit.hi
+    if strict and target in OPENAI_RANGES:
+        low, high = OPENAI_RANGES[target]
+        lo, hi = (low if lo is None else max(lo, low)), (high if hi is None else min(hi, high))
+    return lo, hi
 
 
 def logit_bias(f: Fields, n_vocab: int, strict: bool) -> tuple[tuple[int, float], ...]:

@@ -127,7 +127,8 @@ def test_truncated_or_foreign_base_file_fails(tmp_path):
     chunks = np.zeros((2, 8), np.int32)
     path = tmp_path / "base.kld"
     with ppl.KldBaseWriter(path, chunks, 10) as writer:
-        writer.write_rows(np.zeros((3, ppl.row_width(10)), np.uint16))  # one chunk of two
+        writer.write_rows(np.zeros((6, ppl.row_width(10)), np.uint16))  # both chunks
+    path.write_bytes(path.read_bytes()[:-2 * 3 * ppl.row_width(10)])  # cut to one chunk of two
     with pytest.raises(KineticError, match="truncated") as info:
         ppl.read_kld_base(path)
     assert info.value.hint

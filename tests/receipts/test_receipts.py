@@ -149,6 +149,17 @@ def test_unsigned_receipt_changed_and_rehashed_fails_the_rerun(made, capsys, wha
     assert "the build, the device class and the settings are the receipt's" in out
 
 
+@pytest.mark.parametrize("member, label", [(("device", "class"), "device class"), (("kinetic", "build"), "build")])
+def test_unsigned_receipt_with_an_edited_build_or_class_is_not_identical(made, capsys, member, label):
+    """An unsigned receipt whose device class or build was edited (its tokens untouched) reruns to the
+    same tokens, but verify-receipt names the edited fact, says the rerun is not comparable and fails
+    (it once said "identical")."""
+    bad = changed(made, "unsigned", lambda r: r[member[0]].update({member[1]: "cuda-sm86-edited"}))
+    code, out, err = verify(capsys, bad)
+    assert code == 1 and "identical" not in out and "not comparable" in out, out
+    assert f"{label} (receipt cuda-sm86-edited, rerun " in out and "does not confirm the receipt" in err
+
+
 def test_another_model_file_is_refused(made, capsys):
     """--model pointing at a file that is not the receipt's is refused before any rerun."""
     from tests.synthetic import synthetic_path
