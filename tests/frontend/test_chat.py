@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
+import time
+from pathlib import Path
 
 import pytest
 
 from kinetic.errors import KineticError
-from kinetic.frontend.chat import CHATML_TEMPLATE, ChatTemplate
+from kinetic.frontend.chat import CHATML_TEMPLATE, MAX_TEMPLATE_BYTES, ChatTemplate
 from kinetic.frontend.gguf_file import open_gguf
 from tests.conftest import load_golden
 
@@ -40,6 +43,42 @@ def test_override_file_wins(gemma_path, tmp_path):
 def test_missing_override_file_is_a_clear_error(gemma_path, tmp_path):
     with pytest.raises(KineticError, match="cannot read chat template file"):
         ChatTemplate.from_gguf(open_gguf(gemma_path), override_path=tmp_path / "missing.jinja")
+
+
+@pytest.mark.parametrize(("make", "error"), [
+    (lambda tmp: Path("/dev/zero"), "is not a regular file"),
+    (lambda tmp: tmp, "is not a regular file"),
+    (lambda tmp: _fifo(tmp / "fifo"), "is not a regular file"),
+    (lambda tmp: _write(tmp / "big.jinja", b"{{ x }}" * 200_000), "is larger than 1024 KiB"),
+    (lambda tmp: _write(tmp / "bin.jinja", b"\x89PNG\r\n\x1a\n\xff\xfe"), r"not UTF-8 text \(invalid byte at offset 0"),
+    (lambda tmp: _write(tmp / "nul.jinja", b"{{ x }}\x00\x00"), "holds NUL bytes"),
+])
+def test_unusable_override_file_is_a_clear_error(gemma_path, tmp_path, make, error):
+    """A device, directory, FIFO, oversized, non-UTF-8 or binary template file is refused at once with
+    a KineticError naming the file (/dev/zero is not read until memory runs out, a FIFO does not block)."""
+    path = make(tmp_path)
+    start = time.monotonic()
+    with pytest.raises(KineticError, match=error) as info:
+        ChatTemplate.from_gguf(open_gguf(gemma_path), override_path=path)
+    assert str(path) in info.value.message
+    assert time.monotonic() - start < 5
+
+
+def _fifo(path: Path) -> Path:
+    os.mkfifo(path)
+    return path
+
+
+def _write(path: Path, data: bytes) -> Path:
+    path.write_bytes(data)
+    return path
+
+
+def test_oversized_template_source_is_refused():
+    """A template over 1 MiB (from a GGUF file or a string) is refused before it is compiled."""
+    with pytest.raises(KineticError, match="chat template is larger than 1024 KiB"):
+        ChatTemplate.from_string("x" * (MAX_TEMPLATE_BYTES + 1))
+    assert ChatTemplate.from_string("x" * MAX_TEMPLATE_BYTES).render([]) == "x" * MAX_TEMPLATE_BYTES
 
 
 def test_generation_prompt_is_optional():
