@@ -21,14 +21,17 @@ from kinetic.compiler import compile_graph
 from kinetic.errors import KineticError
 from kinetic.frontend.blocks import Options
 from kinetic.frontend.gguf_file import open_gguf
-from kinetic.ktc.load import load_if_ktc
+from kinetic.ktc.load import load_if_ktc, required_signer
+from kinetic.limits import check_threads
 from kinetic.runtime.engine import DEFAULT_CONTEXT, Engine
 from kinetic.runtime.generation import Generation, GenerationRequest, Generator, Piece
 from kinetic.runtime.sampling import SamplingSettings, settings_from_metadata
+from kinetic.runtime.sampling.settings import SettingError, token_limit
 from kinetic.runtime.speculative import SpeculativeDecoder
 from kinetic.runtime.weights import GGUFWeights
 
 if TYPE_CHECKING:
+    from kinetic.frontend.template_pool import RenderBudget
     from kinetic.grammar import Grammar, GrammarMatcher
 
 
@@ -51,15 +54,22 @@ class Model:
     def __init__(self, path_or_name: str | os.PathLike, *, n_ctx: int = DEFAULT_CONTEXT,
                  chat_template_file: str | os.PathLike | None = None, options: Options | None = None,
                  device: str = "cpu", threads: int | None = None, draft: bool = True,
-                 gpu_layers: int | None = None):
+                 gpu_layers: int | None = None, template_budget: RenderBudget | None = None,
+                 require_signature: str | bytes | None = None):
+        """`require_signature`: a public key (64 hex digits, a file holding them, or 32 bytes); only a
+        .ktc file it signed loads. Without it, $KINETIC_REQUIRE_SIGNATURE when set (docs/security.md)."""
+        threads = check_threads(threads)
+        signer = required_signer(require_signature)
         self.path: Path = hub.resolve_model(path_or_name)
-        self.ktc = load_if_ktc(self.path)  # a .ktc file: checked, its graph and profile used (kinetic/ktc/load.py)
+        # a .ktc file: checked (its graph against its weights), its graph and profile used (kinetic/ktc/load.py)
+        self.ktc = load_if_ktc(self.path, require_signer=signer)
         self.gguf = self.ktc.gguf if self.ktc else open_gguf(self.path)
         self.graph = self.ktc.graph(options) if self.ktc else compile_graph(self.gguf, options)
         run = self.ktc.engine_settings(device, threads) if self.ktc else {"threads": threads}
         self.engine = Engine(self.graph, GGUFWeights(self.gguf), n_ctx=n_ctx, device=device, gpu_layers=gpu_layers,
                              **run)
         self._chat_template_file = chat_template_file
+        self._template_budget = template_budget  # None: chat.DEFAULT_BUDGET (2 s, 16 MiB out, 512 MiB memory)
         self._tokenizer = None
         self._template = None
         self._generator: Generator | None = None
@@ -106,9 +116,10 @@ class Model:
         """The ChatTemplate apply_chat_template renders with (--chat-template-file, else the file's, else
         ChatML), loaded on first use; the server reads its source for reasoning and tool-call markers."""
         if self._template is None:
-            from kinetic.frontend.chat import ChatTemplate
+            from kinetic.frontend.chat import DEFAULT_BUDGET, ChatTemplate
 
-            self._template = ChatTemplate.from_gguf(self.gguf, override_path=self._chat_template_file)
+            self._template = ChatTemplate.from_gguf(self.gguf, override_path=self._chat_template_file,
+                                                    budget=self._template_budget or DEFAULT_BUDGET)
         return self._template
 
     # -- generation ----------------------------------------------------------------------------------
@@ -130,6 +141,7 @@ class Model:
         the same either way.
         """
         settings = self._sampling(sampling, temperature, seed, overrides)
+        max_tokens = _checked_limit(max_tokens)
         ids = self._prompt_ids(prompt)
         matcher = None if grammar is None else self._grammar_matcher(grammar)
         request = GenerationRequest(tuple(ids), settings, max_tokens, grammar=matcher, draft=draft)
@@ -221,3 +233,12 @@ def _texts(generation: Generation) -> Iterator[str]:
     for event in generation:
         if isinstance(event, Piece) and event.text:
             yield event.text
+
+
+def _checked_limit(max_tokens) -> int | None:
+    """max_tokens through the settings' one check (kinetic/runtime/sampling/settings.py): None or a
+    negative count means no limit; anything but an integer is refused."""
+    try:
+        return token_limit(max_tokens)
+    except SettingError as e:
+        raise KineticError(f"bad max_tokens: {e.reason}", "Give a count of tokens, or None for no limit.") from None

@@ -1,4 +1,4 @@
-"""`kinetic compile MODEL [-o OUT.ktc] [--device cpu] [--tune [--tune-seconds N]] [--sign-key FILE]
+"""`kinetic compile MODEL [-o OUT.ktc [--force]] [--device cpu] [--tune [--tune-seconds N]] [--sign-key FILE]
 [--dump-ir DIR]`.
 
 Owns: the command line of compile and its summary (nodes and time per phase). The work itself is
@@ -40,7 +40,8 @@ def add_parser(sub) -> None:
         ".ktc file (docs/FORMAT.md); with --dump-ir, write the graph after each phase as text.",
     )
     p.add_argument("model", help="path to a .gguf file, or the short name of a downloaded model")
-    p.add_argument("-o", "--output", metavar="OUT", help="the .ktc file to write")
+    p.add_argument("-o", "--output", metavar="OUT", help="the .ktc file to write (never over an existing file)")
+    p.add_argument("--force", action="store_true", help="replace OUT when it exists (never the model or the key)")
     p.add_argument("--device", choices=("cpu",), default="cpu", help="the device the profile is for [default: cpu]")
     p.add_argument("--sign-key", metavar="FILE", help="sign the .ktc file with this Ed25519 secret key file")
     p.add_argument("--tune", action="store_true",
@@ -59,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     from kinetic.hub import resolve_model
 
     path = resolve_model(args.model)
-    out = _check_output(Path(args.output), path) if args.output else None
+    out = _check_output(Path(args.output), path, args) if args.output else None
     key = None
     if args.sign_key:
         from kinetic.ktc.keys import read_signing_key
@@ -71,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
     print(format_summary(path, reports, dump_dir=dump_dir))
     if out is not None:
         profile = _tune(path, graphs[-1], args) if args.tune else None
-        print(_write_ktc(path, graphs[-1], out, device=args.device, key=key, profile=profile))
+        print(_write_ktc(path, graphs[-1], out, device=args.device, key=key, profile=profile, force=args.force))
     return 0
 
 
@@ -97,26 +98,27 @@ def _tune(path: Path, graph, args: argparse.Namespace):
     return profile
 
 
-def _check_output(out: Path, source: Path) -> Path:
+def _check_output(out: Path, source: Path, args: argparse.Namespace) -> Path:
+    """The output path, refused before compiling when it exists (without --force), is an input or
+    is not a .ktc name (kinetic.outputs)."""
     from kinetic.ktc import is_ktc
+    from kinetic.outputs import check_output
 
     if is_ktc(source):
         raise KineticError(f"{source.name} is a .ktc file already", "Compile the .gguf file it was made from.")
     if out.suffix.lower() != ".ktc":
         raise KineticError(f"the output {out} does not end in .ktc", "Name the output file MODEL.ktc.")
-    if out.exists() and out.resolve() == source.resolve():
-        raise KineticError(f"the output {out} is the input file", "Choose another output file.")
-    if not out.parent.is_dir():
-        raise KineticError(f"cannot write {out}: the folder {out.parent} does not exist", "Create it first.")
-    return out
+    return check_output(out, inputs={"the model file": source, "the --sign-key file": args.sign_key},
+                        force=args.force)
 
 
-def _write_ktc(path: Path, graph, out: Path, *, device: str, key, profile=None) -> str:
+def _write_ktc(path: Path, graph, out: Path, *, device: str, key, profile=None, force: bool = False) -> str:
     from kinetic.frontend.gguf_file import open_gguf
     from kinetic.ktc.build import build_ktc
 
     start = time.perf_counter()
-    entries = build_ktc(open_gguf(path), graph, out, device=device, signing_key=key, profile=profile)
+    entries = build_ktc(open_gguf(path), graph, out, device=device, signing_key=key, profile=profile,
+                        overwrite=force)
     size = out.stat().st_size
     signed = f", signed by {bytes(key.verify_key).hex()}" if key is not None else ", unsigned"
     return (f"  wrote {out} ({size / 2**20:.1f} MiB, {len(entries)} sections{signed}) "

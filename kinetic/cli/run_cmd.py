@@ -13,9 +13,10 @@ import re
 import sys
 from dataclasses import replace
 
-from kinetic.devices import DEVICE_NAMES, resolve_device
+from kinetic.devices import DEVICE_NAMES, device_choices, device_help, resolve_device
 from kinetic.errors import KineticError
 from kinetic.runtime.sampling import SamplingSettings
+from kinetic.runtime.sampling.settings import SettingError
 
 
 def add_parser(sub) -> None:
@@ -35,16 +36,24 @@ def add_parser(sub) -> None:
     p.add_argument("-t", "--threads", type=int, metavar="N", help="CPU threads [default: every logical CPU]")
     add_device_args(p)
     add_off_arg(p)
-    p.add_argument("--receipt", metavar="FILE", help="also write a receipt of the answer to FILE (docs/receipts.md)")
+    add_signature_arg(p)
+    p.add_argument("--receipt", metavar="FILE", help="also write a receipt of the answer to FILE (docs/receipts.md); "
+                   "never over an existing file or an input of the command")
+    p.add_argument("--force", action="store_true", help="replace the --receipt FILE when it exists")
     p.add_argument("--sign-key", metavar="FILE", help="sign the receipt with this Ed25519 secret key file")
     p.set_defaults(run=run, collect_words=_collect_words)
 
 
+def add_signature_arg(p: argparse.ArgumentParser) -> None:
+    """--require-signature KEY, for every command that loads a model to run it (docs/security.md)."""
+    p.add_argument("--require-signature", metavar="PUBLIC_KEY",
+                   help="run only a .ktc file signed by this Ed25519 public key (64 hex digits, or a file holding "
+                        "them); GGUF files cannot be signed and are refused [default: $KINETIC_REQUIRE_SIGNATURE]")
+
+
 def add_device_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--device", choices=("cpu", "reference", "cuda", "vulkan", "auto"),
-                   help="cpu: generated kernels; reference: the numpy reference interpreter; cuda: the CUDA GPU; "
-                   "vulkan: the first Vulkan GPU; auto: CUDA, else a Vulkan GPU, else the CPU, saying why each is "
-                   "skipped [default: cpu, or cuda with -ngl N > 0]")
+    p.add_argument("--device", choices=device_choices(),
+                   help=f"{device_help()} [default: cpu, or cuda with -ngl N > 0]")
     p.add_argument("-ngl", "--gpu-layers", "--n-gpu-layers", dest="gpu_layers", type=int, metavar="N",
                    help="most layers on the GPU, as llama.cpp's -ngl: 0 means --device cpu, any other N --device "
                         "cuda with at most N layers (the last ones) on the GPU, the rest on the CPU "
@@ -93,10 +102,12 @@ def run(args: argparse.Namespace) -> int:
         raise KineticError(f"-t must be positive, not {args.threads}", "Give a thread count such as -t 4.")
     changes = sampling_changes(args)
     key = _receipt_key(args)
+    _check_receipt_path(args, spec)  # before any work: a refused path costs nothing
     off = parse_off(args.off)
     args.device = resolve_device(device_choice(args))  # auto: the device it picks (lines say why others were skipped)
     model = Model(spec, n_ctx=args.ctx_size, chat_template_file=args.chat_template_file, device=args.device,
-                  threads=args.threads, draft="rad1" not in off, gpu_layers=args.gpu_layers)
+                  threads=args.threads, draft="rad1" not in off, gpu_layers=args.gpu_layers,
+                  require_signature=args.require_signature)
     if args.prompt_ids is not None:
         prompt_in, given = _parse_ids(args.prompt_ids), None  # the receipt's input: None for ids
     else:
@@ -139,6 +150,24 @@ def _receipt_key(args: argparse.Namespace):
     return read_signing_key(args.sign_key)
 
 
+def _receipt_inputs(args: argparse.Namespace, model_path) -> dict:
+    """The command's input files, which the receipt is never written over (kinetic.outputs)."""
+    return {"the model file": model_path, "the --sign-key file": args.sign_key,
+            "the --chat-template-file": args.chat_template_file}
+
+
+def _check_receipt_path(args: argparse.Namespace, spec: str) -> None:
+    if not args.receipt:
+        if args.force:
+            raise KineticError("--force replaces an existing --receipt FILE, and no --receipt was given",
+                               "Add --receipt FILE, or leave out --force.")
+        return
+    from kinetic.hub import resolve_model
+    from kinetic.outputs import check_output
+
+    check_output(args.receipt, inputs=_receipt_inputs(args, resolve_model(spec)), force=args.force)
+
+
 def _write_receipt(args: argparse.Namespace, model, given, ids: list[int], max_tokens: int | None, text: str,
                    key) -> None:
     from kinetic.receipts import Answer, make_receipt, write_receipt
@@ -147,7 +176,7 @@ def _write_receipt(args: argparse.Namespace, model, given, ids: list[int], max_t
     answer = Answer(model_path=model.path, device=args.device, n_ctx=args.ctx_size, input=given, prompt_ids=ids,
                     sampling=s.sampling, max_tokens=max_tokens, finish=s.stop_reason, text=text,
                     output_ids=list(s.tokens))
-    write_receipt(make_receipt(answer, key), args.receipt)
+    write_receipt(make_receipt(answer, key), args.receipt, force=args.force, inputs=_receipt_inputs(args, model.path))
     sys.stderr.write(f"receipt written to {args.receipt} (seed {s.sampling.seed}{', signed' if key else ''})\n")
 
 
@@ -253,7 +282,15 @@ def _parse_bias(text: str) -> tuple[int, float]:
 
 
 def _settings(base: SamplingSettings, changes: dict) -> SamplingSettings:
+    """`base` with the flags' changes, checked by the settings' one validation (LIMITS); a refusal
+    names the flag."""
     try:
         return replace(base, **changes)
-    except ValueError as e:
-        raise KineticError(f"bad sampling flag: {e}", "See `kinetic run --help` and docs/sampling.md.") from None
+    except SettingError as e:
+        flag = _FLAG_OF.get(e.setting, e.setting)
+        raise KineticError(f"bad sampling flag: {flag} {e.reason}", "See `kinetic run --help` and docs/sampling.md.") \
+            from None
+
+
+_FLAG_OF = {field: [f for f in flags if f.startswith("--")][0] for flags, field, *_ in _SAMPLING_FLAGS} | {
+    "dry_sequence_breakers": "--dry-sequence-breaker", "logit_bias": "--logit-bias"}

@@ -17,6 +17,7 @@ from kinetic.cli.run_cmd import (
     add_device_args,
     add_off_arg,
     add_sampling_args,
+    add_signature_arg,
     device_choice,
     parse_off,
     sampling_changes,
@@ -79,9 +80,12 @@ def add_parser(sub) -> None:
     p.add_argument("-t", "--threads", type=int, metavar="N", help="CPU threads [default: every logical CPU]")
     add_device_args(p)
     p.add_argument("--chat-template-file", metavar="FILE", help="use this Jinja chat template")
+    p.add_argument("--template-timeout", type=float, default=2.0, metavar="SECONDS",
+                   help="wall-clock budget of one chat template render (docs/chat-templates.md) [default: 2]")
     p.add_argument("-np", "--parallel", type=int, default=1, metavar="N",
                    help="accepted; requests take turns on the engine for now [default: 1]")
     add_off_arg(p)
+    add_signature_arg(p)
     add_sampling_args(p)
     for flags, takes_value in _IGNORED:
         kind = {"nargs": 1} if takes_value else {"action": "store_true"}
@@ -93,6 +97,7 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from kinetic.frontend.chat import RenderBudget
     from kinetic.model import Model
     from kinetic.server.app import create_app
     from kinetic.server.http import bind, serve
@@ -108,6 +113,10 @@ def run(args: argparse.Namespace) -> int:
     port = args.port if args.port is not None else (OLLAMA_PORT if args.ollama else DEFAULT_PORT)
     if not 0 <= port <= 65535:
         raise KineticError(f"--port must be from 0 to 65535, not {port}", "Example: --port 8080")
+    if not 0 < args.template_timeout < float("inf"):
+        raise KineticError(f"--template-timeout must be a positive number of seconds, not {args.template_timeout}",
+                           "Example: --template-timeout 2")
+    budget = RenderBudget(timeout_s=args.template_timeout)
     changes = sampling_changes(args)
     off = parse_off(args.off)
     logging.basicConfig(level=logging.WARNING, format="kinetic: %(message)s")
@@ -117,7 +126,8 @@ def run(args: argparse.Namespace) -> int:
     sock = bind(args.host, port)
     args.device = resolve_device(device_choice(args))  # auto: the device it picks (lines say why others were skipped)
     model = Model(spec, n_ctx=args.ctx_size, chat_template_file=args.chat_template_file, device=args.device,
-                  threads=args.threads, draft="rad1" not in off, gpu_layers=args.gpu_layers)
+                  threads=args.threads, draft="rad1" not in off, gpu_layers=args.gpu_layers, template_budget=budget,
+                  require_signature=args.require_signature)
     options = ServerOptions(alias=args.alias, host=args.host, port=sock.getsockname()[1], api_key=args.api_key,
                             parallel=args.parallel, sampling=replace(model.sampling_defaults(), **changes),
                             device_name=DEVICE_NAMES[args.device])

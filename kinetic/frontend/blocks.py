@@ -2,8 +2,14 @@
 
 Owns: turning a family's description of a layer (norms, attention with its flags, gated
 feed-forward) into IR nodes, and the bookkeeping that makes loading strict: every tensor a family
-asks for must exist (else "tensor X is missing"), and every tensor in the file must be asked for
-(else "tensor X has no place in family F"). Families call these with keyword arguments only.
+asks for must exist (else "tensor X is missing"), every tensor in the file must be asked for (else
+"tensor X has no place in family F"), and every tensor's shape must be the one the hyperparameters
+and the layer give it (else a ModelFileError naming the tensor, its shape and the expected one):
+the embedding is [embedding_length, vocab] and holds every token of the tokenizer, a projection's
+rows match its input's width, q/k/v/output match the head counts, the feed-forward tensors agree
+with each other and with feed_forward_length, the output projection has a row per embedding row (so
+any token it picks can be embedded again). A shape the IR's specs still reject is a ModelFileError
+too, never an internal error. Families call these with keyword arguments only.
 """
 
 from __future__ import annotations
@@ -11,8 +17,10 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from kinetic.errors import KineticError
+from kinetic.errors import KineticError, ModelFileError
+from kinetic.frontend import hparams as hp
 from kinetic.frontend.gguf_file import GGUFFile
+from kinetic.frontend.tokenizer.vocab import check_vocab
 from kinetic.ir.graph import GraphBuilder
 from kinetic.ir.ops import (
     AttentionAttrs,
@@ -23,6 +31,7 @@ from kinetic.ir.ops import (
     RopeAttrs,
     ScaleAttrs,
     StateAttrs,
+    VerifyError,
 )
 from kinetic.ir.types import TensorType, param_type
 
@@ -47,21 +56,45 @@ class Blocks:
     options: Options = field(default_factory=Options)
     b: GraphBuilder = field(default_factory=GraphBuilder)
     used: set[str] = field(default_factory=set)
+    n_vocab: int | None = None  # rows of the embedding table, once embed() has read it
 
     # -- weights -----------------------------------------------------------------------------------
 
     def has(self, name: str) -> bool:
         return name in self.gguf.tensors
 
-    def weight(self, name: str) -> int:
+    def weight(self, name: str, ne: tuple[int | None, ...], why: str) -> int:
+        """The tensor as a param node, refused unless its GGUF shape `ne` (row length first) is the
+        expected one; None in `ne` accepts any size there (it is checked against the others later)."""
         info = self.gguf.tensors.get(name)
         if info is None:
             raise KineticError(
                 f"tensor {name} is missing from {self.gguf.path.name} (family {self.family})",
                 "The file is incomplete or was converted for another architecture; get a complete file.",
             )
+        fits = len(info.ne) == len(ne) and all(e is None or d == e for d, e in zip(info.ne, ne, strict=False))
+        if not fits:
+            shown = ", ".join("any" if e is None else str(e) for e in ne)
+            raise ModelFileError(self.gguf.path.name, f"tensor {name}", f"has shape {list(info.ne)}",
+                                 f"[{shown}] ({why})")
+        if max(info.ne) > hp.MAX_WIDTH:
+            raise ModelFileError(self.gguf.path.name, f"tensor {name}", f"has shape {list(info.ne)}",
+                                 f"no dimension above {hp.MAX_WIDTH}")
         self.used.add(name)
         return self.b.param(name, param_type(info.type, info.shape))
+
+    def width(self, x: int) -> int:
+        """The row width of an activation f32 [T, width]."""
+        return self.b.type_of(x).shape[1]
+
+    def node(self, op: Op, inputs: tuple[int, ...], attrs: object = None, type: TensorType | None = None) -> int:
+        """A node whose spec accepts its inputs; a spec that refuses them is the file's fault here,
+        since every shape came from it."""
+        try:
+            return self.b.add(op, inputs, attrs, type)
+        except VerifyError as exc:
+            raise ModelFileError(self.gguf.path.name, "the tensors and hyperparameters", f"do not fit together "
+                                 f"({op.value}: {exc})", "shapes that match the hyperparameters") from None
 
     def check_all_used(self) -> None:
         for name in self.gguf.tensors:
@@ -74,25 +107,45 @@ class Blocks:
     # -- inputs ------------------------------------------------------------------------------------
 
     def input(self, name: str) -> int:
-        return self.b.add(Op.INPUT, (), InputAttrs(name))
+        return self.node(Op.INPUT, (), InputAttrs(name))
 
     def embed(self, table: str, tokens: int) -> int:
-        return self.b.add(Op.EMBED, (self.weight(table), tokens))
+        """Rows of the embedding table: [embedding_length, vocab], with a row for every token the
+        tokenizer can produce and as many as <arch>.vocab_size says when the file says."""
+        n_embd = hp.key(self.gguf, "embedding_length")
+        info = self.gguf.tensors.get(table)
+        self.n_vocab = info.ne[-1] if info is not None else None
+        param = self.weight(table, (n_embd, hp.key(self.gguf, "vocab_size", None)),
+                            f"embedding_length {n_embd} by the vocabulary")
+        self._check_tokenizer_fits(table)
+        return self.node(Op.EMBED, (param, tokens))
+
+    def _check_tokenizer_fits(self, table: str) -> None:
+        """The tokenizer's values have their types (checked now, at load: the tokenizer itself is
+        built on first use), and every token it can produce has a row in the table."""
+        n_tokens = check_vocab(self.gguf.metadata, self.gguf.path.name)
+        if n_tokens > self.n_vocab:
+            raise ModelFileError(self.gguf.path.name, "tokenizer.ggml.tokens", f"has {n_tokens} tokens",
+                                 f"at most the {self.n_vocab} rows of {table}, so that every token has a row")
 
     # -- layers ------------------------------------------------------------------------------------
 
     def rms_norm(self, x: int, weight: str | None, *, eps: float, group: int = 0) -> int:
-        inputs = (x,) if weight is None else (x, self.weight(weight))
-        return self.b.add(Op.RMS_NORM, inputs, RmsNormAttrs(eps, group))
+        size = group or self.width(x)
+        inputs = (x,) if weight is None else (x, self.weight(weight, (size,), "one scale per normalized value"))
+        return self.node(Op.RMS_NORM, inputs, RmsNormAttrs(eps, group))
 
-    def linear(self, x: int, weight: str) -> int:
-        return self.b.add(Op.MATMUL, (x, self.weight(weight)), MatmulAttrs(self.options.activations))
+    def linear(self, x: int, weight: str, *, n_out: int | None = None, why: str = "") -> int:
+        """x @ weight.T; the weight's rows are x's width long, and there are n_out of them when given."""
+        width = self.width(x)
+        param = self.weight(weight, (width, n_out), why or f"rows of the input's width {width}")
+        return self.node(Op.MATMUL, (x, param), MatmulAttrs(self.options.activations))
 
     def add(self, a: int, b: int) -> int:
-        return self.b.add(Op.ADD, (a, b))
+        return self.node(Op.ADD, (a, b))
 
     def scale(self, x: int, factor: float) -> int:
-        return self.b.add(Op.SCALE, (x,), ScaleAttrs(factor))
+        return self.node(Op.SCALE, (x,), ScaleAttrs(factor))
 
     def attention(
         self,
@@ -115,35 +168,42 @@ class Blocks:
         graph does this; it changes how q rounds to the f16 cache type, so it is kept as written).
         """
         p = f"blk.{layer}."
-        q = self.linear(x, p + "attn_q.weight")
-        k = self.linear(x, p + "attn_k.weight")
-        v = self.linear(x, p + "attn_v.weight")
+        width, q_width, kv_width = self.width(x), n_head * head_dim, n_kv_head * head_dim
+        q = self.linear(x, p + "attn_q.weight", n_out=q_width, why=f"{width} in, {n_head} heads x {head_dim} out")
+        kv_why = f"{width} in, {n_kv_head} KV heads x {head_dim} out"
+        k = self.linear(x, p + "attn_k.weight", n_out=kv_width, why=kv_why)
+        v = self.linear(x, p + "attn_v.weight", n_out=kv_width, why=kv_why)
         if qk_norm_eps is not None:
             q = self.rms_norm(q, p + "attn_q_norm.weight", eps=qk_norm_eps, group=head_dim)
             k = self.rms_norm(k, p + "attn_k_norm.weight", eps=qk_norm_eps, group=head_dim)
-        q = self.b.add(Op.ROPE, (q, positions), rope)
+        q = self.node(Op.ROPE, (q, positions), rope)
         k_rope = RopeAttrs(**{**rope.__dict__, "n_head": n_kv_head})
-        k = self.b.add(Op.ROPE, (k, positions), k_rope)
+        k = self.node(Op.ROPE, (k, positions), k_rope)
         if q_prescale:
             q, scale = self.scale(q, scale), 1.0
-        state = self.b.add(
+        state = self.node(
             Op.STATE, (), StateAttrs(f"kv.{layer}", layer, n_kv_head, head_dim), TensorType("kv", ())
         )
         attrs = AttentionAttrs(n_head, n_kv_head, head_dim, scale, window, 0.0, self.options.kv_dtype)
-        out = self.b.add(Op.ATTENTION, (q, k, v, state), attrs)
-        return self.linear(out, p + "attn_output.weight")
+        out = self.node(Op.ATTENTION, (q, k, v, state), attrs)
+        return self.linear(out, p + "attn_output.weight", n_out=width, why=f"{q_width} in, the width {width} out")
 
     def ffn(self, x: int, *, layer: int, act: Act) -> int:
-        """Gated feed-forward: down(act(gate(x)) * up(x))."""
+        """Gated feed-forward: down(act(gate(x)) * up(x)), gate and up [width, n_ff], down [n_ff, width]."""
         p = f"blk.{layer}."
-        gate = self.linear(x, p + "ffn_gate.weight")
-        up = self.linear(x, p + "ffn_up.weight")
-        gate = self.b.add(Op.SILU if act is Act.SILU else Op.GELU, (gate,))
-        return self.linear(self.b.add(Op.MUL, (gate, up)), p + "ffn_down.weight")
+        width, n_ff = self.width(x), hp.key(self.gguf, "feed_forward_length", None)
+        why = f"{width} in, feed_forward_length {n_ff} out" if n_ff else f"{width} in"
+        gate = self.linear(x, p + "ffn_gate.weight", n_out=n_ff, why=why)
+        n_ff = self.width(gate)
+        up = self.linear(x, p + "ffn_up.weight", n_out=n_ff, why=f"{width} in, {n_ff} out as ffn_gate")
+        gate = self.node(Op.SILU if act is Act.SILU else Op.GELU, (gate,))
+        return self.linear(self.node(Op.MUL, (gate, up)), p + "ffn_down.weight", n_out=width,
+                           why=f"{n_ff} in, the width {width} out")
 
     def head(self, x: int, *, eps: float, norm: str = "output_norm.weight") -> int:
-        """Final norm on the wanted rows, then the output projection (tied to the embedding if absent)."""
-        rows = self.b.add(Op.TAKE_ROWS, (x, self.input("output_rows")))
+        """Final norm on the wanted rows, then the output projection (tied to the embedding if absent),
+        with a row per embedding row: every token it scores can be fed back."""
+        rows = self.node(Op.TAKE_ROWS, (x, self.input("output_rows")))
         y = self.rms_norm(rows, norm, eps=eps)
         out = "output.weight" if self.has("output.weight") else "token_embd.weight"
-        return self.linear(y, out)
+        return self.linear(y, out, n_out=self.n_vocab, why=f"{self.width(y)} in, a row per token embedding")

@@ -26,9 +26,9 @@ from kinetic.ktc.writer import SectionData, write_ktc
 
 
 def build_ktc(gguf: GGUFFile, graph: Graph, out: str | os.PathLike, *, device: str = "cpu",
-              signing_key=None, profile: Profile | None = None) -> list[Entry]:
+              signing_key=None, profile: Profile | None = None, overwrite: bool = False) -> list[Entry]:
     """Write `out` from an open GGUF file and the graph the pipeline made of it (with default
-    lowering options); returns the manifest entries."""
+    lowering options); an existing `out` is replaced only with overwrite. Returns the manifest entries."""
     from kinetic.ir.text import print_graph
 
     parts = split_gguf(gguf)
@@ -42,7 +42,7 @@ def build_ktc(gguf: GGUFFile, graph: Graph, out: str | os.PathLike, *, device: s
     ]
     if parts.chat_template is not None:
         sections.append(SectionData(Kind.CHAT_TEMPLATE, [parts.chat_template.encode("utf-8")]))
-    return write_ktc(Path(out), sections, signing_key)
+    return write_ktc(Path(out), sections, signing_key, overwrite=overwrite)
 
 
 def metadata_record(gguf: GGUFFile, profile: Profile) -> dict:

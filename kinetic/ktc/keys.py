@@ -56,26 +56,20 @@ def read_public_key(spec: str) -> bytes:
     return bytes.fromhex(match.group(1).decode())
 
 
-def generate_key_file(path: str | os.PathLike) -> str:
-    """Write a new secret key to path (mode 0600, never over an existing file) and its public key to
-    path + '.pub'; returns the public key in hex."""
+def generate_key_file(path: str | os.PathLike, *, force: bool = False) -> str:
+    """Write a new secret key to path (mode 0600) and its public key to path + '.pub', each
+    atomically and over an existing file only with force (kinetic.outputs); returns the public key
+    in hex. Both paths are checked before either is written."""
     from nacl.signing import SigningKey
+
+    from kinetic.outputs import check_output, write_output
 
     path = Path(path)
     pub = path.with_name(path.name + ".pub")
+    for target in (path, pub):
+        check_output(target, force=force)
     key = SigningKey.generate()
     public = bytes(key.verify_key).hex()
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        raise KineticError(f"{path} exists already",
-                           "Choose another file name; keygen never overwrites a key.") from None
-    except OSError as exc:
-        raise KineticError(f"cannot create {path}: {exc.strerror or exc}", "Check the path.") from None
-    with os.fdopen(fd, "w") as f:
-        f.write(bytes(key).hex() + "\n")
-    try:
-        pub.write_text(public + "\n")
-    except OSError as exc:
-        raise KineticError(f"cannot write {pub}: {exc.strerror or exc}", "Check the path.") from None
+    write_output(path, bytes(key).hex() + "\n", force=force, private=True)
+    write_output(pub, public + "\n", force=force)
     return public

@@ -13,6 +13,13 @@ device's own defaults run and one note says so. A tuned profile's thread count i
 machine with as many CPUs as the one it was tuned on (its batch on any machine of the class). The
 stored graph is used when this build's pipeline hash and the lowering options are the ones it was
 made with; otherwise the graph is made again from the weights (with a note when the build differs).
+Either way it is checked against the weights and tokenizer before it is returned (graph_check.py):
+an edited file with valid hashes is refused there, before any kernel runs. A profile's thread count
+above what kinetic.limits allows on this machine is replaced by the default, with a note.
+
+A required signer (`require_signer`: an Ed25519 public key, from --require-signature, Model's
+require_signature or $KINETIC_REQUIRE_SIGNATURE) is checked first: an unsigned file, a file signed
+by another key, or a GGUF file (which cannot be signed) is refused with a SignatureRequiredError.
 """
 
 from __future__ import annotations
@@ -24,13 +31,17 @@ from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
+from kinetic.errors import KineticError, SignatureRequiredError
 from kinetic.frontend.gguf_file import GGUFFile
 from kinetic.ktc import layout as L
 from kinetic.ktc.gguf_sections import join_gguf
+from kinetic.ktc.graph_check import check_graph
 from kinetic.ktc.layout import Kind
 from kinetic.ktc.profile import Profile, device_class
 from kinetic.ktc.reader import KtcError, KtcFile
 from kinetic.user_cache import cache_dir, file_stamp, write_json
+
+REQUIRE_SIGNATURE_ENV = "KINETIC_REQUIRE_SIGNATURE"
 
 
 def stderr_note(line: str) -> None:
@@ -41,11 +52,14 @@ class LoadedKtc:
     """A verified .ktc file: `gguf` (what the frontend reads), `profile`, `metadata`."""
 
     def __init__(self, path: str | os.PathLike, *, note: Callable[[str], None] = stderr_note,
-                 use_stamps: bool = True, hash_weights: bool = True):
-        """`hash_weights=False` (for `kinetic info`) leaves the weights section's hash unchecked."""
+                 use_stamps: bool = True, hash_weights: bool = True, require_signer: bytes | None = None):
+        """`hash_weights=False` (for `kinetic info`) leaves the weights section's hash unchecked;
+        `require_signer` refuses the file unless that public key signed it."""
         self.file = KtcFile.open(path)
         self.path = self.file.path
         self.note = note
+        if require_signer is not None:
+            check_signer(self.file, require_signer)
         for kind in Kind:
             if kind is not Kind.WEIGHTS and self.file.has(kind):
                 self.file.check_hash(kind)
@@ -77,11 +91,13 @@ class LoadedKtc:
             except Exception as exc:
                 raise KtcError(self.path, "graph", f"section graph does not read as a valid graph: {exc}",
                                "The file was written by a faulty tool; compile it again from the .gguf file.") from None
-            return graph
-        if same_options:
-            self.note(f"{self.path.name} was optimized by another Kinetic build (kinetic "
-                      f"{self.profile.kinetic_version}); optimizing its graph again")
-        return compile_graph(self.gguf, options)
+        else:
+            if same_options:
+                self.note(f"{self.path.name} was optimized by another Kinetic build (kinetic "
+                          f"{self.profile.kinetic_version}); optimizing its graph again")
+            graph = compile_graph(self.gguf, options)
+        check_graph(self.path, graph, self.gguf)
+        return graph
 
     def engine_settings(self, device: str, threads: int | None) -> dict:
         """Engine keywords from the profile when it fits this machine (threads given win)."""
@@ -98,13 +114,50 @@ class LoadedKtc:
         """The profile's thread count; None (every CPU) when it was tuned on a machine with another
         number of CPUs, where the measured best count says little."""
         from kinetic.codegen.cpu.step import available_cpus
+        from kinetic.limits import check_threads, max_threads
 
         tuned_on = (self.profile.measured or {}).get("cpus")
         if self.profile.tuned and isinstance(tuned_on, int) and tuned_on != available_cpus():
             self.note(f"{self.path.name} was tuned on a machine with {tuned_on} CPUs, this one has "
                       f"{available_cpus()}; running with threads for this machine")
             return None
-        return self.profile.threads
+        try:
+            return check_threads(self.profile.threads)
+        except KineticError:
+            self.note(f"{self.path.name}'s profile asks for {self.profile.threads} threads, more than "
+                      f"{max_threads()} on this machine; running with threads for this machine")
+            return None
+
+
+def check_signer(file: KtcFile, public_key: bytes) -> None:
+    """Refuse the file unless it is signed by `public_key` (its signature was verified on open)."""
+    sig = file.signature
+    if sig is not None and sig.public_key == public_key:
+        return
+    who = "is unsigned" if sig is None else f"is signed by {sig.public_key_hex}"
+    raise SignatureRequiredError(f"{file.path.name} {who}; a signature by {public_key.hex()} is required",
+                                 "Get the file from the publisher whose key you trust, or sign it with "
+                                 "`kinetic compile MODEL.gguf -o MODEL.ktc --sign-key KEY`.")
+
+
+def required_signer(spec: str | bytes | None = None) -> bytes | None:
+    """The public key files must be signed by: `spec` (64 hex digits, a file holding them, or 32 raw
+    bytes), else $KINETIC_REQUIRE_SIGNATURE, else None (any file, signed or not)."""
+    from kinetic.ktc.keys import read_public_key
+
+    if isinstance(spec, bytes):
+        if len(spec) != 32:
+            raise KineticError(f"a public key is 32 bytes, not {len(spec)}", "Give it as 64 hex digits.")
+        return spec
+    if spec is not None:
+        return read_public_key(str(spec))
+    from_env = os.environ.get(REQUIRE_SIGNATURE_ENV, "").strip()
+    if not from_env:
+        return None
+    try:
+        return read_public_key(from_env)
+    except KineticError as exc:
+        raise KineticError(f"${REQUIRE_SIGNATURE_ENV}: {exc.message}", exc.hint) from None
 
 
 def _profile(file: KtcFile) -> Profile:
@@ -141,8 +194,17 @@ def _write_stamp(file: KtcFile, stamp: dict) -> None:
     write_json(_stamp_path(file), stamp)
 
 
-def load_if_ktc(path: str | os.PathLike, *, note: Callable[[str], None] = stderr_note) -> LoadedKtc | None:
-    """The loaded .ktc file at path, or None when path is not a .ktc file (a .gguf, say)."""
+def load_if_ktc(path: str | os.PathLike, *, note: Callable[[str], None] = stderr_note,
+                require_signer: bytes | None = None) -> LoadedKtc | None:
+    """The loaded .ktc file at path, or None when path is not a .ktc file (a .gguf, say). With
+    `require_signer`, only a .ktc file signed by that key loads; anything else is refused."""
     from kinetic.ktc.reader import is_ktc
 
-    return LoadedKtc(path, note=note) if is_ktc(path) else None
+    if is_ktc(path):
+        return LoadedKtc(path, note=note, require_signer=require_signer)
+    if require_signer is not None:
+        raise SignatureRequiredError(f"{Path(path).name} is not a .ktc file, and only a .ktc file can carry the "
+                                     f"signature by {require_signer.hex()} that is required",
+                                     "Compile and sign it (`kinetic compile MODEL.gguf -o MODEL.ktc --sign-key "
+                                     "KEY`), or ask its publisher for a signed .ktc file.")
+    return None

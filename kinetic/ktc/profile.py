@@ -4,13 +4,20 @@ Owns: the device class of this machine (`cpu-x86_64-avx512vnni`, `cpu-x86_64-avx
 `cpu-x86_64-scalar`, `cpu-aarch64-scalar`), the Profile record and its JSON form, and the default
 profile `kinetic compile` writes (`"tuned": false`). `kinetic compile --tune` writes a tuned one
 (kinetic/ktc/tune.py): threads and batch measured best on this machine, `"tuned": true`, and the
-numbers in `measured`.
+numbers in `measured`. A profile read from a file is checked field by field: types, and batch,
+threads and matmul tile from 1 to MAX_BATCH (4096), MAX_THREADS (1024) and MAX_TILE (1024), so no
+profile can size an allocation or start threads by itself.
 """
 
 from __future__ import annotations
 
 import platform
 from dataclasses import asdict, dataclass, fields
+
+from kinetic.limits import MAX_BATCH
+
+MAX_THREADS = 1024  # a profile's thread count; at run time more than kinetic.limits allows falls back
+MAX_TILE = 1024
 
 # The CPU codegen's int8 dot variants (kinetic/codegen/cpu/target.py) by the name a class uses.
 _VARIANT_CLASS = {"vnni": "avx512vnni", "avx2": "avx2", "generic": "scalar"}
@@ -67,8 +74,10 @@ class Profile:
             if not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed):
                 raise ValueError(f"its {f.name!r} is {value!r}")
             values[f.name] = value
-        if values["batch"] < 1 or values["matmul_tile"] < 1 or (values["threads"] or 1) < 1:
-            raise ValueError("batch, matmul_tile and threads must be at least 1")
+        for name, high in (("batch", MAX_BATCH), ("matmul_tile", MAX_TILE), ("threads", MAX_THREADS)):
+            value = values[name]
+            if value is not None and not 1 <= value <= high:
+                raise ValueError(f"its {name!r} is {value}, outside 1..{high}")
         return cls(**values)
 
 

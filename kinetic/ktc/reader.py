@@ -99,6 +99,9 @@ class KtcFile:
             value = json.loads(self.text(kind))
         except json.JSONDecodeError as exc:
             raise KtcError(self.path, kind.label, f"section {kind.label} is not valid JSON: {exc}") from None
+        except (RecursionError, ValueError) as exc:  # nesting past the stack; ints past Python's digit limit
+            raise KtcError(self.path, kind.label, f"section {kind.label} is JSON Kinetic does not read "
+                           f"({type(exc).__name__}: {str(exc)[:80]})") from None
         if not isinstance(value, dict):
             raise KtcError(self.path, kind.label, f"section {kind.label} is not a JSON object")
         return value

@@ -1,7 +1,8 @@
 """Writing a .ktc file: sections hashed as they are written, an optional signature, all or nothing.
 
-Owns: `write_ktc(path, sections, signing_key)`. The file is written to a temporary file beside the
-target, synced, and renamed over it, so a reader never sees a partial file; any failure (a full disk
+Owns: `write_ktc(path, sections, signing_key)`. The file is written through kinetic.outputs'
+atomic_output: a temporary file beside the target, synced, then put in place (over an existing
+file only with overwrite), so a reader never sees a partial file; any failure (a full disk
 included) removes the temporary file and raises a KineticError saying what happened. The bytes
 depend only on the sections and the key (Ed25519 signatures are deterministic), so compiling the
 same model twice gives the same file.
@@ -9,10 +10,8 @@ same model twice gives the same file.
 
 from __future__ import annotations
 
-import errno
 import os
 import shutil
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +21,7 @@ import blake3
 from kinetic.errors import KineticError
 from kinetic.ktc import layout as L
 from kinetic.ktc.layout import Entry, Kind
+from kinetic.outputs import atomic_output
 
 _CHUNK = 16 * 1024 * 1024
 _ZEROS = bytes(L.ALIGN)
@@ -40,37 +40,27 @@ class SectionData:
         return sum(memoryview(p).nbytes for p in self.parts)
 
 
-def write_ktc(path: str | os.PathLike, sections: list[SectionData], signing_key=None) -> list[Entry]:
-    """Write the file; `signing_key` is a nacl.signing.SigningKey or None. Returns the manifest entries."""
+def write_ktc(path: str | os.PathLike, sections: list[SectionData], signing_key=None, *,
+              overwrite: bool = False) -> list[Entry]:
+    """Write the file; `signing_key` is a nacl.signing.SigningKey or None. An existing file at
+    `path` is replaced only with overwrite (kinetic.outputs). Returns the manifest entries."""
     path = Path(path)
     sections = sorted(sections, key=lambda s: s.kind)
     sizes = [s.size for s in sections] + ([L.SIGNATURE_BLOCK_SIZE] if signing_key is not None else [])
     offsets = L.place(sizes, len(sections))
     file_size = offsets[-1] + sizes[-1]
     _check_room(path, file_size)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            entries = _write_body(f, sections, offsets)
-            header = L.Header(L.VERSION, file_size, L.manifest_size(len(entries)),
-                              L.FLAG_SIGNED if signing_key is not None else 0, 0)
-            head = L.pack_header(header) + L.pack_manifest(entries)
-            if signing_key is not None:
-                signed = signing_key.sign(L.SIGNING_DOMAIN + head).signature
-                _pad_to(f, offsets[-1])
-                f.write(bytes(signing_key.verify_key) + signed)
-            f.seek(0)
-            f.write(head)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
-    except BaseException as exc:
-        _remove(tmp)
-        if isinstance(exc, OSError):
-            raise _write_error(path, exc, file_size) from None
-        raise
-    _sync_dir(path.parent)
+    with atomic_output(path, force=overwrite, size=file_size) as f:
+        entries = _write_body(f, sections, offsets)
+        header = L.Header(L.VERSION, file_size, L.manifest_size(len(entries)),
+                          L.FLAG_SIGNED if signing_key is not None else 0, 0)
+        head = L.pack_header(header) + L.pack_manifest(entries)
+        if signing_key is not None:
+            signed = signing_key.sign(L.SIGNING_DOMAIN + head).signature
+            _pad_to(f, offsets[-1])
+            f.write(bytes(signing_key.verify_key) + signed)
+        f.seek(0)
+        f.write(head)
     return entries
 
 
@@ -103,38 +93,3 @@ def _check_room(path: Path, needed: int) -> None:
     if free < needed:
         raise KineticError(f"not enough disk space for {path.name}: it needs {needed / 2**20:.1f} MiB, "
                            f"{path.parent} has {free / 2**20:.1f} MiB free", "Free some space or write elsewhere.")
-
-
-def _write_error(path: Path, exc: OSError, size: int) -> KineticError:
-    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        return KineticError(f"the disk filled up while writing {path.name} ({size / 2**20:.1f} MiB); nothing was "
-                            "written", "Free some space or write elsewhere.")
-    return KineticError(f"cannot write {path}: {exc.strerror or exc}; nothing was written",
-                        "Check the path and its permissions.")
-
-
-def _remove(tmp: str) -> None:
-    try:
-        os.unlink(tmp)
-    except OSError:
-        pass
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def _sync_dir(folder: Path) -> None:
-    """Make the rename durable where the platform allows syncing a folder."""
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)

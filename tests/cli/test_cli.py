@@ -67,8 +67,8 @@ def test_not_a_gguf_file(tmp_path):
 
 
 @pytest.mark.parametrize("flags, message", [
-    (["--repeat-penalty", "0"], "repeat_penalty must be greater than 0"),
-    (["--mirostat", "3"], "mirostat must be 0"),
+    (["--repeat-penalty", "0"], "--repeat-penalty must be a number greater than 0"),
+    (["--mirostat", "3"], "--mirostat must be an integer from 0 to 2"),
     (["-l", "15043*2"], "--logit-bias takes TOKEN_ID+BIAS"),
 ])
 def test_bad_sampling_flag_fails_cleanly(tmp_path, flags, message):
@@ -121,19 +121,18 @@ def test_cuda_without_a_gpu_fails_with_the_reason(smollm2_path, flags):
     assert "Use --device cpu." in proc.stderr
 
 
-@pytest.mark.parametrize("flags", [["--device", "cuda"], ["-ngl", "10"]], ids=["whole", "split"])
-def test_device_cuda_end_to_end_on_the_emulation(smollm2_path, monkeypatch, flags):
-    """`kinetic run --device cuda` through the whole CUDA path (Model, the runtime, drafting, the
-    sampler) on the host emulation of its kernels (KINETIC_CUDA_EMULATE), whole and split with -ngl 10
-    (20 layers on the CPU): the same answer as --device cpu, and one line saying where it ran."""
+@pytest.mark.parametrize("flags", [[], ["-ngl", "10"]], ids=["whole", "split"])
+def test_device_cuda_end_to_end_on_the_emulation(smollm2_path, flags):
+    """`kinetic run --device cuda-emulated` through the whole CUDA path (Model, the runtime, drafting,
+    the sampler) on the host emulation of its kernels, whole and split with -ngl 10 (20 layers on the
+    CPU): the same answer as --device cpu, and one line saying where it ran."""
     from kinetic.codegen.cuda import emulator
 
     if emulator.unavailable_reason():
         pytest.skip(emulator.unavailable_reason())
     args = ("run", str(smollm2_path), "--raw", "The capital of France is", "-n", "4", "--temp", "0")
     cpu = kinetic(*args, "--device", "cpu")
-    monkeypatch.setenv("KINETIC_CUDA_EMULATE", "1")
-    cuda = kinetic(*args, *flags)
+    cuda = kinetic(*args, "--device", "cuda-emulated", *flags)
     assert cpu.returncode == 0 and cuda.returncode == 0, cuda.stderr
     assert cuda.stdout == cpu.stdout
     assert "host emulation of its kernels" in cuda.stderr

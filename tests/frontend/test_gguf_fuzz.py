@@ -12,7 +12,8 @@ Every case runs under a wall-clock alarm (a hang fails the test) and a data-segm
 allocation much larger than the file fails it); the hypothesis cases and every 25th mutation also
 run under tracemalloc, whose peak must stay below the file's size plus 2 MiB. The default run has
 2,000 cases (about 45 s); the tests marked slow run ten times as many, only when asked for with
-`pytest -m slow` or KINETIC_SLOW=1.
+`pytest -m slow` or KINETIC_SLOW=1. The values a well-formed file holds (hyperparameters, tokenizer
+arrays, tensor shapes), loaded and run, are fuzzed in tests/frontend/test_gguf_values_fuzz.py.
 """
 
 from __future__ import annotations

@@ -32,8 +32,9 @@ class _HFBackend:
         self.hf = hf
 
     def encode(self, fragments: list[str]) -> list[int]:
-        if len(fragments) == 1:
-            return self.hf.encode(fragments[0], add_special_tokens=False).ids
+        # Always the batch encoder, even for one fragment: it runs without the GIL (Tokenizer.encode
+        # holds it throughout, so a long prompt tokenized on a server's worker thread froze the
+        # event loop for seconds) and skips the offsets nobody reads, about twice as fast.
         out: list[int] = []
         for enc in self.hf.encode_batch_fast(fragments, add_special_tokens=False):
             out.extend(enc.ids)

@@ -2,7 +2,12 @@
 
 Owns: reading `tokenizer.ggml.*` into plain Python data (token texts, attributes, scores, merges,
 special ids, add-BOS/EOS flags) and deciding, as llama.cpp does, which tokens end generation and
-which are matched in raw text.
+which are matched in raw text. Every value is typed before it is read (`check_vocab`, which loading
+also runs without decoding the strings): the tokens and merges are arrays of strings, the token
+types integers and the scores numbers (no NaN), one per token, the model, pre-tokenizer and chat
+template strings, flags booleans, special ids integers; anything else is a ModelFileError naming the
+key. A special id outside the vocabulary falls back to the default, as llama.cpp's does (with a
+warning there).
 Does not own: splitting or merging text (backends.py), the public API (core.py).
 """
 
@@ -12,7 +17,9 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
 
-from kinetic.errors import KineticError
+import numpy as np
+
+from kinetic.errors import KineticError, ModelFileError
 from kinetic.frontend.tokenizer.pretok import PRE_TOKENIZERS, PreTokenizer, pre_tokenizer
 
 
@@ -117,38 +124,34 @@ def default_add_bos(model: str | None, pre_name: str | None) -> bool:
 
 
 def read_vocab(meta) -> Vocab:
-    """Read `tokenizer.ggml.*` from a GGUF metadata mapping."""
+    """Read `tokenizer.ggml.*` from a GGUF metadata mapping (or a dict of the same values)."""
+    n = check_vocab(meta)
     model = meta.get("tokenizer.ggml.model")
     if model not in _DEFAULTS:
         raise KineticError(
             f'unsupported tokenizer model "{model}"',
             "Kinetic reads gpt2 (byte-level BPE), llama (SentencePiece) and bert (WordPiece) vocabularies.",
         )
-    tokens = meta.get("tokenizer.ggml.tokens")
-    if not tokens:
+    if not n:
         raise KineticError("the file has no tokenizer.ggml.tokens", "The GGUF file has no vocabulary.")
-    tokens = [t if t else f"[EMPTY_{i}]" for i, t in enumerate(tokens)]  # as llama.cpp names empty ones
-    n = len(tokens)
+    tokens = [t if t else f"[EMPTY_{i}]" for i, t in enumerate(meta["tokenizer.ggml.tokens"])]  # llama.cpp's names
     types = meta.get("tokenizer.ggml.token_type")
-    if types is None:
-        attrs = [Attr.NORMAL] * n
-    else:
-        attrs = [_TYPE_TO_ATTR.get(t, Attr.UNDEFINED) for t in types.tolist()]
+    attrs = [Attr.NORMAL] * n if types is None else [_TYPE_TO_ATTR.get(t, Attr.UNDEFINED) for t in _list(types)]
     scores = meta.get("tokenizer.ggml.scores")
     defaults = _DEFAULTS[model]
     pre_name = meta.get("tokenizer.ggml.pre") or "default"
     pre = pre_tokenizer(pre_name) if model == "gpt2" else None
     merges = list(meta.get("tokenizer.ggml.merges") or []) if model == "gpt2" else []
-    if model == "gpt2" and "tokenizer.ggml.merges" not in meta:
+    if model == "gpt2" and meta.get("tokenizer.ggml.merges") is None:
         raise KineticError("the BPE vocabulary has no tokenizer.ggml.merges", "The GGUF file is incomplete.")
 
     def special(key: str, default: int | None) -> int | None:
-        value = meta.get(f"tokenizer.ggml.{key}_token_id")
-        return int(value) if isinstance(value, int) and 0 <= value < n else default
+        value = _token_id(meta, f"tokenizer.ggml.{key}_token_id", n)
+        return value if value is not None else (default if default is not None and 0 <= default < n else None)
 
     def flag(key: str, default: bool) -> bool:
         value = meta.get(f"tokenizer.ggml.{key}")
-        return bool(value) if isinstance(value, bool) else default
+        return default if value is None else value
 
     vocab = Vocab(
         model=model,
@@ -156,7 +159,7 @@ def read_vocab(meta) -> Vocab:
         pre=pre,
         tokens=tokens,
         attrs=attrs,
-        scores=None if scores is None else scores.tolist(),
+        scores=None if scores is None else _list(scores),
         merges=merges,
         bos_id=special("bos", defaults["bos"]),
         eos_id=special("eos", defaults["eos"]),
@@ -172,15 +175,112 @@ def read_vocab(meta) -> Vocab:
     return vocab
 
 
+# -- checking every value's type before anything reads it --------------------------------------------
+
+# key -> the kind of its one value (_SCALARS) or of every element (_ARRAYS); "number": an int or float
+_SCALARS = {"tokenizer.ggml.model": "string", "tokenizer.ggml.pre": "string", "tokenizer.chat_template": "string"}
+_SCALARS.update({f"tokenizer.ggml.{k}": "bool" for k in ("add_bos_token", "add_eos_token", "add_space_prefix")})
+_SCALARS.update({f"tokenizer.ggml.{k}_token_id": "int" for k in (
+    "bos", "eos", "unknown", "seperator", "separator", "padding", "eot", "eom", "fim_pad", "fim_rep", "fim_sep")})
+_ARRAYS = {"tokenizer.ggml.tokens": "string", "tokenizer.ggml.merges": "string",
+           "tokenizer.ggml.token_type": "int", "tokenizer.ggml.scores": "number"}
+_EXPECTED = {"string": "a string", "bool": "true or false", "int": "an integer", "number": "a number"}
+_EXPECTED_ARRAY = {"string": "an array of strings", "int": "an array of integers", "number": "an array of numbers"}
+_GGUF_KIND = {"STRING": "string", "BOOL": "bool", "FLOAT32": "float", "FLOAT64": "float"}  # others: integers
+
+
+def check_vocab(meta, file: str | None = None) -> int:
+    """Check that every `tokenizer.ggml.*` value Kinetic reads has its type, and that the per-token
+    arrays have one value per token (scores with no NaN), without decoding the token strings; a
+    ModelFileError names the first key that does not (and `file`, when given). Returns the number
+    of tokens (0: none)."""
+    for key, kind in _SCALARS.items():
+        found = _kind_of(meta, key)
+        if found is not None and (found[1] is not None or not _fits(found[0], kind)):
+            raise ModelFileError(file, key, f"is {_describe(found)}", _EXPECTED[kind])
+    n = 0
+    for key, kind in _ARRAYS.items():
+        found = _kind_of(meta, key)
+        if found is None:
+            continue
+        if found[1] is None or not _fits(found[0], kind):
+            raise ModelFileError(file, key, f"is {_describe(found)}", _EXPECTED_ARRAY[kind])
+        if key == "tokenizer.ggml.tokens":
+            n = found[1]
+        elif key != "tokenizer.ggml.merges" and found[1] != n:
+            raise ModelFileError(file, key, f"has {found[1]} values", f"one per token ({n})")
+    scores = meta.get("tokenizer.ggml.scores")
+    nan = np.flatnonzero(np.isnan(np.asarray(scores, dtype=np.float64))) if scores is not None else ()
+    if len(nan):
+        raise ModelFileError(file, "tokenizer.ggml.scores", f"holds NaN at token {int(nan[0])}", "a number per token")
+    return n
+
+
+def _fits(found: str, kind: str) -> bool:
+    return found == kind or (kind == "number" and found in ("int", "float"))
+
+
+def _kind_of(meta, key: str) -> tuple[str, int | None] | None:
+    """(element kind, array length or None for one value) without decoding an array; None if absent.
+    Kinds: string, bool, int, float, mixed (a list of several kinds), other."""
+    if hasattr(meta, "array_item_type"):  # GGUF metadata: the stored types
+        vtype = meta.value_type(key)
+        if vtype is None:
+            return None
+        if vtype.name == "ARRAY":
+            item = meta.array_item_type(key).name
+            return _GGUF_KIND.get(item, "int"), meta.array_length(key)
+        return _value_kind(meta[key]), None
+    if key not in meta or meta[key] is None:
+        return None
+    value = meta[key]
+    if isinstance(value, np.ndarray):
+        return {"b": "bool", "i": "int", "u": "int", "f": "float"}.get(value.dtype.kind, "other"), len(value)
+    if isinstance(value, (list, tuple)):
+        kinds = {_value_kind(v) for v in value}
+        return (kinds.pop() if len(kinds) == 1 else "mixed" if kinds else "string"), len(value)
+    return _value_kind(value), None
+
+
+def _value_kind(value: Any) -> str:
+    if isinstance(value, (bool, np.bool_)):
+        return "bool"
+    if isinstance(value, (int, np.integer)):
+        return "int"
+    if isinstance(value, (float, np.floating)):
+        return "float"
+    return "string" if isinstance(value, str) else "other"
+
+
+def _describe(found: tuple[str, int | None]) -> str:
+    kind, length = found
+    names = {"string": "string", "bool": "boolean", "int": "integer", "float": "number"}
+    if length is None:
+        name = names.get(kind, "value of another type")
+        return f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
+    return f"an array of {length} {names.get(kind, 'mixed value')}s"
+
+
+def _list(values) -> list:
+    return values.tolist() if isinstance(values, np.ndarray) else list(values)
+
+
+def _token_id(meta, key: str, n: int) -> int | None:
+    """A token id (its type already checked): None when absent or outside the vocabulary, where the
+    caller's default applies, as in llama.cpp."""
+    value = meta.get(key)
+    return int(value) if value is not None and 0 <= value < n else None
+
+
 def _fix_up(vocab: Vocab, meta) -> None:
     """llama.cpp's load-time fix-ups: end-of-generation tokens, forced types, strip flags."""
     ids = vocab.token_to_id
     eog: set[int] = set()
     for key, names in FIM_EOG_TEXTS.items():
-        fim = meta.get(key)
-        if not isinstance(fim, int):
+        fim = _token_id(meta, key, len(vocab.tokens))
+        if fim is None:
             fim = next((ids[t] for t in names if t in ids), None)
-        if fim is not None and 0 <= fim < len(vocab.tokens):
+        if fim is not None:
             eog.add(fim)
             vocab.attrs[fim] |= Attr.CONTROL
     for text in EOG_TEXTS:
@@ -191,8 +291,8 @@ def _fix_up(vocab: Vocab, meta) -> None:
         if text in ids:
             vocab.attrs[ids[text]] = Attr.USER_DEFINED
     for key in ("tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"):
-        value = meta.get(key)
-        if isinstance(value, int) and 0 <= value < len(vocab.tokens):
+        value = _token_id(meta, key, len(vocab.tokens))
+        if value is not None:
             eog.add(value)
     if vocab.eos_id is not None:
         eog.add(vocab.eos_id)
