@@ -8,7 +8,9 @@ docs/server.md describes the endpoints and fields.
 
     app.py         create_app(model, options)          worker.py     jobs: the scheduler's events
     openai_api.py  /v1/...                              llama_api.py  /completion, /tokenize, /props, ...
-    ollama_api.py  /api/...                             http.py       uvicorn, deadlines, connection limit
+    ollama_api.py  /api/...                             http.py       uvicorn, deadlines, connection policy
+    offload.py     CpuPool: request preparation off the event loop; memory handed back after large ones
+    fit.py         TokenBound: prompts refused from their byte length before tokenizing
     body.py, params.py, prompts.py, reply.py, textstream.py: reading requests and streamed answers
 """
 

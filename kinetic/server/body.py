@@ -15,20 +15,48 @@ import time
 from typing import Any
 
 from litestar import Request
+from litestar.exceptions import InternalServerException
 
 from kinetic.server.errors import ApiError
 
 _MISSING = object()
 
 
-async def read_json(request: Request, max_bytes: int, deadline_s: float, json_only: bool = False) -> dict:
-    """The body as a JSON object. json_only: refuse other content types with 415, as the OpenAI
-    routes do (llama-server's and Ollama's routes take any content type, as those servers do)."""
+async def read_body(request: Request, max_bytes: int, deadline_s: float, json_only: bool = False) -> bytes:
+    """The whole body, at most max_bytes (413 beyond), within deadline_s of now (408 after).
+    json_only: refuse other content types with 415, as the OpenAI routes do (llama-server's and
+    Ollama's routes take any content type, as those servers do). Parse it with parse_json, off the
+    event loop (common.prepared)."""
     if json_only:
         kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
         if kind != "application/json":
-            raise ApiError(415, f"send the body as application/json, not {kind or 'no content type'}")
-    raw = await read_body(request, max_bytes, deadline_s)
+            raise ApiError(415, f"send the body as application/json, not {_shown(kind) if kind else 'no content type'}")
+    declared = request.headers.get("content-length", "").strip()
+    if declared.isascii() and declared.isdigit() and int(declared) > max_bytes:
+        raise ApiError(413, f"the request body is larger than {max_bytes} bytes")
+    chunks: list[bytes] = []
+    size = 0
+    end = time.monotonic() + deadline_s
+    stream = request.stream().__aiter__()
+    while True:
+        left = end - time.monotonic()
+        try:
+            chunk = await asyncio.wait_for(stream.__anext__(), timeout=max(left, 0.001))
+        except StopAsyncIteration:
+            break
+        except asyncio.TimeoutError:
+            raise ApiError(408, f"the request body did not arrive within {deadline_s:g} seconds") from None
+        except InternalServerException:  # Litestar's "client disconnected prematurely"
+            raise ApiError(400, "the client went away before sending its whole body") from None
+        size += len(chunk)
+        if size > max_bytes:
+            raise ApiError(413, f"the request body is larger than {max_bytes} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def parse_json(raw: bytes) -> dict:
+    """The body as a JSON object, or a 400 saying what is wrong with it."""
     if not raw.strip():
         raise ApiError(400, "the request body is empty; send a JSON object")
     try:
@@ -43,30 +71,6 @@ async def read_json(request: Request, max_bytes: int, deadline_s: float, json_on
     if not isinstance(value, dict):
         raise ApiError(400, f"the request body must be a JSON object, not {_json_kind(value)}")
     return value
-
-
-async def read_body(request: Request, max_bytes: int, deadline_s: float) -> bytes:
-    """The whole body, at most max_bytes (413 beyond), within deadline_s of now (408 after)."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > max_bytes:
-        raise ApiError(413, f"the request body is larger than {max_bytes} bytes")
-    chunks: list[bytes] = []
-    size = 0
-    end = time.monotonic() + deadline_s
-    stream = request.stream().__aiter__()
-    while True:
-        left = end - time.monotonic()
-        try:
-            chunk = await asyncio.wait_for(stream.__anext__(), timeout=max(left, 0.001))
-        except StopAsyncIteration:
-            break
-        except asyncio.TimeoutError:
-            raise ApiError(408, f"the request body did not arrive within {deadline_s:g} seconds") from None
-        size += len(chunk)
-        if size > max_bytes:
-            raise ApiError(413, f"the request body is larger than {max_bytes} bytes")
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 def _no_constants(name: str):

@@ -1,8 +1,9 @@
-"""What the three APIs' generation routes share: reading the body, the engine round trip, SSE.
+"""What the three APIs' routes share: preparing a request off the event loop, the engine round trip, SSE.
 
-Owns: waiting for a whole answer while watching for the client to leave (a disconnect cancels the
-job at its next token), the server-sent-events and NDJSON framing, and per-token log-probability
-entries in OpenAI's shape.
+Owns: `prepared` (the body read on the event loop, then parsed and turned into what the route needs,
+prompt and grammar included, in one call on the CpuPool: offload.py), waiting for a whole answer
+while watching for the client to leave (a disconnect cancels the job at its next token), the
+server-sent-events and NDJSON framing, and per-token log-probability entries in OpenAI's shape.
 """
 
 from __future__ import annotations
@@ -12,11 +13,15 @@ import json
 import logging
 import secrets
 import traceback
+from collections.abc import Callable
+from typing import TypeVar
 
-from litestar import Request
+import msgspec
+from litestar import MediaType, Request, Response
 
-from kinetic.server.body import Fields, read_json
+from kinetic.server.body import Fields, parse_json, read_body
 from kinetic.server.errors import ApiError, error_body
+from kinetic.server.offload import LARGE_BYTES, Cancel
 from kinetic.server.options import ServerState
 from kinetic.server.worker import Finished, Job, TokenInfo
 
@@ -28,9 +33,18 @@ def state_of(request: Request) -> ServerState:
     return request.app.state.kinetic
 
 
-async def fields_of(request: Request, json_only: bool = False) -> Fields:
-    opts = state_of(request).options
-    return Fields(await read_json(request, opts.max_body_bytes, opts.request_seconds, json_only=json_only))
+T = TypeVar("T")
+
+
+async def prepared(request: Request, build: Callable[[Fields, Cancel], T], json_only: bool = False) -> T:
+    """build(fields, cancel) on the CpuPool, given the body's JSON (parsed there too). Everything a
+    route does with a request before the engine takes it belongs in `build`: nothing that can take
+    CPU time in proportion to the body runs on the event loop."""
+    state = state_of(request)
+    opts = state.options
+    raw = await read_body(request, opts.max_body_bytes, opts.request_seconds, json_only=json_only)
+    return await state.cpu.run(lambda cancel: build(Fields(parse_json(raw)), cancel), receive=request.receive,
+                               large=len(raw) >= LARGE_BYTES)
 
 
 async def whole_answer(job: Job, request: Request) -> tuple[str, list[TokenInfo], Finished]:
@@ -66,6 +80,12 @@ async def guarded(events, path: str, frame):
     except Exception as e:
         log.error("internal error while streaming %s:\n%s", path, "".join(traceback.format_exception(e)))
         yield frame(error_body(path, 500, f"internal error: {type(e).__name__}"))
+
+
+def json_response(obj) -> Response:
+    """A JSON answer encoded where this is called (on the CpuPool for answers that can be large:
+    /tokenize of a 16 MiB body lists about four million ids)."""
+    return Response(msgspec.json.encode(obj), media_type=MediaType.JSON)
 
 
 def sse(obj) -> bytes:

@@ -9,26 +9,42 @@ sampler for are accepted and ignored.
 
 from __future__ import annotations
 
-from anyio import to_thread
+from dataclasses import dataclass
+
 from litestar import Request, Response, get, post
 from litestar.response import Stream
 
 from kinetic import __version__
 from kinetic.server.body import Fields
-from kinetic.server.common import SSE_HEADERS, fields_of, guarded, sse, state_of, timings, token_text, whole_answer
+from kinetic.server.common import (
+    SSE_HEADERS,
+    guarded,
+    json_response,
+    prepared,
+    sse,
+    state_of,
+    timings,
+    token_text,
+    whole_answer,
+)
 from kinetic.server.constraints import compile_grammar, llama_grammar
-from kinetic.server.errors import ApiError, error_body, not_supported
+from kinetic.server.errors import ApiError, error_body, not_supported, path_of
 from kinetic.server.metrics import prometheus_text
 from kinetic.server.options import ServerState
 from kinetic.server.params import sampling_settings
-from kinetic.server.prompts import ids_prompt
+from kinetic.server.prompts import check_ids, tokenize
 from kinetic.server.worker import Failed, Finished, GenerationRequest, Piece, TokenInfo
 
 
-@post(["/completion", "/completions"], status_code=200)
-async def completion(request: Request) -> Response:
-    state = state_of(request)
-    f = await fields_of(request)
+@dataclass(frozen=True)
+class _Prepared:
+    generation: GenerationRequest
+    stream: bool
+    return_tokens: bool
+    prompt_text: str
+
+
+def _prepare_completion(state: ServerState, f: Fields) -> _Prepared:
     spec = llama_grammar(f)
     if f.boolean("post_sampling_probs", False):
         raise not_supported("post_sampling_probs")
@@ -39,27 +55,35 @@ async def completion(request: Request) -> Response:
     stream = bool(f.boolean("stream", False))
     return_tokens = bool(f.boolean("return_tokens", False))
     settings = sampling_settings(f, state.defaults, state.model.n_vocab)
-    ids = await to_thread.run_sync(_prompt_ids, state, f)
-    grammar = await compile_grammar(state.worker.grammars, spec)
-    req = GenerationRequest(ids, settings, None if n_predict is None or n_predict < 0 else n_predict,
-                            f.strings("stop"), n_probs > 0, n_probs, bool(f.boolean("ignore_eos", False)),
-                            grammar=grammar)
+    ids = _prompt_ids(state, f)
+    grammar = compile_grammar(state.worker.grammars, spec)
+    generation = GenerationRequest(ids, settings, None if n_predict is None or n_predict < 0 else n_predict,
+                                   f.strings("stop"), n_probs > 0, n_probs, bool(f.boolean("ignore_eos", False)),
+                                   grammar=grammar)
+    return _Prepared(generation, stream, return_tokens, state.model.detokenize(list(ids)))
+
+
+@post(["/completion", "/completions"], status_code=200)
+async def completion(request: Request) -> Response:
+    state = state_of(request)
+    ready = await prepared(request, lambda f, _: _prepare_completion(state, f))
+    req = ready.generation
     job = state.worker.submit(req)
-    params = _params(req, stream)
-    prompt_text = state.model.detokenize(list(ids))
-    if stream:
-        events = _stream(job, state, params, prompt_text, n_probs > 0, request.url.path)
-        return Stream(guarded(events, request.url.path, sse), media_type="text/event-stream", headers=SSE_HEADERS)
+    params = _params(req, ready.stream)
+    probs = req.top_logprobs > 0
+    if ready.stream:
+        events = _stream(job, state, params, ready.prompt_text, probs, path_of(request))
+        return Stream(guarded(events, path_of(request), sse), media_type="text/event-stream", headers=SSE_HEADERS)
     text, tokens, fin = await whole_answer(job, request)
-    body = _final(state, fin, params, prompt_text, text, fin.tokens if return_tokens else [])
-    if n_probs:
+    body = _final(state, fin, params, ready.prompt_text, text, fin.tokens if ready.return_tokens else [])
+    if probs:
         body["completion_probabilities"] = [_probs(t) for t in tokens]
     return Response(body)
 
 
 def _prompt_ids(state: ServerState, f: Fields) -> tuple[int, ...]:
     """prompt: text, token ids, or a list mixing both (llama-server's tokenize_mixed); a list holding
-    one of those counts as that prompt."""
+    one of those counts as that prompt. Refused before tokenizing when its texts' bytes cannot fit."""
     prompt = f.raw("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
         prompt = prompt[0]
@@ -67,18 +91,19 @@ def _prompt_ids(state: ServerState, f: Fields) -> tuple[int, ...]:
         prompt = [prompt]
     if not isinstance(prompt, list) or not prompt:
         raise f.bad("prompt", "a string, a list of token ids, or a list mixing both")
-    ids: list[int] = []
-    for i, part in enumerate(prompt):
-        if isinstance(part, str):
-            ids += state.model.tokenize(part, add_special=i == 0, parse_special=True)
-        elif isinstance(part, int) and not isinstance(part, bool):
-            ids.append(part)
-        elif isinstance(part, list):
+    fewest = 0
+    for part in prompt:
+        if isinstance(part, list):
             raise ApiError(400, "prompt: one prompt per request is supported (a list of several is not yet)",
                            "prompt")
-        else:
+        if isinstance(part, bool) or not isinstance(part, (str, int)):
             raise f.bad("prompt", "a string, a list of token ids, or a list mixing both")
-    return ids_prompt(state.model, ids)
+        fewest += state.token_bound.fewest_tokens(part) if isinstance(part, str) else 1
+    state.token_bound.refuse_oversized(fewest, state.n_ctx)
+    ids: list[int] = []
+    for i, part in enumerate(prompt):
+        ids += tokenize(state, part, add_special=i == 0) if isinstance(part, str) else [part]
+    return check_ids(state, ids)
 
 
 def _params(req: GenerationRequest, stream: bool) -> dict:
@@ -121,24 +146,28 @@ async def _stream(job, state: ServerState, params: dict, prompt: str, probs: boo
             yield sse(_final(state, event, params, prompt, "", []))
 
 
-@post(["/tokenize"], status_code=200)
-async def tokenize(request: Request) -> dict:
-    state = state_of(request)
-    f = await fields_of(request)
+def _tokenized(state: ServerState, f: Fields) -> Response:
     content = f.raw("content")
     if content is None:
-        return {"tokens": []}
+        return Response({"tokens": []})
     if not isinstance(content, str):
         raise f.bad("content", "a string")
     add_special = f.boolean("add_special", False)
     parse_special = f.boolean("parse_special", True)
     with_pieces = f.boolean("with_pieces", False)
     tokenizer = state.model.tokenizer
-    ids = await to_thread.run_sync(lambda: tokenizer.encode(content, add_special=add_special,
-                                                            parse_special=parse_special))
+    ids = tokenizer.encode(content, add_special=add_special, parse_special=parse_special)
     if not with_pieces:
-        return {"tokens": ids}
-    return {"tokens": [{"id": t, "piece": _piece(tokenizer.piece(t))} for t in ids]}
+        return json_response({"tokens": ids})
+    return json_response({"tokens": [{"id": t, "piece": _piece(tokenizer.piece(t))} for t in ids]})
+
+
+@post(["/tokenize"], status_code=200)
+async def tokenize_route(request: Request) -> Response:
+    """llama-server's /tokenize: no context limit (the body limit bounds it); tokenized, and its
+    answer encoded, on the CpuPool."""
+    state = state_of(request)
+    return await prepared(request, lambda f, _: _tokenized(state, f))
 
 
 def _piece(piece: bytes):
@@ -149,16 +178,19 @@ def _piece(piece: bytes):
         return list(piece)
 
 
-@post(["/detokenize"], status_code=200)
-async def detokenize(request: Request) -> dict:
-    state = state_of(request)
-    f = await fields_of(request)
+def _detokenized(state: ServerState, f: Fields) -> Response:
     tokens = f.array("tokens") or []
     n_vocab = state.model.n_vocab
     if not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < n_vocab for t in tokens):
         raise f.bad("tokens", f"a list of token ids from 0 to {n_vocab - 1}")
     piece = state.model.tokenizer.piece
-    return {"content": b"".join(piece(t) for t in tokens).decode("utf-8", errors="replace")}
+    return json_response({"content": b"".join(piece(t) for t in tokens).decode("utf-8", errors="replace")})
+
+
+@post(["/detokenize"], status_code=200)
+async def detokenize(request: Request) -> Response:
+    state = state_of(request)
+    return await prepared(request, lambda f, _: _detokenized(state, f))
 
 
 @get(["/health"], sync_to_thread=False)
@@ -215,4 +247,4 @@ async def infill(request: Request) -> Response:
     raise not_supported("/infill (fill in the middle)")
 
 
-ROUTES = [completion, tokenize, detokenize, health, props, slots, metrics, embedding, infill]
+ROUTES = [completion, tokenize_route, detokenize, health, props, slots, metrics, embedding, infill]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime
 import hashlib
+from dataclasses import dataclass
 
 from litestar import Request, Response, get, post
 from litestar.response import Stream
@@ -19,9 +20,9 @@ from litestar.response import Stream
 from kinetic.frontend.model_info import describe
 from kinetic.frontend.output_parsing import detect_tool_format
 from kinetic.server.body import Fields
-from kinetic.server.common import fields_of, guarded, ndjson, state_of, whole_answer
+from kinetic.server.common import guarded, ndjson, prepared, state_of, whole_answer
 from kinetic.server.constraints import compile_grammar, ollama_grammar
-from kinetic.server.errors import ApiError, not_supported
+from kinetic.server.errors import ApiError, not_supported, path_of
 from kinetic.server.options import ServerState
 from kinetic.server.params import sampling_settings
 from kinetic.server.prompts import ChatPrompt, chat_prompt, messages_from, text_prompt, tools_from
@@ -83,7 +84,7 @@ def ps(request: Request) -> dict:
 @post(["/api/show"], status_code=200)
 async def show(request: Request) -> dict:
     state = state_of(request)
-    await fields_of(request)  # the one model is shown whatever name is asked for
+    await prepared(request, lambda f, _: None)  # the one model is shown whatever name is asked for
     source = state.model.chat_template.source
     caps = ["completion"]
     if detect_tool_format(source):
@@ -106,12 +107,22 @@ async def embed(request: Request) -> Response:
 # -- generation -------------------------------------------------------------------------------------------
 
 
-async def _generation(f: Fields, state: ServerState, ids, keep_special: bool = False) -> GenerationRequest:
+@dataclass(frozen=True)
+class _Prepared:
+    """A request read and its prompt made (on the CpuPool), ready to submit."""
+
+    generation: GenerationRequest | None  # None: /api/generate with an empty prompt (Ollama's "load")
+    stream: bool
+    prompt: ChatPrompt | None = None
+    tools: list | None = None
+
+
+def _generation(f: Fields, state: ServerState, ids, keep_special: bool = False) -> GenerationRequest:
     options = Fields(f.obj("options") or {}, "options.")
     num_predict = options.integer("num_predict")
     settings = sampling_settings(options, state.defaults, state.model.n_vocab)
     max_tokens = None if num_predict is None or num_predict < 0 else num_predict
-    grammar = await compile_grammar(state.worker.grammars, ollama_grammar(f))
+    grammar = compile_grammar(state.worker.grammars, ollama_grammar(f))
     return GenerationRequest(ids, settings, max_tokens, options.strings("stop"), keep_special=keep_special,
                              grammar=grammar)
 
@@ -137,16 +148,22 @@ def _calls(calls) -> list[dict]:
     return [{"function": {"index": i, "name": c.name, "arguments": c.arguments}} for i, c in enumerate(calls)]
 
 
+def _prepare_chat(state: ServerState, f: Fields, cancel) -> _Prepared:
+    messages = messages_from(f)
+    tools = tools_from(f)
+    prompt = chat_prompt(state, messages, tools, _think(f), cancel)
+    generation = _generation(f, state, prompt.ids, keep_special=prompt.tool_format is not None)
+    return _Prepared(generation, bool(f.boolean("stream", True)), prompt, tools)
+
+
 @post(["/api/chat"], status_code=200)
 async def chat(request: Request) -> Response:
     state = state_of(request)
-    f = await fields_of(request)
-    messages = messages_from(f)
-    tools = tools_from(f)
-    prompt = await chat_prompt(state.model, messages, tools, _think(f))
-    job = state.worker.submit(await _generation(f, state, prompt.ids, keep_special=prompt.tool_format is not None))
-    if f.boolean("stream", True):
-        return Stream(guarded(_chat_stream(job, state, prompt, tools), request.url.path, ndjson), media_type=NDJSON)
+    ready = await prepared(request, lambda f, cancel: _prepare_chat(state, f, cancel))
+    prompt, tools = ready.prompt, ready.tools
+    job = state.worker.submit(ready.generation)
+    if ready.stream:
+        return Stream(guarded(_chat_stream(job, state, prompt, tools), path_of(request), ndjson), media_type=NDJSON)
     text, _, fin = await whole_answer(job, request)
     reply = parse_whole(text, prompt, tools)
     message = {"role": "assistant", "content": reply.content}
@@ -184,10 +201,7 @@ async def _chat_stream(job, state: ServerState, prompt: ChatPrompt, tools):
             yield line("", done=_stats(event))
 
 
-@post(["/api/generate"], status_code=200)
-async def generate(request: Request) -> Response:
-    state = state_of(request)
-    f = await fields_of(request)
+def _prepare_generate(state: ServerState, f: Fields, cancel) -> _Prepared:
     for name in ("suffix", "template", "context"):
         if f.raw(name) not in (None, "", []):
             raise ApiError(400, f"{name} is not supported: " + {
@@ -196,19 +210,30 @@ async def generate(request: Request) -> Response:
     if f.raw("images"):
         raise not_supported("images", ": this server has no vision model")
     text = f.string("prompt", "")
-    if not text:  # Ollama answers an empty prompt by loading the model
-        return Response({"model": state.name, "created_at": _now(), "response": "", "done": True,
-                         "done_reason": "load"})
+    stream = bool(f.boolean("stream", True))
+    if not text:
+        return _Prepared(None, stream)
     if f.boolean("raw", False):
-        ids, prompt = await text_prompt(state.model, text), None
+        ids, prompt = text_prompt(state, text), None
     else:
         system = f.string("system")
         messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": text}]
-        prompt = await chat_prompt(state.model, messages, None, _think(f))
+        prompt = chat_prompt(state, messages, None, _think(f), cancel)
         ids = prompt.ids
-    job = state.worker.submit(await _generation(f, state, ids))
-    if f.boolean("stream", True):
-        return Stream(guarded(_generate_stream(job, state, prompt), request.url.path, ndjson), media_type=NDJSON)
+    return _Prepared(_generation(f, state, ids), stream, prompt)
+
+
+@post(["/api/generate"], status_code=200)
+async def generate(request: Request) -> Response:
+    state = state_of(request)
+    ready = await prepared(request, lambda f, cancel: _prepare_generate(state, f, cancel))
+    if ready.generation is None:  # Ollama answers an empty prompt by loading the model
+        return Response({"model": state.name, "created_at": _now(), "response": "", "done": True,
+                         "done_reason": "load"})
+    prompt = ready.prompt
+    job = state.worker.submit(ready.generation)
+    if ready.stream:
+        return Stream(guarded(_generate_stream(job, state, prompt), path_of(request), ndjson), media_type=NDJSON)
     text, _, fin = await whole_answer(job, request)
     body = {"model": state.name, "created_at": _now(), "response": text, "done": True, **_stats(fin)}
     if prompt is not None and prompt.thinks:

@@ -22,11 +22,11 @@ from kinetic.server.body import Fields
 from kinetic.server.common import (
     SSE_DONE,
     SSE_HEADERS,
-    fields_of,
     guarded,
     legacy_logprobs,
     new_id,
     openai_logprob,
+    prepared,
     sse,
     state_of,
     timings,
@@ -34,13 +34,13 @@ from kinetic.server.common import (
     whole_answer,
 )
 from kinetic.server.constraints import GrammarSpec, compile_grammar, openai_grammar, tool_grammar
-from kinetic.server.errors import ApiError, error_body, not_supported
+from kinetic.server.errors import ApiError, error_body, not_supported, path_of
 from kinetic.server.options import ServerState
 from kinetic.server.params import sampling_settings
 from kinetic.server.prompts import (
     ChatPrompt,
     chat_prompt,
-    ids_prompt,
+    check_ids,
     messages_from,
     template_kwargs,
     text_prompt,
@@ -143,30 +143,45 @@ def models(request: Request) -> dict:
                                         "owned_by": "kinetic", "context_length": state.n_ctx}]}
 
 
-@post(["/v1/chat/completions", "/chat/completions"], status_code=200)
-async def chat_completions(request: Request) -> Response:
-    state = state_of(request)
-    f = await fields_of(request, json_only=True)
+@dataclass(frozen=True)
+class _Prepared:
+    """A request read, its prompt made and its grammar compiled (on the CpuPool), ready to submit."""
+
+    common: _Common
+    generation: GenerationRequest
+    prompt: ChatPrompt | None = None
+    tools: list | None = None
+
+
+def _prepare_chat(state: ServerState, f: Fields, cancel) -> _Prepared:
     common = _common(f, state, chat=True)
     messages = messages_from(f)
     tools, forced = _tool_choice(f, tools_from(f))
     if forced is not None and common.grammar is not None:
         raise ApiError(400, f"a forced tool call (tool_choice) cannot be combined with {common.grammar.field}",
                        param=common.grammar.field)
-    prompt = await chat_prompt(state.model, messages, tools, template_kwargs(f))
+    prompt = chat_prompt(state, messages, tools, template_kwargs(f), cancel)
     spec = common.grammar
     if forced is not None:
         spec = _forced_grammar(forced, prompt, tools)
         prompt = replace(prompt, tool_format=prompt.tool_format or "llama3", forced_calls=True)
-    grammar = await compile_grammar(state.worker.grammars, spec)
-    job = state.worker.submit(GenerationRequest(
-        prompt.ids, common.settings, common.max_tokens, common.stop, common.logprobs, common.top_logprobs,
-        keep_special=prompt.tool_format is not None, grammar=grammar))
+    grammar = compile_grammar(state.worker.grammars, spec)
+    generation = GenerationRequest(prompt.ids, common.settings, common.max_tokens, common.stop, common.logprobs,
+                                   common.top_logprobs, keep_special=prompt.tool_format is not None, grammar=grammar)
+    return _Prepared(common, generation, prompt, tools)
+
+
+@post(["/v1/chat/completions", "/chat/completions"], status_code=200)
+async def chat_completions(request: Request) -> Response:
+    state = state_of(request)
+    ready = await prepared(request, lambda f, cancel: _prepare_chat(state, f, cancel), json_only=True)
+    common, prompt, tools = ready.common, ready.prompt, ready.tools
+    job = state.worker.submit(ready.generation)
     head = {"id": new_id("chatcmpl"), "created": int(time.time()), "model": state.name,
             "system_fingerprint": FINGERPRINT}
     if common.stream:
-        events = _chat_stream(job, head, prompt, tools, common, request.url.path)
-        return Stream(guarded(events, request.url.path, sse), media_type="text/event-stream", headers=SSE_HEADERS)
+        events = _chat_stream(job, head, prompt, tools, common, path_of(request))
+        return Stream(guarded(events, path_of(request), sse), media_type="text/event-stream", headers=SSE_HEADERS)
     text, tokens, fin = await whole_answer(job, request)
     reply = parse_whole(text, prompt, tools)
     message: dict = {"role": "assistant", "content": reply.content if reply.content or not reply.tool_calls else None}
@@ -228,35 +243,40 @@ def _delta(reasoning: str, content: str) -> dict:
     return delta
 
 
+def _prepare_completion(state: ServerState, f: Fields) -> _Prepared:
+    common = _common(f, state, chat=False)
+    ids = _completion_prompt(f, state)
+    grammar = compile_grammar(state.worker.grammars, common.grammar)
+    return _Prepared(common, GenerationRequest(ids, common.settings, common.max_tokens, common.stop, common.logprobs,
+                                               common.top_logprobs, grammar=grammar))
+
+
 @post(["/v1/completions"], status_code=200)
 async def completions(request: Request) -> Response:
     state = state_of(request)
-    f = await fields_of(request, json_only=True)
-    common = _common(f, state, chat=False)
-    ids = await _completion_prompt(f, state)
-    grammar = await compile_grammar(state.worker.grammars, common.grammar)
-    job = state.worker.submit(GenerationRequest(ids, common.settings, common.max_tokens, common.stop,
-                                                common.logprobs, common.top_logprobs, grammar=grammar))
+    ready = await prepared(request, lambda f, _: _prepare_completion(state, f), json_only=True)
+    common = ready.common
+    job = state.worker.submit(ready.generation)
     head = {"id": new_id("cmpl"), "object": "text_completion", "created": int(time.time()), "model": state.name,
             "system_fingerprint": FINGERPRINT}
     if common.stream:
-        events = _completion_stream(job, head, common, request.url.path)
-        return Stream(guarded(events, request.url.path, sse), media_type="text/event-stream", headers=SSE_HEADERS)
+        events = _completion_stream(job, head, common, path_of(request))
+        return Stream(guarded(events, path_of(request), sse), media_type="text/event-stream", headers=SSE_HEADERS)
     text, tokens, fin = await whole_answer(job, request)
     choice = {"text": text, "index": 0, "finish_reason": fin.finish_reason,
               "logprobs": legacy_logprobs(tokens, 0) if common.logprobs else None}
     return Response({**head, "choices": [choice], "usage": usage(fin), "timings": timings(fin)})
 
 
-async def _completion_prompt(f: Fields, state: ServerState) -> tuple[int, ...]:
+def _completion_prompt(f: Fields, state: ServerState) -> tuple[int, ...]:
     """A string, a list of one string, or a list of token ids."""
     prompt = f.raw("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
         prompt = prompt[0]
     if isinstance(prompt, str):
-        return await text_prompt(state.model, prompt)
+        return text_prompt(state, prompt)
     if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
-        return ids_prompt(state.model, prompt)
+        return check_ids(state, prompt)
     if isinstance(prompt, list) and len(prompt) > 1:
         raise ApiError(400, "prompt: one prompt per request is supported (a list of several is not yet)", "prompt")
     raise f.bad("prompt", "a string, a list of one string, or a list of token ids")

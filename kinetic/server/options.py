@@ -2,6 +2,8 @@
 
 Defaults follow the seed: 127.0.0.1:8080 (11434 with --ollama), at most 64 connections, 30 s for a
 client to send its request. The body limit (16 MiB) is larger than any prompt a context holds.
+One client address may hold at most 48 of the 64 connections, so 16 are always left for others
+(http.py); 2 threads prepare requests (parse, render, tokenize) with 16 more waiting (offload.py).
 """
 
 from __future__ import annotations
@@ -21,9 +23,12 @@ class ServerOptions:
     port: int = DEFAULT_PORT
     api_key: str | None = None  # required as Bearer or X-Api-Key on every route but /health
     max_body_bytes: int = 16 * 1024 * 1024
-    max_connections: int = 64  # beyond: 503
+    max_connections: int = 64  # beyond: an idle or slow connection makes room, else 503 (http.py)
+    max_client_connections: int = 48  # from one client address; beyond: 503
     max_queued: int = 32  # requests waiting for the engine; beyond: 503
-    request_seconds: float = 30.0  # a client has this long to send its request
+    request_seconds: float = 30.0  # a client has this long to send its request (and to take each write)
+    cpu_workers: int = 2  # threads that prepare requests (parse, render, tokenize, compile grammars)
+    max_preparing: int = 16  # requests waiting for one of those threads; beyond: 503
     parallel: int = 1  # --parallel N is accepted; requests take turns until batching lands (Convoy)
     sampling: SamplingSettings | None = None  # the server's default sampling [default: the model file's]
     device_name: str = "the CPU"
@@ -38,6 +43,8 @@ class ServerState:
     options: ServerOptions
     name: str
     defaults: SamplingSettings
+    cpu: object  # the CpuPool (offload.py) that prepares requests off the event loop
+    token_bound: object  # the vocabulary's TokenBound (fit.py): prompts refused before tokenizing
     started: float = field(default_factory=time.time)
 
     @property

@@ -5,6 +5,10 @@ to the template), rendering them, tokenizing as `kinetic run` does (special toke
 greedy answer through the server equals Model.generate on the same prompt), and refusing prompts
 the context cannot hold. Also what the template teaches the model: whether it reasons in a <think>
 block and which tool-call format it writes. Does not own sampling or response shapes.
+
+Everything here is synchronous and CPU-bound: the API modules call it inside their CpuPool work
+(offload.py), never on the event loop. A text whose byte length already proves it cannot fit the
+context is refused before it is tokenized (fit.py); the exact count is checked after.
 """
 
 from __future__ import annotations
@@ -12,12 +16,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from anyio import to_thread
-
 from kinetic.errors import KineticError
 from kinetic.frontend.output_parsing import detect_tool_format
+from kinetic.frontend.template_pool import RenderCancelled
 from kinetic.server.body import Fields
-from kinetic.server.errors import ApiError, not_supported
+from kinetic.server.errors import ApiError, context_exceeded, not_supported
+from kinetic.server.offload import Cancel, ClientGone
+from kinetic.server.options import ServerState
 from kinetic.server.textstream import THINK_CLOSE, THINK_OPEN
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
@@ -124,43 +129,42 @@ def template_kwargs(f: Fields, name: str = "chat_template_kwargs") -> dict:
     return value
 
 
-async def chat_prompt(model, messages: list[dict], tools: list[dict] | None, kwargs: dict) -> ChatPrompt:
-    """Render and tokenize on a worker thread (templates and long prompts take CPU time)."""
-    return await to_thread.run_sync(_chat_prompt, model, messages, tools, kwargs)
-
-
-def _chat_prompt(model, messages, tools, kwargs) -> ChatPrompt:
+def chat_prompt(state: ServerState, messages: list[dict], tools: list[dict] | None, kwargs: dict,
+                cancel: Cancel | None = None) -> ChatPrompt:
+    """Render (in the template's renderer process, stopped when `cancel` says the client left or the
+    server is stopping) and tokenize."""
+    template = state.model.chat_template
     try:
-        text = model.apply_chat_template(messages, add_generation_prompt=True, tools=tools, **kwargs)
+        text = template.render_cancellable(messages, cancel=cancel, tools=tools, template_kwargs=kwargs)
+    except RenderCancelled:
+        raise ClientGone() from None
     except KineticError as e:
         raise ApiError(400, e.message, param="messages") from None
-    source = model.chat_template.source
+    source = template.source
     thinks = THINK_OPEN in source and THINK_CLOSE in source
     started = thinks and text.rstrip().endswith(THINK_OPEN)
     fmt = detect_tool_format(source) if tools else None
-    return ChatPrompt(_check(model, _tokenize(model, text)), text, started, thinks, fmt)
+    return ChatPrompt(text_prompt(state, text), text, started, thinks, fmt)
 
 
-async def text_prompt(model, text: str) -> tuple[int, ...]:
-    return await to_thread.run_sync(lambda: _check(model, _tokenize(model, text)))
+def text_prompt(state: ServerState, text: str) -> tuple[int, ...]:
+    """`text` tokenized as `kinetic run` does, refused unread when its bytes cannot fit the context."""
+    state.token_bound.refuse_oversized(state.token_bound.fewest_tokens(text), state.n_ctx)
+    return check_ids(state, tokenize(state, text))
 
 
-def ids_prompt(model, ids: list) -> tuple[int, ...]:
-    return _check(model, [int(t) for t in ids])
+def tokenize(state: ServerState, text: str, add_special: bool = True) -> list[int]:
+    return state.model.tokenize(text, add_special=add_special, parse_special=True)
 
 
-def _tokenize(model, text: str) -> list[int]:
-    return model.tokenize(text, add_special=True, parse_special=True)
-
-
-def _check(model, ids: list[int]) -> tuple[int, ...]:
-    n_vocab, n_ctx = model.n_vocab, model.n_ctx
+def check_ids(state: ServerState, ids: list) -> tuple[int, ...]:
+    """Token ids that fit the context and the vocabulary, as a prompt."""
+    n_vocab, n_ctx = state.model.n_vocab, state.n_ctx
     if not ids:
         raise ApiError(400, "the prompt is empty", param="prompt")
+    if len(ids) >= n_ctx:
+        raise context_exceeded(len(ids), n_ctx)
     bad = [t for t in ids if not 0 <= t < n_vocab]
     if bad:
         raise ApiError(400, f"token id {bad[0]} is outside the vocabulary (0..{n_vocab - 1})", param="prompt")
-    if len(ids) >= n_ctx:
-        raise ApiError(400, f"the prompt has {len(ids)} tokens and the context holds {n_ctx}; send a shorter "
-                            "prompt or start the server with a larger -c", param="prompt")
-    return tuple(ids)
+    return tuple(int(t) for t in ids)

@@ -4,7 +4,9 @@ Owns: one ASGI middleware run before every route. With --api-key, every route bu
 `Authorization: Bearer KEY` or `X-Api-Key: KEY` (401 otherwise). A request a browser sends from a
 page whose Origin is not this computer is refused (403), and while the server listens on a loopback
 address the Host header must name this computer too, so a web page that rebinds its own domain
-name to 127.0.0.1 cannot reach it. Pages served from this computer get CORS headers.
+name to 127.0.0.1 cannot reach it. Pages served from this computer get CORS headers. Every header
+is read as Latin-1 text and a value that does not parse (an Origin or Host that is not a URL) is
+treated as foreign: refused with a 403, never a 500.
 """
 
 from __future__ import annotations
@@ -32,11 +34,22 @@ def is_loopback(host: str) -> bool:
 
 
 def _hostname(authority: str) -> str:
-    """The host part of a Host header (port dropped, IPv6 brackets kept off)."""
+    """The host part of a Host header (port dropped, IPv6 brackets kept off); "" when malformed."""
     try:
         return urlsplit("//" + authority).hostname or ""
     except ValueError:
         return ""
+
+
+def _origin_host(origin: str) -> str | None:
+    """The host of an Origin header; None for "null" and for one that is not a URL (`http://[::1`),
+    which is refused like a page from another site, never a 500."""
+    if origin == "null":
+        return None
+    try:
+        return urlsplit(origin).hostname
+    except ValueError:
+        return None
 
 
 class Guard:
@@ -79,7 +92,7 @@ class Guard:
         if self.local_only and headers.get("host") is not None and not is_loopback(host):
             return 403, f"this server answers requests to this computer only, not to {host or 'that host'}"
         if origin is not None:
-            origin_host = urlsplit(origin).hostname if origin != "null" else None
+            origin_host = _origin_host(origin)
             if origin_host is None or not (is_loopback(origin_host) or origin_host == host):
                 return 403, "requests from web pages on other sites are refused"
         key = self.options.api_key

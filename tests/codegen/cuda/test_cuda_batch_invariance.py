@@ -1,5 +1,5 @@
 """Batch invariance of the CUDA kernels on the host emulation: a row gives the same bits alone as in a
-batch of other rows, wherever in the batch it sits (the contract of docs/design.md, "Exactness")."""
+batch of other rows, wherever in the batch it sits (the contract of docs/architecture.md, "Exactness")."""
 
 from __future__ import annotations
 
