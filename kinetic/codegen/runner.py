@@ -1,9 +1,11 @@
 """The contract between the runtime and a device: what a runner does, and what opening one is told.
 
 Owns: the `Runner` protocol every device's runner meets (the reference interpreter, the CPU's
-compiled step and its op-by-op fallback, the CUDA and Vulkan runtimes) and `RunnerOptions`, the
-settings a device's `open_runner` receives. Does not own the list of devices, how to open each or
-when `--device auto` picks one (kinetic/devices.py, the one registry), nor what a pass computes.
+compiled step and its op-by-op fallback, the CUDA and Vulkan runtimes), `RunnerOptions`, the
+settings a device's `open_runner` receives, and `Capabilities`, the part of what a device can do
+that code outside it reads (each device may extend it with its own facts). Does not own the list
+of devices, how to open each or when `--device auto` picks one (kinetic/devices.py, the one
+registry), nor what a pass computes.
 
 A runner runs passes of the graph it was opened for. `run(graph, rows, kv)` computes one pass of
 rows (kinetic/ir/rows.py: PassRows) over the caches the KVView gives and returns the named outputs
@@ -25,6 +27,7 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from kinetic.ir.graph import Graph
+    from kinetic.ir.ops import Op
     from kinetic.ir.rows import KVView, PassResult, PassRows
 
 
@@ -52,3 +55,14 @@ class RunnerOptions:
     n_ctx: int
     gpu_layers: int | None = None
     host_runner: Callable[[Graph], Runner] | None = None
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a device declares to the passes and the runtime: its name, the fused ops it has kernels
+    for (a capability-gated rewrite produces an op only for a device that lists it), and the most
+    rows one pass may hold (None: any number; the device grows its buffers)."""
+
+    name: str
+    fused_ops: frozenset[Op] = frozenset()
+    max_rows: int | None = None

@@ -1,8 +1,9 @@
 """The compiled step's driver: one numba function that runs a whole tape of ops on every thread.
 
 Owns: the machine code of the ops that are not matmuls (norms, rotary, attention, activations,
-residual adds, KV stores) and the loop that walks a tape (kinetic.codegen.cpu.step builds it),
-calling the generated matmul and quantizer kernels by address. Every thread runs the same tape and
+residual adds, KV stores) and `drive`, the loop that walks a tape (rows laid out as tape.py names
+them; lowering.py and tape_plan.py build it), calling the generated matmul and quantizer kernels
+by address. Every thread runs the same tape and
 takes its share of each op: row-local ops split rows, matmuls split output columns, attention splits
 (row, head) pairs; a barrier follows an op only where the next one reads across that split. No op
 ever splits a reduction, and each row's floats are the same sequence whatever the row count, the
@@ -17,6 +18,7 @@ import math
 import numpy as np
 from numba import carray, njit
 
+from kinetic.codegen.cpu import tape
 from kinetic.codegen.cpu.native import (
     barrier,
     call_kernel,
@@ -34,36 +36,11 @@ from kinetic.codegen.cpu.step_attention import attend_items
 # numba's cache checks only this file's stamp, not those of the modules whose code it compiles in;
 # this hash of them (kept current by tests/codegen/cpu/test_cpu_step.py) changes this file whenever
 # they change, so a stale cache is never loaded.
-SOURCES_HASH = "dcc0330f26ab30a7"
+SOURCES_HASH = "1e46ac39b2c69005"
 
 F32 = np.float32
 F64 = np.float64
 
-# op codes of the tape (column 0); column 1 holds flags, columns 2.. the arguments
-OP_RMS_NORM = 1
-OP_SCALE = 2
-OP_ADD = 3
-OP_MUL = 4
-OP_SILU = 5
-OP_GELU = 6
-OP_SOFTCAP = 7
-OP_SWIGLU = 8
-OP_GEGLU = 9
-OP_TAKE_ROWS = 11
-OP_ROPE = 12
-OP_QUANT = 13
-OP_MATMUL = 14
-OP_KV_STORE = 15
-OP_ATTEND = 16
-OP_EMBED = 20
-OP_ROPE_TABLE = 21
-
-EMBED_Q8_0, EMBED_F16, EMBED_F32 = 0, 1, 2  # OP_EMBED's table formats
-
-FLAG_BARRIER = 1  # wait for every thread after this op
-FLAG_OUTPUT_ROWS = 2  # the op works on the R output rows, not the T pass rows
-FLAG_COLUMNS = 4  # a pass of fewer rows than threads: row-local ops split columns (tape[14] wide, in tape[15] units)
-TAPE_WIDTH = 16
 CHAINS = 8  # independent float64 sums an RMS norm advances together
 
 _R23 = F32(float.fromhex("0x1.8p23"))
@@ -240,28 +217,28 @@ def rope_rows(a, x, y, n_head, head_dim, n_rot, neox, cos, sin, r0, r1, h0, h1):
 def elementwise(op, xs, bs, ys, f0, f1, gelu):
     """One elementwise op over a thread's rows (slices, so the loops vectorize)."""
     n = ys.shape[0]
-    if op == OP_ADD:
+    if op == tape.OP_ADD:
         for i in range(n):
             ys[i] = xs[i] + bs[i]
-    elif op == OP_MUL:
+    elif op == tape.OP_MUL:
         for i in range(n):
             ys[i] = xs[i] * bs[i]
-    elif op == OP_SCALE:
+    elif op == tape.OP_SCALE:
         for i in range(n):
             ys[i] = xs[i] * f0
-    elif op == OP_SILU:
+    elif op == tape.OP_SILU:
         for i in range(n):
             ys[i] = _silu(xs[i])
-    elif op == OP_GELU:
+    elif op == tape.OP_GELU:
         for i in range(n):
             ys[i] = _gelu(xs[i], gelu)
-    elif op == OP_SOFTCAP:
+    elif op == tape.OP_SOFTCAP:
         for i in range(n):
             ys[i] = f0 * F32(math.tanh(xs[i] * f1))
-    elif op == OP_SWIGLU:
+    elif op == tape.OP_SWIGLU:
         for i in range(n):
             ys[i] = _silu(xs[i]) * bs[i]
-    elif op == OP_GEGLU:
+    elif op == tape.OP_GEGLU:
         for i in range(n):
             ys[i] = _gelu(xs[i], gelu) * bs[i]
 
@@ -273,14 +250,14 @@ def embed_rows(a, table, row_bytes, y, width, kind, tokens, r0, r1, c0, c1):
     for r in range(r0, r1):
         base = table + np.int64(tokens[r]) * row_bytes
         out = a[y + r * width: y + (r + 1) * width]
-        if kind == EMBED_Q8_0:
+        if kind == tape.EMBED_Q8_0:
             for b in range(c0 // 32, c1 // 32):
                 blk = base + 34 * b
                 d = f16_value(carray(u16_ptr(blk), (1,))[0])
                 q = carray(i8_ptr(blk + 2), (32,))
                 for i in range(32):
                     out[32 * b + i] = d * F32(q[i])
-        elif kind == EMBED_F16:
+        elif kind == tape.EMBED_F16:
             h = carray(u16_ptr(base), (width,))
             for i in range(c0, c1):
                 out[i] = f16_value(h[i])
@@ -291,90 +268,102 @@ def embed_rows(a, table, row_bytes, y, width, kind, tokens, r0, r1, c0, c1):
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def drive(tape, ftape, start, end, tid, nt, a, a_addr, n_rows, n_out, out_rows, tokens, positions, row_slot, row_cidx,
-          slot_rows, anc, kv_addr, clen, cpos_addr, gelu, bar_addr, yield_addr, prof):
-    """Run tape[start:end] as thread `tid` of `nt`; ends with a barrier. Returns the cycles this
-    thread spent waiting for the others. Thread 0 adds each op's cycles to prof[ip, 0] and the
-    cycles it then waited at the op's barrier to prof[ip, 1]."""
+def drive(int_rows, float_rows, start, end, tid, nt, a, a_addr, n_rows, n_out, out_rows, tokens, positions, row_slot,
+          row_cidx, slot_rows, anc, kv_addr, clen, cpos_addr, gelu, bar_addr, yield_addr, prof):
+    """Run the tape's rows start..end (int_rows, float_rows: columns as tape.py names them) as
+    thread `tid` of `nt`; ends with a barrier. Returns the cycles this thread spent waiting for the
+    others. Thread 0 adds each op's cycles to prof[ip, 0] and the cycles it then waited at the op's
+    barrier to prof[ip, 1]."""
     waited = 0
     for ip in range(start, end):
         began = cycles()
-        t = tape[ip]
-        op = t[0]
-        rows = n_out if t[1] & FLAG_OUTPUT_ROWS else n_rows
+        t = int_rows[ip]
+        op = t[tape.OP]
+        rows = n_out if t[tape.FLAGS] & tape.FLAG_OUTPUT_ROWS else n_rows
         r0, r1 = _share(rows, tid, nt)
-        c0, c1 = 0, t[14]  # row-local ops: columns c0..c1 of rows r0..r1
-        if t[1] & FLAG_COLUMNS and t[15] > 0:  # fewer rows than threads: split the columns instead
+        width, unit = t[tape.WIDTH], t[tape.UNIT]
+        c0, c1 = 0, width  # row-local ops: columns c0..c1 of rows r0..r1
+        if t[tape.FLAGS] & tape.FLAG_COLUMNS and unit > 0:  # fewer rows than threads: split the columns instead
             r0, r1 = 0, rows
-            units = (t[14] + t[15] - 1) // t[15]
-            u0, u1 = _share(units, tid, nt)
-            c0, c1 = min(u0 * t[15], t[14]), min(u1 * t[15], t[14])
-        if op == OP_RMS_NORM:
-            rms_norm_rows(a, t[2], t[3], t[4], t[5], F32(ftape[ip, 0]), t[6], t[7], r0, r1, c0, c1)
-        elif op == OP_QUANT:
-            x, width, fn, q, d, e, block, e_row = t[2], t[3], t[4], t[5], t[6], t[7], t[8], t[9]
+            u0, u1 = _share((width + unit - 1) // unit, tid, nt)
+            c0, c1 = min(u0 * unit, width), min(u1 * unit, width)
+        if op == tape.OP_RMS_NORM:
+            rms_norm_rows(a, t[tape.RMS_X], t[tape.RMS_Y], t[tape.RMS_WIDTH], t[tape.RMS_GROUP],
+                          F32(float_rows[ip, tape.RMS_EPS]), t[tape.RMS_WEIGHT], t[tape.RMS_WEIGHT_SIZE],
+                          r0, r1, c0, c1)
+        elif op == tape.OP_QUANT:
+            x, k, fn = t[tape.QUANT_X], t[tape.QUANT_WIDTH], t[tape.QUANT_KERNEL]
+            q, d, e = t[tape.QUANT_Q], t[tape.QUANT_D], t[tape.QUANT_E]
+            block, e_row = t[tape.QUANT_BLOCK], t[tape.QUANT_E_ROW]
             b0, b1 = c0 // block, c1 // block
-            if c1 == width and c0 == 0:  # whole rows: one call
+            if c1 == k and c0 == 0:  # whole rows: one call
                 if r1 > r0:
-                    call_kernel(fn, a_addr + 4 * (x + r0 * width), q + r0 * width, d + 4 * r0 * (width // block),
-                                  e + r0 * e_row, (r1 - r0) * (width // block))
+                    call_kernel(fn, a_addr + 4 * (x + r0 * k), q + r0 * k, d + 4 * r0 * (k // block),
+                                e + r0 * e_row, (r1 - r0) * (k // block))
             elif b1 > b0:
-                e_block = e_row // (width // block)
+                e_block = e_row // (k // block)
                 for r in range(r0, r1):
-                    at = r * (width // block) + b0
-                    call_kernel(fn, a_addr + 4 * (x + r * width + c0), q + r * width + c0, d + 4 * at,
-                                  e + r * e_row + b0 * e_block, b1 - b0)
-        elif op == OP_MATMUL:
-            fn, w, q, d, e, y, n = t[2], t[3], t[4], t[5], t[6], t[7], t[8]
+                    at = r * (k // block) + b0
+                    call_kernel(fn, a_addr + 4 * (x + r * k + c0), q + r * k + c0, d + 4 * at,
+                                e + r * e_row + b0 * e_block, b1 - b0)
+        elif op == tape.OP_MATMUL:
+            n = t[tape.MATMUL_N]
             n0, n1 = _share(n, tid, nt)
             if n1 > n0:
-                call_kernel(fn, w, q, d, e, a_addr + 4 * y, rows, n0, n1, n)
-        elif op == OP_ROPE:
-            rope_rows(a, t[2], t[3], t[4], t[5], t[6], t[7] != 0, t[8], t[9], r0, r1, c0 // t[5], c1 // t[5])
-        elif op == OP_KV_STORE:
-            k, v, width, layer = t[2], t[3], t[4], t[5]
+                call_kernel(t[tape.MATMUL_KERNEL], t[tape.MATMUL_WEIGHT], t[tape.MATMUL_Q], t[tape.MATMUL_D],
+                            t[tape.MATMUL_E], a_addr + 4 * t[tape.MATMUL_Y], rows, n0, n1, n)
+        elif op == tape.OP_ROPE:
+            hd = t[tape.ROPE_HEAD_DIM]
+            rope_rows(a, t[tape.ROPE_X], t[tape.ROPE_Y], t[tape.ROPE_N_HEAD], hd, t[tape.ROPE_N_ROT],
+                      t[tape.ROPE_NEOX] != 0, t[tape.ROPE_COS], t[tape.ROPE_SIN], r0, r1, c0 // hd, c1 // hd)
+        elif op == tape.OP_KV_STORE:
+            k, v, kv_width, layer = t[tape.KV_K], t[tape.KV_V], t[tape.KV_WIDTH], t[tape.KV_LAYER]
             for r in range(r0, r1):
                 slot = row_slot[r]
-                at = row_cidx[r] * width
-                kc = carray(u16_ptr(kv_addr[slot, layer, 0]), (at + width,))
-                vc = carray(u16_ptr(kv_addr[slot, layer, 1]), (at + width,))
+                at = row_cidx[r] * kv_width
+                kc = carray(u16_ptr(kv_addr[slot, layer, 0]), (at + kv_width,))
+                vc = carray(u16_ptr(kv_addr[slot, layer, 1]), (at + kv_width,))
                 for i in range(c0, c1):
-                    kc[at + i] = f16_bits(a[k + r * width + i])
-                    vc[at + i] = f16_bits(a[v + r * width + i])
-        elif op == OP_ATTEND:
-            q, y, layer, n_head, n_kv, hd, window, score_fn = t[2], t[3], t[4], t[5], t[6], t[7], t[8], t[9]
-            softmax_fn, heads, scale_bits, cap_bits = t[10], t[11], t[12], t[13]
+                    kc[at + i] = f16_bits(a[k + r * kv_width + i])
+                    vc[at + i] = f16_bits(a[v + r * kv_width + i])
+        elif op == tape.OP_ATTEND:
+            layer, n_head, n_kv = t[tape.ATTEND_LAYER], t[tape.ATTEND_N_HEAD], t[tape.ATTEND_N_KV_HEAD]
+            hd, heads = t[tape.ATTEND_HEAD_DIM], t[tape.ATTEND_HEADS]
             # every nt-th item: later rows of a prompt see more keys, so contiguous shares would not balance
-            attend_items(a, q, y, kv_addr[:, layer, 0], kv_addr[:, layer, 1], n_kv * hd, n_head, n_kv, hd,
-                         F32(ftape[ip, 0]), F32(ftape[ip, 1]), window, tid, rows * (n_head // heads), nt, positions,
-                         row_slot, slot_rows, clen, cpos_addr, anc, score_fn, softmax_fn, heads, scale_bits, cap_bits)
-        elif op == OP_EMBED:
-            embed_rows(a, t[2], t[3], t[4], t[5], t[6], tokens, r0, r1, c0, c1)
-        elif op == OP_ROPE_TABLE:
-            angles, cos, sin, half, cos_fn, sin_fn = t[2], t[3], t[4], t[5], t[6], t[7]
+            attend_items(a, t[tape.ATTEND_Q], t[tape.ATTEND_Y], kv_addr[:, layer, 0], kv_addr[:, layer, 1], n_kv * hd,
+                         n_head, n_kv, hd, F32(float_rows[ip, tape.ATTEND_SCALE]),
+                         F32(float_rows[ip, tape.ATTEND_CAP]), t[tape.ATTEND_WINDOW], tid, rows * (n_head // heads),
+                         nt, positions, row_slot, slot_rows, clen, cpos_addr, anc, t[tape.ATTEND_SCORE_KERNEL],
+                         t[tape.ATTEND_SOFTMAX_KERNEL], heads, t[tape.ATTEND_SCALE_BITS], t[tape.ATTEND_CAP_BITS])
+        elif op == tape.OP_EMBED:
+            embed_rows(a, t[tape.EMBED_TABLE], t[tape.EMBED_ROW_BYTES], t[tape.EMBED_Y], t[tape.EMBED_WIDTH],
+                       t[tape.EMBED_KIND], tokens, r0, r1, c0, c1)
+        elif op == tape.OP_ROPE_TABLE:
+            angles, cos, sin, half = t[tape.TABLE_ANGLES], t[tape.TABLE_COS], t[tape.TABLE_SIN], t[tape.TABLE_HALF]
             if c0 == 0 and r1 > r0:  # a column split gives the whole table to the thread holding column 0
-                rope_angles(positions[r0:r1], half, F32(ftape[ip, 0]), F32(ftape[ip, 1]),
-                            a[angles + r0 * half: angles + r1 * half])
+                rope_angles(positions[r0:r1], half, F32(float_rows[ip, tape.TABLE_STEP]),
+                            F32(float_rows[ip, tape.TABLE_FREQ_SCALE]), a[angles + r0 * half: angles + r1 * half])
                 at, count = 4 * (angles + r0 * half), (r1 - r0) * half
-                call_kernel(cos_fn, a_addr + at, a_addr + 4 * cos + 4 * r0 * half, count)
-                call_kernel(sin_fn, a_addr + at, a_addr + 4 * sin + 4 * r0 * half, count)
-        elif op == OP_TAKE_ROWS:
-            x, y, width = t[2], t[3], t[4]
+                call_kernel(t[tape.TABLE_COSF], a_addr + at, a_addr + 4 * cos + 4 * r0 * half, count)
+                call_kernel(t[tape.TABLE_SINF], a_addr + at, a_addr + 4 * sin + 4 * r0 * half, count)
+        elif op == tape.OP_TAKE_ROWS:
+            x, y, take_width = t[tape.TAKE_X], t[tape.TAKE_Y], t[tape.TAKE_WIDTH]
             for r in range(r0, r1):
                 src = out_rows[r]
-                for i in range(width):
-                    a[y + r * width + i] = a[x + src * width + i]
-        else:
-            x, b, y, width = t[2], t[3], t[4], t[5]
-            if c0 == 0 and c1 == width:
-                elementwise(op, a[x + r0 * width: x + r1 * width], a[b + r0 * width: b + r1 * width],
-                            a[y + r0 * width: y + r1 * width], F32(ftape[ip, 0]), F32(ftape[ip, 1]), gelu)
+                for i in range(take_width):
+                    a[y + r * take_width + i] = a[x + src * take_width + i]
+        else:  # elementwise
+            x, b, y, ew_width = t[tape.EW_X], t[tape.EW_B], t[tape.EW_Y], t[tape.EW_WIDTH]
+            f0, f1 = F32(float_rows[ip, tape.EW_F0]), F32(float_rows[ip, tape.EW_F1])
+            if c0 == 0 and c1 == ew_width:
+                elementwise(op, a[x + r0 * ew_width: x + r1 * ew_width], a[b + r0 * ew_width: b + r1 * ew_width],
+                            a[y + r0 * ew_width: y + r1 * ew_width], f0, f1, gelu)
             else:
                 for r in range(r0, r1):
-                    o = r * width
+                    o = r * ew_width
                     elementwise(op, a[x + o + c0: x + o + c1], a[b + o + c0: b + o + c1], a[y + o + c0: y + o + c1],
-                                F32(ftape[ip, 0]), F32(ftape[ip, 1]), gelu)
-        wait = barrier(bar_addr, nt, yield_addr) if t[1] & FLAG_BARRIER else 0
+                                f0, f1, gelu)
+        wait = barrier(bar_addr, nt, yield_addr) if t[tape.FLAGS] & tape.FLAG_BARRIER else 0
         if tid == 0:
             prof[ip, 0] += cycles() - began - wait
             prof[ip, 1] += wait

@@ -1,9 +1,11 @@
 """The CPU renderer's capabilities as data: which int8 dot variant a host runs, and how each is spelled.
 
-Owns: reading the host's CPU features from llvmlite, the list of variants (`vnni`, `avx2`,
-`generic`), and the one primitive every quantized kernel is built on, `dot8`: 32 weight bytes times
-32 int8 activations -> 8 int32 lanes, lane i holding the exact sum of elements 4i..4i+3 (`dot8_acc`
-adds them to a starting vector, free with `vpdpbusd`).
+Owns: `CAPABILITIES`, what the CPU declares to the passes and the runtime in the shape every device
+shares (kinetic/codegen/runner.py: the fused ops its op-to-kernel table lowers; no row limit, the
+compiled step grows its buffers), reading the host's CPU features from llvmlite, the list of
+variants (`vnni`, `avx2`, `generic`), and the one primitive every quantized kernel is built on,
+`dot8`: 32 weight bytes times 32 int8 activations -> 8 int32 lanes, lane i holding the exact sum of
+elements 4i..4i+3 (`dot8_acc` adds them to a starting vector, free with `vpdpbusd`).
 
 Every variant produces the same lanes exactly (integer arithmetic, no saturation is reachable: AVX2's
 `pmaddubsw` pairs stay below 2 * 128 * 127 because signed weights go through abs/sign and activations
@@ -19,6 +21,11 @@ from functools import cache
 import llvmlite.binding as llvm
 
 from kinetic.codegen.cpu.llvm_ir import Function, const_vec, splat
+from kinetic.codegen.runner import Capabilities
+from kinetic.ir.ops import Op
+
+# the fused ops of the IR that lowering.LOWERINGS has rows for (a test keeps the two in step)
+CAPABILITIES = Capabilities("cpu", fused_ops=frozenset({Op.SWIGLU, Op.GEGLU}), max_rows=None)
 
 VARIANTS = ("vnni", "avx2", "generic")
 

@@ -10,7 +10,7 @@ import pytest
 from gguf import GGMLQuantizationType as Q
 
 from kinetic.codegen.cpu import float_matmul_ir as F
-from kinetic.codegen.cpu import step_ops as S
+from kinetic.codegen.cpu import tape
 from kinetic.codegen.cpu.executor import CpuInterpreter
 from kinetic.codegen.cpu.matmul import float_matmul, round_activations
 from kinetic.codegen.cpu.step import CompiledStep
@@ -260,7 +260,7 @@ def test_step_runs_every_float_matmul_on_the_tape(float_model):
     assert isinstance(step, CompiledStep)
     assert all(isinstance(s, tuple) for s in step.segments)
     n_matmuls = sum(node.op is Op.MATMUL for node in graph.nodes)
-    assert int((step.tape[:, 0] == S.OP_MATMUL).sum()) == n_matmuls
+    assert int((step.tape[:, tape.OP] == tape.OP_MATMUL).sum()) == n_matmuls
 
 
 @pytest.mark.parametrize("threads", [1, 2, 3])

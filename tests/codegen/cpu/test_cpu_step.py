@@ -7,8 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kinetic.codegen.cpu import step_ops as S
-from kinetic.codegen.cpu.step import CompiledStep, unsupported
+from kinetic.codegen.cpu import step_ops, tape
+from kinetic.codegen.cpu.lowering import unsupported
+from kinetic.codegen.cpu.step import CompiledStep
 from kinetic.errors import KineticError
 from kinetic.frontend.gguf_file import open_gguf
 from kinetic.frontend.lower import lower
@@ -118,7 +119,7 @@ def test_plan_barriers_and_buffer_reuse_are_sound(synthetic):
     # independent matmuls reading the same quantized input share a phase (no barrier between them)
     phases_with_matmuls = {}
     for ins in instrs:
-        if ins.op == S.OP_MATMUL:
+        if ins.op == tape.OP_MATMUL:
             phases_with_matmuls.setdefault(ins.phase, []).append(ins)
     assert max(len(v) for v in phases_with_matmuls.values()) >= 2
     # an op never reads, in its own phase, what another op wrote across a different split
@@ -168,8 +169,8 @@ def test_passes_smaller_than_the_thread_count_split_columns(synthetic, threads):
         got.extend(engine.forward(PassRows.chain(tokens[start : start + 2], seq.cache.length, outputs="all"), {0: seq}))
     assert np.array_equal(np.stack(got), want)
     step = engine.runner
-    rows_barriers = step.tape[:, 1] & S.FLAG_BARRIER
-    column_barriers = step.column_tape[:, 1] & S.FLAG_BARRIER
+    rows_barriers = step.tape[:, tape.FLAGS] & tape.FLAG_BARRIER
+    column_barriers = step.column_tape[:, tape.FLAGS] & tape.FLAG_BARRIER
     assert np.all(column_barriers >= rows_barriers)  # the buffer plan relies on this
 
 
@@ -181,7 +182,7 @@ def test_numba_cache_keys_track_the_modules_compiled_in():
 
     from kinetic.codegen.cpu import step_attention
 
-    here = Path(S.__file__).parent
+    here = Path(step_ops.__file__).parent
 
     def digest(*names):
         h = hashlib.sha256()
@@ -190,7 +191,8 @@ def test_numba_cache_keys_track_the_modules_compiled_in():
         return h.hexdigest()[:16]
 
     assert step_attention.SOURCES_HASH == digest("native.py"), "update SOURCES_HASH in step_attention.py"
-    assert S.SOURCES_HASH == digest("native.py", "step_attention.py"), "update SOURCES_HASH in step_ops.py"
+    assert step_ops.SOURCES_HASH == digest("native.py", "step_attention.py", "tape.py"), (
+        "update SOURCES_HASH in step_ops.py")
 
 
 @pytest.mark.parametrize("wtype", ["Q8_0", "F16", "F32"])
@@ -210,10 +212,10 @@ def test_the_tape_embedding_equals_the_reference_dequantization(wtype):
     table = np.ascontiguousarray(table)
     tokens = np.array([3, 49, 0, 3, 17], np.int32)
     want = dequantize(table[tokens], qtype)
-    kind = {Q.Q8_0: S.EMBED_Q8_0, Q.F16: S.EMBED_F16, Q.F32: S.EMBED_F32}[qtype]
+    kind = {Q.Q8_0: tape.EMBED_Q8_0, Q.F16: tape.EMBED_F16, Q.F32: tape.EMBED_F32}[qtype]
     for r0, r1, c0, c1 in [(0, 5, 0, 96), (1, 4, 0, 96), (0, 5, 32, 96), (0, 5, 0, 32)]:
         arena = np.full(5 * 96 + 16, np.nan, np.float32)
-        S.embed_rows(arena, table.ctypes.data, table.strides[0], 16, 96, kind, tokens, r0, r1, c0, c1)
+        step_ops.embed_rows(arena, table.ctypes.data, table.strides[0], 16, 96, kind, tokens, r0, r1, c0, c1)
         got = arena[16:].reshape(5, 96)
         assert np.array_equal(got[r0:r1, c0:c1], want[r0:r1, c0:c1])
         assert np.isnan(np.delete(got, np.s_[r0:r1], axis=0)).all()

@@ -1,0 +1,360 @@
+"""The CPU's op-to-kernel table: how each graph op becomes instructions of the compiled step's tape.
+
+Owns: `LOWERINGS` (Op -> `OpLowering`: the function that turns one node into its tape instructions,
+and the check that refuses a node it cannot lower, with the reason), `unsupported(graph)` ("an op
+not in the table, or a node its row refuses"), and `lower_graph`, which walks a graph through the
+table into a `Plan`. Leaves (inputs, weights, cache handles) produce no instructions: the runtime
+binds them and their readers take their addresses. Does not own the row layout (tape.py), barriers
+and buffers (tape_plan.py), the kernels (step_kernels.py) nor what an op computes (step_ops.py).
+
+Adding an op: its kernel (a tape op code in tape.py and its case in step_ops.drive, or a generated
+kernel), then one row here. A node the tape has no kernel for, yet must run (a matmul of a weight
+type without a bit-exact kernel), becomes a Python instruction that runs the reference between
+compiled segments. Ops the table lacks or refuses send the whole graph to the op-by-op executor
+(runner.py).
+
+The CPU's own fusions happen here, in how rows are placed, not as IR ops: every matmul reading the
+same row shares one activation quantization of it (one OP_QUANT per input and format), and
+consecutive independent matmuls (q/k/v, gate/up) fall into one barrier phase (tape_plan.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+from gguf import GGMLQuantizationType as Q
+
+from kinetic.codegen.common.orders import refused_order
+from kinetic.codegen.cpu import float_matmul_ir, tape
+from kinetic.codegen.cpu.executor import BIT_EXACT
+from kinetic.codegen.cpu.quant_blocks import LAYOUTS
+from kinetic.codegen.cpu.step_kernels import StepKernels
+from kinetic.codegen.cpu.tape_plan import Instr, Plan, Ref
+from kinetic.errors import KineticError
+from kinetic.ir import numerics
+from kinetic.ir.graph import Graph, Node
+from kinetic.ir.interpreter import Interpreter, WeightSource
+from kinetic.ir.ops import LEAVES, Op
+from kinetic.ir.quants import dequantize_rows
+
+F32 = np.float32
+EMBED_KINDS = {Q.Q8_0: tape.EMBED_Q8_0, Q.F16: tape.EMBED_F16, Q.F32: tape.EMBED_F32}  # tables the tape reads
+ELEMENTWISE = {Op.ADD: tape.OP_ADD, Op.MUL: tape.OP_MUL, Op.SCALE: tape.OP_SCALE, Op.SILU: tape.OP_SILU,
+               Op.GELU: tape.OP_GELU, Op.SOFTCAP: tape.OP_SOFTCAP, Op.SWIGLU: tape.OP_SWIGLU,
+               Op.GEGLU: tape.OP_GEGLU}
+
+
+class TapeBuilder:
+    """One graph's instructions for buffers of `capacity` rows, and what they hold on to."""
+
+    def __init__(self, graph: Graph, weights: WeightSource, reference: Interpreter, kernels: StepKernels,
+                 capacity: int, threads: int):
+        self.graph, self.weights, self.reference, self.kernels = graph, weights, reference, kernels
+        self.capacity, self.threads = capacity, threads
+        self.plan = Plan()
+        self.layer_index = {layer: i for i, layer in enumerate(step_layers(graph))}
+        self.held: list[np.ndarray] = []  # arrays whose addresses the tape holds
+        self.vocab = 1 << 62  # rows of the embedding table the tape reads (set when it reads one)
+        self.quantized: set = set()  # ("q", node id, format) already on the tape
+        self.rope_tables: dict = {}  # (n_rot, theta, freq_scale) -> buffer key prefix
+
+    def address(self, array: np.ndarray) -> int:
+        """`array`'s address, kept alive as long as the tape."""
+        self.held.append(array)
+        return array.ctypes.data
+
+    def add(self, op: int, args: dict, **fields) -> None:
+        self.plan.instrs.append(Instr(op, args, **fields))
+
+    def add_python(self, run: Callable, **fields) -> None:
+        """An op the tape runs through Python between compiled segments: run(step, n, n_out)."""
+        self.plan.instrs.append(Instr(0, python=run, **fields))
+
+
+def step_layers(graph: Graph) -> list[int]:
+    """The layers whose caches the graph reads, in order (the tape's layer indexes)."""
+    return sorted({n.attrs.layer for n in graph.nodes if n.op is Op.STATE})
+
+
+def value(node: Node) -> Ref:
+    """The f32 arena buffer of a node's value."""
+    return Ref(("v", node.id))
+
+
+@dataclass(frozen=True)
+class OpLowering:
+    """One row of the table: emit(builder, node, inputs) appends the node's instructions;
+    refuse(graph, node) says why it cannot (None: it can)."""
+
+    emit: Callable[[TapeBuilder, Node, list[Node]], None]
+    refuse: Callable[[Graph, Node], str | None] = lambda graph, node: None
+
+
+# the orders the tape's reductions sum in (kinetic/ir/orders.py), the reference's: generated kernels for
+# the exact and float weight types, the reference between segments for the rest ("dequant_matvec");
+# attention over an f32 cache ("key_chain_f32") is the op-by-op executor's
+REDUCTION_ORDERS = frozenset({"lanes8", "block_chain", "lanes64", "bf16_pairs", "dequant_matvec", "f64_sum",
+                              "key_chain_f16"})
+
+
+def unsupported(graph: Graph) -> str | None:
+    """Why the compiled step cannot run this graph (None: it can): the first node whose op has no
+    row in LOWERINGS, or whose row refuses it, or a reduction in an order no kernel follows."""
+    for node in graph.nodes:
+        if node.op in LEAVES:
+            continue
+        if node.op not in LOWERINGS:
+            return f"{node.op.value} has no CPU kernel"
+        reason = LOWERINGS[node.op].refuse(graph, node)
+        if reason:
+            return reason
+    return refused_order(graph, REDUCTION_ORDERS, "compiled CPU step")
+
+
+def lower_graph(builder: TapeBuilder) -> Plan:
+    """Every node through its row of the table, after the rotary tables (first on the tape)."""
+    g, plan = builder.graph, builder.plan
+    _rope_tables(builder)
+    for node in g.nodes:
+        if node.op in LEAVES:
+            continue
+        if node.op not in LOWERINGS:
+            raise KineticError(f"the compiled step has no lowering for {node.op.value}", "Use --device reference.")
+        if len(node.type.shape) == 2:
+            plan.f32_sizes[("v", node.id)] = builder.capacity * node.type.shape[1]
+        LOWERINGS[node.op].emit(builder, node, [g.node(i) for i in node.inputs])
+    return plan
+
+
+def _width(node: Node) -> int:
+    return node.type.shape[1] if len(node.type.shape) == 2 else 0
+
+
+def _output_rows(node: Node) -> bool:
+    return node.type.shape[0] == "R"
+
+
+def _rope_tables(b: TapeBuilder) -> None:
+    """One instruction per distinct rotary table: each row's angles (numerics.rope_angles) and their
+    cosines and sines through the C library's cosf / sinf."""
+    for node in b.graph.nodes:
+        if node.op is not Op.ROPE:
+            continue
+        a = node.attrs
+        tkey = (a.n_rot, float(a.theta), float(a.freq_scale))
+        if tkey in b.rope_tables:
+            continue
+        table = b.rope_tables[tkey] = ("rope", len(b.rope_tables))
+        half = a.n_rot // 2
+        for part in ("angles", "cos", "sin"):
+            b.plan.constants[table + (part,)] = np.zeros(b.capacity * half, F32)
+        # ggml's theta_scale = powf(base, -2/n_rot), the C library's (numerics.rope_angles)
+        step = numerics.powf(a.theta, F32(-2.0) / F32(a.n_rot))
+        b.add(tape.OP_ROPE_TABLE, {
+            tape.TABLE_ANGLES: Ref(table + ("angles",)), tape.TABLE_COS: Ref(table + ("cos",)),
+            tape.TABLE_SIN: Ref(table + ("sin",)), tape.TABLE_HALF: half,
+            tape.TABLE_COSF: b.kernels.libm("cosf"), tape.TABLE_SINF: b.kernels.libm("sinf")},
+            floats={tape.TABLE_STEP: step, tape.TABLE_FREQ_SCALE: F32(a.freq_scale)},
+            writes=(table + ("angles",), table + ("cos",), table + ("sin",)), row_local=True, width=half, unit=half)
+
+
+# ---- the rows of the table ----------------------------------------------------------------------
+
+def _embed(b: TapeBuilder, node: Node, ins: list[Node]) -> None:
+    table, width = ins[0], _width(node)
+    if table.type.ggml_type not in EMBED_KINDS:  # dequantized by Python before the tape
+        b.add_python(_python_embed(table, node, b.weights), writes=(("v", node.id),))
+        return
+    raw = np.ascontiguousarray(b.weights.tensor(table.attrs.tensor))
+    b.vocab = raw.shape[0]
+    b.add(tape.OP_EMBED, {tape.EMBED_TABLE: b.address(raw), tape.EMBED_ROW_BYTES: raw.strides[0],
+                          tape.EMBED_Y: value(node), tape.EMBED_WIDTH: width,
+                          tape.EMBED_KIND: EMBED_KINDS[table.type.ggml_type]},
+          writes=(("v", node.id),), row_local=True, width=width, unit=32)
+
+
+def _matmul(b: TapeBuilder, node: Node, ins: list[Node]) -> None:
+    x, w = ins
+    if node.attrs.activations == "q8" and w.type.ggml_type in BIT_EXACT:
+        _quantized_matmul(b, node, x, w)
+    elif node.attrs.activations == "q8" and w.type.ggml_type in float_matmul_ir.FLOAT_TYPES:
+        _float_matmul(b, node, x, w)
+    else:  # no bit-exact kernel: the reference, between compiled segments
+        b.add_python(_python_matmul(x, w, node), reads=(("v", x.id),), writes=(("v", node.id),))
+
+
+def _quantized_matmul(b: TapeBuilder, node: Node, x: Node, w: Node) -> None:
+    """x quantized once to the weight type's activation format (shared by every matmul of that
+    input and format), then the generated kernel on the weight as stored, threads splitting its
+    output columns."""
+    layout = LAYOUTS[w.type.ggml_type]
+    fmt, k, out_rows = layout.activation, x.type.shape[1], _output_rows(node)
+    qkey = ("q", x.id, fmt)
+    if qkey not in b.quantized:
+        b.quantized.add(qkey)
+        block = 256 if fmt == "q8_k" else 32  # values a block: Q8_K's super-block, else 32
+        e_row = {"q8_1": k // 32 * 4, "q8_k": k // 16 * 4}.get(fmt, 0)  # block sums' bytes a row
+        b.plan.q_sizes[qkey] = (b.capacity * k, b.capacity * (k // block) * 4, b.capacity * e_row)
+        b.add(tape.OP_QUANT, {
+            tape.QUANT_X: value(x), tape.QUANT_WIDTH: k, tape.QUANT_KERNEL: b.kernels.quantize(fmt),
+            tape.QUANT_Q: Ref(qkey, "q"), tape.QUANT_D: Ref(qkey, "d"), tape.QUANT_E: Ref(qkey, "e"),
+            tape.QUANT_BLOCK: block, tape.QUANT_E_ROW: e_row},
+            reads=(("v", x.id),), writes=(qkey,), row_local=True, output_rows=out_rows, width=k, unit=block)
+    b.add(tape.OP_MATMUL, {
+        tape.MATMUL_KERNEL: b.kernels.matmul(layout.wtype, k),
+        tape.MATMUL_WEIGHT: b.address(np.asarray(b.weights.tensor(w.attrs.tensor))),
+        tape.MATMUL_Q: Ref(qkey, "q"), tape.MATMUL_D: Ref(qkey, "d"), tape.MATMUL_E: Ref(qkey, "e"),
+        tape.MATMUL_Y: value(node), tape.MATMUL_N: node.type.shape[1]},
+        reads=(qkey,), writes=(("v", node.id),), output_rows=out_rows)
+
+
+def _float_matmul(b: TapeBuilder, node: Node, x: Node, w: Node) -> None:
+    """An F16/BF16/F32 matmul: x rounded once to what the kernel reads (row-local, shared by every
+    matmul of that input and type, as a quantization is; F32 reads x itself), then the kernel on
+    the weight as stored, threads splitting its columns."""
+    wtype, k, out_rows = w.type.ggml_type, x.type.shape[1], _output_rows(node)
+    source, reads = Ref(("v", x.id), "address"), (("v", x.id),)
+    if wtype is not Q.F32:
+        fmt, row_bytes = wtype.name.lower(), k * float_matmul_ir.ACTIVATION_BYTES[wtype]
+        rkey = ("q", x.id, fmt)
+        if rkey not in b.quantized:
+            b.quantized.add(rkey)
+            b.plan.q_sizes[rkey] = (0, 0, b.capacity * row_bytes)
+            b.add(tape.OP_QUANT, {  # blocks of one value, written through e
+                tape.QUANT_X: value(x), tape.QUANT_WIDTH: k, tape.QUANT_KERNEL: b.kernels.round(fmt),
+                tape.QUANT_Q: Ref(rkey, "q"), tape.QUANT_D: Ref(rkey, "d"), tape.QUANT_E: Ref(rkey, "e"),
+                tape.QUANT_BLOCK: 1, tape.QUANT_E_ROW: row_bytes},
+                reads=reads, writes=(rkey,), row_local=True, output_rows=out_rows, width=k, unit=16)
+        source, reads = Ref(rkey, "e"), (rkey,)
+    b.add(tape.OP_MATMUL, {
+        tape.MATMUL_KERNEL: b.kernels.float_matmul(wtype, k),
+        tape.MATMUL_WEIGHT: b.address(np.asarray(b.weights.tensor(w.attrs.tensor))),
+        tape.MATMUL_Q: source, tape.MATMUL_D: 0, tape.MATMUL_E: 0,
+        tape.MATMUL_Y: value(node), tape.MATMUL_N: node.type.shape[1]},
+        reads=reads, writes=(("v", node.id),), output_rows=out_rows)
+
+
+def _rms_norm(b: TapeBuilder, node: Node, ins: list[Node]) -> None:
+    a, width = node.attrs, _width(node)
+    weight, weight_size = -1, 0
+    if len(ins) == 2:
+        values = b.reference.weight(ins[1]).values.reshape(-1).astype(F32)
+        ckey = ("c", ins[1].attrs.tensor)
+        b.plan.constants[ckey] = values
+        weight, weight_size = Ref(ckey), values.size
+    b.add(tape.OP_RMS_NORM, {
+        tape.RMS_X: value(ins[0]), tape.RMS_Y: value(node), tape.RMS_WIDTH: width,
+        tape.RMS_GROUP: a.group or width, tape.RMS_WEIGHT: weight, tape.RMS_WEIGHT_SIZE: weight_size},
+        floats={tape.RMS_EPS: F32(a.eps)}, reads=(("v", ins[0].id),), writes=(("v", node.id),), row_local=True,
+        output_rows=_output_rows(node), width=width, unit=16 if not a.group or a.group == width else a.group,
+        whole_row=True)
+
+
+def _refuse_rms_norm(graph: Graph, node: Node) -> str | None:
+    if len(node.inputs) == 2 and graph.node(node.inputs[1]).op is not Op.PARAM:
+        return "an rms_norm weight computed in the graph"
+    return None
+
+
+def _rope(b: TapeBuilder, node: Node, ins: list[Node]) -> None:
+    a = node.attrs
+    table = b.rope_tables[(a.n_rot, float(a.theta), float(a.freq_scale))]
+    b.add(tape.OP_ROPE, {
+        tape.ROPE_X: value(ins[0]), tape.ROPE_Y: value(node), tape.ROPE_N_HEAD: a.n_head,
+        tape.ROPE_HEAD_DIM: a.head_dim, tape.ROPE_N_ROT: a.n_rot, tape.ROPE_NEOX: int(a.neox),
+        tape.ROPE_COS: Ref(table + ("cos",)), tape.ROPE_SIN: Ref(table + ("sin",))},
+        reads=(("v", ins[0].id), table + ("cos",), table + ("sin",)), writes=(("v", node.id),), row_local=True,
+        output_rows=_output_rows(node), width=a.n_head * a.head_dim, unit=a.head_dim)
+
+
+def _refuse_rope(graph: Graph, node: Node) -> str | None:
+    return "YaRN or llama3 rotary scaling" if node.attrs.yarn_ext_factor or node.attrs.llama3_factor else None
+
+
+def _attention(b: TapeBuilder, node: Node, ins: list[Node]) -> None:
+    """The keys and values stored into the cache in place (split as rotary splits the keys), then
+    attention over it."""
+    a = node.attrs
+    layer = b.layer_index[ins[3].attrs.layer]
+    kv_width = a.n_kv_head * a.head_dim
+    b.add(tape.OP_KV_STORE, {tape.KV_K: value(ins[1]), tape.KV_V: value(ins[2]), tape.KV_WIDTH: kv_width,
+                             tape.KV_LAYER: layer},
+          reads=(("v", ins[1].id), ("v", ins[2].id)), writes=(("kv", layer),), row_local=True,
+          width=kv_width, unit=a.head_dim)
+    if a.softcap:
+        scale, cap = F32(F32(a.scale) / F32(a.softcap)), F32(a.softcap)
+    else:
+        scale, cap = F32(a.scale), F32(0)
+    shape = (a.n_head // a.n_kv_head, a.n_kv_head, a.head_dim, bool(a.softcap))
+    # passes of several rows (prompts, drafts) give every thread rows: an item carries all the query
+    # heads of a KV head, widening each key and value once for all of them; a pass of one row splits
+    # them as the threads need (the columns plan)
+    rows_plan = b.kernels.attention(*shape, threads=1)
+    columns_plan = b.kernels.attention(*shape, threads=b.threads)
+    kernel_columns = (tape.ATTEND_SCORE_KERNEL, tape.ATTEND_SOFTMAX_KERNEL, tape.ATTEND_HEADS)
+    b.add(tape.OP_ATTEND, {
+        tape.ATTEND_Q: value(ins[0]), tape.ATTEND_Y: value(node), tape.ATTEND_LAYER: layer,
+        tape.ATTEND_N_HEAD: a.n_head, tape.ATTEND_N_KV_HEAD: a.n_kv_head, tape.ATTEND_HEAD_DIM: a.head_dim,
+        tape.ATTEND_WINDOW: a.window, **dict(zip(kernel_columns, rows_plan, strict=True)),
+        tape.ATTEND_SCALE_BITS: _f32_bits(scale), tape.ATTEND_CAP_BITS: _f32_bits(cap)},
+        floats={tape.ATTEND_SCALE: scale, tape.ATTEND_CAP: cap}, reads=(("v", ins[0].id), ("kv", layer)),
+        writes=(("v", node.id),), column_args=dict(zip(kernel_columns, columns_plan, strict=True)))
+
+
+def _refuse_attention(graph: Graph, node: Node) -> str | None:
+    return f"a {node.attrs.kv_dtype} KV cache" if node.attrs.kv_dtype != "f16" else None
+
+
+def _take_rows(b: TapeBuilder, node: Node, ins: list[Node]) -> None:
+    b.add(tape.OP_TAKE_ROWS, {tape.TAKE_X: value(ins[0]), tape.TAKE_Y: value(node), tape.TAKE_WIDTH: _width(node)},
+          reads=(("v", ins[0].id),), writes=(("v", node.id),), output_rows=True)
+
+
+def _elementwise(b: TapeBuilder, node: Node, ins: list[Node]) -> None:
+    a, width = node.attrs, _width(node)
+    floats = {}
+    if node.op is Op.SCALE:
+        floats = {tape.SCALE_FACTOR: F32(a.factor)}
+    elif node.op is Op.SOFTCAP:
+        floats = {tape.SOFTCAP_CAP: F32(a.cap), tape.SOFTCAP_INVERSE: F32(F32(1) / F32(a.cap))}
+    b.add(ELEMENTWISE[node.op], {tape.EW_X: value(ins[0]), tape.EW_B: value(ins[1]) if len(ins) == 2 else 0,
+                                 tape.EW_Y: value(node), tape.EW_WIDTH: width},
+          floats=floats, reads=tuple(("v", i.id) for i in ins), writes=(("v", node.id),), row_local=True,
+          output_rows=_output_rows(node), width=width, unit=16)
+
+
+LOWERINGS: dict[Op, OpLowering] = {
+    Op.EMBED: OpLowering(_embed),
+    Op.MATMUL: OpLowering(_matmul),
+    Op.TAKE_ROWS: OpLowering(_take_rows),
+    Op.RMS_NORM: OpLowering(_rms_norm, _refuse_rms_norm),
+    Op.ROPE: OpLowering(_rope, _refuse_rope),
+    Op.ATTENTION: OpLowering(_attention, _refuse_attention),
+    **{op: OpLowering(_elementwise) for op in ELEMENTWISE},
+}
+
+
+# ---- Python instructions: ops the tape has no kernel for -------------------------------------------
+
+def _python_embed(table: Node, node: Node, weights: WeightSource):
+    raw = weights.tensor(table.attrs.tensor)
+
+    def run(step, n: int, n_out: int) -> None:
+        rows = dequantize_rows(raw, table.type.ggml_type, step.pass_rows.tokens)
+        step.view(node.id, n)[:] = rows.reshape(n, -1)
+
+    return run
+
+
+def _python_matmul(x: Node, weight: Node, node: Node):
+    def run(step, n: int, n_out: int) -> None:
+        rows = n_out if _output_rows(node) else n
+        step.view(node.id, rows)[:] = step.reference.matmul(step.view(x.id, rows), weight, node.attrs)
+
+    return run
+
+
+def _f32_bits(x) -> int:
+    return int(np.float32(x).view(np.uint32))

@@ -1,0 +1,100 @@
+"""The compiled step's tape: the layout of its rows, which the lowering writes and the driver reads.
+
+Owns: the op codes, the flags, every op's argument columns by name, and the split columns of
+row-local ops. The lowering (lowering.py, tape_plan.py) and the driver (step_ops.drive) both use
+these names, so no column number is typed anywhere else. Does not own what an op computes
+(step_ops.py) nor which graph node becomes which ops (lowering.py).
+
+One int64 row per instruction, TAPE_WIDTH wide:
+
+    column   OP     FLAGS   2 .. 13                          WIDTH           UNIT
+             code   FLAG_*  the op's arguments (below)       a row-local op's split: columns
+                                                             WIDTH floats wide, in UNIT units
+
+and beside it one float64 row, FLOAT_WIDTH wide, for the op's float arguments (rounded to float32
+when read). Arguments are arena offsets in floats (activations, small weights, tables), byte
+addresses (weights, the byte arena, generated kernels), or plain integers; an op leaves the columns
+it does not name at 0.
+
+The driver is numba code compiled with these constants in it: step_ops.SOURCES_HASH covers this
+file, so a change here recompiles the driver (tests/codegen/cpu/test_cpu_step.py checks the hash).
+"""
+
+from __future__ import annotations
+
+OP, FLAGS = 0, 1  # the op code; its flags
+WIDTH, UNIT = 14, 15  # a row-local op's row width in floats and its column split unit (0: none)
+TAPE_WIDTH = 16
+FLOAT_WIDTH = 4
+
+# ---- op codes (column OP) ------------------------------------------------------------------------
+OP_RMS_NORM = 1
+OP_SCALE = 2
+OP_ADD = 3
+OP_MUL = 4
+OP_SILU = 5
+OP_GELU = 6
+OP_SOFTCAP = 7
+OP_SWIGLU = 8
+OP_GEGLU = 9
+OP_TAKE_ROWS = 11
+OP_ROPE = 12
+OP_QUANT = 13
+OP_MATMUL = 14
+OP_KV_STORE = 15
+OP_ATTEND = 16
+OP_EMBED = 20
+OP_ROPE_TABLE = 21
+ELEMENTWISE_CODES = (OP_SCALE, OP_ADD, OP_MUL, OP_SILU, OP_GELU, OP_SOFTCAP, OP_SWIGLU, OP_GEGLU)
+OP_NAMES = {code: name[3:].lower() for name, code in dict(globals()).items() if name.startswith("OP_")}
+
+# ---- flags (column FLAGS) ------------------------------------------------------------------------
+FLAG_BARRIER = 1  # wait for every thread after this op
+FLAG_OUTPUT_ROWS = 2  # the op works on the R output rows, not the T pass rows
+FLAG_COLUMNS = 4  # a pass of fewer rows than threads: row-local ops split columns (WIDTH wide, in UNIT units)
+
+# ---- each op's argument columns --------------------------------------------------------------------
+# rms_norm: y = x * scale of its group (* weight, repeated every WEIGHT_SIZE floats; WEIGHT -1: none)
+RMS_X, RMS_Y, RMS_WIDTH, RMS_GROUP, RMS_WEIGHT, RMS_WEIGHT_SIZE = range(2, 8)
+RMS_EPS = 0  # float column
+# activation quantization of X's rows (WIDTH floats) by the generated KERNEL into the byte arena:
+# values Q, block scales D, extras E (E_ROW bytes a row); BLOCK values a block
+QUANT_X, QUANT_WIDTH, QUANT_KERNEL, QUANT_Q, QUANT_D, QUANT_E, QUANT_BLOCK, QUANT_E_ROW = range(2, 10)
+# the generated matmul KERNEL on WEIGHT (bytes as stored) and quantized activations Q / D / E into Y,
+# N output columns
+MATMUL_KERNEL, MATMUL_WEIGHT, MATMUL_Q, MATMUL_D, MATMUL_E, MATMUL_Y, MATMUL_N = range(2, 9)
+# rotary of X into Y by the pass's COS / SIN tables
+ROPE_X, ROPE_Y, ROPE_N_HEAD, ROPE_HEAD_DIM, ROPE_N_ROT, ROPE_NEOX, ROPE_COS, ROPE_SIN = range(2, 10)
+# keys K and values V (WIDTH floats a row) into LAYER's f16 cache, in place
+KV_K, KV_V, KV_WIDTH, KV_LAYER = range(2, 6)
+# attention of queries Q into Y over LAYER's cache; SCORE_KERNEL / SOFTMAX_KERNEL generated (0: the
+# numba path), HEADS query heads an item; SCALE_BITS / CAP_BITS the floats' f32 bits
+(ATTEND_Q, ATTEND_Y, ATTEND_LAYER, ATTEND_N_HEAD, ATTEND_N_KV_HEAD, ATTEND_HEAD_DIM, ATTEND_WINDOW,
+ ATTEND_SCORE_KERNEL, ATTEND_SOFTMAX_KERNEL, ATTEND_HEADS, ATTEND_SCALE_BITS, ATTEND_CAP_BITS) = range(2, 14)
+ATTEND_SCALE, ATTEND_CAP = 0, 1  # float columns
+# embedding rows of TABLE (ROW_BYTES a row, format KIND) by token into Y
+EMBED_TABLE, EMBED_ROW_BYTES, EMBED_Y, EMBED_WIDTH, EMBED_KIND = range(2, 7)
+EMBED_Q8_0, EMBED_F16, EMBED_F32 = 0, 1, 2  # EMBED_KIND's table formats
+# a rotary table: each row's ANGLES (HALF a row), their COS / SIN through the C library's maps
+TABLE_ANGLES, TABLE_COS, TABLE_SIN, TABLE_HALF, TABLE_COSF, TABLE_SINF = range(2, 8)
+TABLE_STEP, TABLE_FREQ_SCALE = 0, 1  # float columns
+# output row r = X's row out_rows[r]
+TAKE_X, TAKE_Y, TAKE_WIDTH = range(2, 5)
+# every elementwise op: Y = op(X, B) (B 0 for one-input ops), with two float columns
+EW_X, EW_B, EW_Y, EW_WIDTH = range(2, 6)
+EW_F0, EW_F1 = 0, 1
+SCALE_FACTOR = EW_F0  # scale's
+SOFTCAP_CAP, SOFTCAP_INVERSE = EW_F0, EW_F1  # softcap's: cap and 1 / cap
+
+ARGUMENTS = {  # the columns each op's row fills (the lowering fills exactly these)
+    OP_RMS_NORM: range(RMS_X, RMS_WEIGHT_SIZE + 1),
+    OP_QUANT: range(QUANT_X, QUANT_E_ROW + 1),
+    OP_MATMUL: range(MATMUL_KERNEL, MATMUL_N + 1),
+    OP_ROPE: range(ROPE_X, ROPE_SIN + 1),
+    OP_KV_STORE: range(KV_K, KV_LAYER + 1),
+    OP_ATTEND: range(ATTEND_Q, ATTEND_CAP_BITS + 1),
+    OP_EMBED: range(EMBED_TABLE, EMBED_KIND + 1),
+    OP_ROPE_TABLE: range(TABLE_ANGLES, TABLE_SINF + 1),
+    OP_TAKE_ROWS: range(TAKE_X, TAKE_WIDTH + 1),
+    **{code: range(EW_X, EW_WIDTH + 1) for code in ELEMENTWISE_CODES},
+}

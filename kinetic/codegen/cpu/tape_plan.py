@@ -1,0 +1,246 @@
+"""The compiled step's plan: instructions in, barriers, buffers and tape rows out.
+
+Owns: the instruction record the lowering produces (`Instr`, with `Ref`s to buffers not yet placed,
+collected in a `Plan`), and the three steps that turn a plan into what the driver runs: the barrier
+plan (`place_barriers`, after `align_columns`), the buffer plan (`allocate`: one float32 arena and
+one byte arena, reused by liveness only across a barrier) and the encoding (`encode`: the rows
+split tape, the columns split tape, the float tape and the segments between Python ops). Does not
+own which node becomes which instructions (lowering.py) nor the row layout (tape.py).
+
+Two plans of one tape: rows split (a pass of at least as many rows as threads: row-local ops split
+the rows) and columns split (fewer rows, e.g. decode: row-local ops split columns in UNIT units),
+which needs more barriers; buffers are planned on the first, whose barriers the second keeps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from kinetic.codegen.cpu import tape
+
+F32 = np.float32
+ALIGN = 16  # floats (64 bytes) between arena buffers
+BYTE_ALIGN = 64  # bytes between byte-arena buffers
+
+
+@dataclass(frozen=True)
+class Ref:
+    """A buffer the plan places: key ("v", node id) for a node's value, ("q", node id, format) for
+    its quantized form, ("c", tensor) for a constant. part: "" (its f32 arena offset), "address"
+    (its f32 arena address, for a generated kernel) or q / d / e (a byte-arena buffer's address)."""
+
+    key: tuple
+    part: str = ""
+
+
+@dataclass(eq=False)
+class Instr:
+    op: int  # a tape op code, or 0 for a Python op
+    args: dict = field(default_factory=dict)  # tape column -> int, or a Ref the buffer plan resolves
+    floats: dict = field(default_factory=dict)  # float column -> value
+    reads: tuple = ()  # buffer keys
+    writes: tuple = ()
+    row_local: bool = False
+    output_rows: bool = False
+    python: object = None  # callable(step, n, n_out) for Python ops
+    barrier: bool = False
+    phase: int = 0
+    # a row-local op's split across threads when a pass has fewer rows than threads: columns in
+    # units of `unit` floats of a row `width` wide; whole_row: it reads all of its input's row
+    width: int = 0
+    unit: int = 0
+    whole_row: bool = False
+    column_barrier: bool = False
+    column_args: dict | None = None  # tape column -> value, replacing args in the columns split tape
+
+
+@dataclass
+class Plan:
+    instrs: list[Instr] = field(default_factory=list)
+    f32_sizes: dict = field(default_factory=dict)  # key -> floats
+    q_sizes: dict = field(default_factory=dict)  # key -> (q bytes, d bytes, e bytes)
+    constants: dict = field(default_factory=dict)  # key -> f32 values
+
+
+def align_columns(plan: Plan) -> None:
+    """Let an op that only feeds an activation quantization split its columns in the
+    quantization's blocks, so the columns plan needs no barrier between them (the split of an
+    elementwise op or of an RMS norm over whole rows is free to choose)."""
+    producer: dict = {}
+    for ins in plan.instrs:
+        if ins.op == tape.OP_QUANT:
+            src = producer.get(ins.reads[0])
+            free = src is not None and (src.op in tape.ELEMENTWISE_CODES
+                                        or (src.op == tape.OP_RMS_NORM and src.unit == 16))
+            if free and src.width == ins.width and src.output_rows == ins.output_rows:
+                src.unit = ins.unit
+        for key in ins.writes:
+            producer[key] = ins
+
+
+def place_barriers(plan: Plan) -> None:
+    """Barriers: after an op whose output (or input) a later op of the same phase touches across
+    the threads' split; Python ops stand alone. Sets each instruction's phase (rows plan) and its
+    barrier and column_barrier flags."""
+    for columns in (False, True):
+        phase = 0
+        current: list[Instr] = []
+        for ins in plan.instrs:
+            clash = ins.python is not None or any(_clash(p, ins, columns) for p in current)
+            if clash and current:
+                if columns:
+                    current[-1].column_barrier = True
+                else:
+                    current[-1].barrier = True
+                    phase += 1
+                current = []
+            if not columns:
+                ins.phase = phase
+            current.append(ins)
+
+
+def _clash(p: Instr, ins: Instr, columns: bool) -> bool:
+    """Whether `ins` may not run in the same phase as the earlier `p`."""
+    if p.python is not None:
+        return True
+    shared = (set(p.writes) & (set(ins.reads) | set(ins.writes))) | (set(p.reads) & set(ins.writes))
+    if not shared:
+        return False
+    if not (p.row_local and ins.row_local and p.output_rows == ins.output_rows):
+        return True
+    if not columns:
+        return False
+    same_split = p.unit == ins.unit and p.width == ins.width and p.unit > 0
+    return not same_split or (ins.whole_row and bool(shared & set(ins.reads))) or (
+        p.whole_row and bool(shared & set(p.reads)))
+
+
+@dataclass
+class Arenas:
+    """Where the plan's buffers live: f32 arena offsets (floats) and byte-arena offsets (q, d, e)."""
+
+    arena: np.ndarray  # f32: constants first, then activations
+    qarena: np.ndarray  # u8: quantized activations
+    offsets: dict  # key -> f32 offset
+    q_offsets: dict  # key -> (q, d, e) byte offsets
+
+
+def allocate(plan: Plan, kept: list[tuple]) -> Arenas:
+    """Constants first (never freed), then each buffer in order of its first phase, in a free slot of
+    its size whose last reader ran in an earlier phase, else at the top. `kept` buffers (the
+    graph's outputs) are never reused."""
+    last_use: dict = {}
+    first_def: dict = {}
+    for ins in plan.instrs:
+        for key in ins.writes:
+            first_def.setdefault(key, ins.phase)
+        for key in ins.reads + ins.writes:
+            last_use[key] = ins.phase
+    for key in kept:
+        last_use[key] = 1 << 60
+    offsets: dict = {}
+    top = 0
+    for key, values in plan.constants.items():
+        offsets[key] = top
+        top += _aligned(values.size)
+    free: dict[int, list[tuple[int, int]]] = {}
+    qtop = 0
+    qfree: dict[tuple, list[tuple[int, int]]] = {}
+    q_offsets: dict = {}
+    for key in sorted(first_def, key=lambda k: first_def[k]):
+        if key in plan.f32_sizes:
+            size = _aligned(plan.f32_sizes[key])
+            slot = _take(free.setdefault(size, []), first_def[key])
+            if slot is None:
+                slot, top = top, top + size
+            offsets[key] = slot
+            free[size].append((slot, last_use[key]))
+        elif key in plan.q_sizes:
+            sizes = tuple(_aligned(s, BYTE_ALIGN) for s in plan.q_sizes[key])
+            slot = _take(qfree.setdefault(sizes, []), first_def[key])
+            if slot is None:
+                slot, qtop = qtop, qtop + sum(sizes)
+            q_offsets[key] = (slot, slot + sizes[0], slot + sizes[0] + sizes[1])
+            qfree[sizes].append((slot, last_use[key]))
+    arena = np.zeros(top + ALIGN, F32)
+    for key, values in plan.constants.items():
+        arena[offsets[key]: offsets[key] + values.size] = values
+    return Arenas(arena, np.zeros(qtop + BYTE_ALIGN, np.uint8), offsets, q_offsets)
+
+
+def _aligned(n: int, align: int = ALIGN) -> int:
+    return (n + align - 1) // align * align
+
+
+def _take(slots: list[tuple[int, int]], phase: int) -> int | None:
+    """A slot whose last reader ran in an earlier phase than `phase`."""
+    for i, (slot, last) in enumerate(slots):
+        if last < phase:
+            del slots[i]
+            return slot
+    return None
+
+
+@dataclass
+class Tapes:
+    rows: np.ndarray  # int64 [n, TAPE_WIDTH]: the rows split plan
+    columns: np.ndarray  # int64 [n, TAPE_WIDTH]: the columns split plan (same ops, its own barriers)
+    floats: np.ndarray  # float64 [n, FLOAT_WIDTH]
+    segments: list  # (start, end) of compiled runs, or a Python Instr
+
+
+def encode(plan: Plan, arenas: Arenas) -> Tapes:
+    """The tape rows: each instruction's arguments in its columns, Refs resolved to offsets and
+    addresses."""
+    rows, column_rows, float_rows = [], [], []
+    for ins in plan.instrs:
+        if ins.python is None and set(ins.args) != set(tape.ARGUMENTS[ins.op]):
+            raise AssertionError(f"tape op {tape.OP_NAMES[ins.op]}: columns {sorted(ins.args)}")
+        row = [0] * tape.TAPE_WIDTH
+        for column, value in ins.args.items():
+            row[column] = _resolve(value, arenas)
+        row[tape.OP], row[tape.WIDTH], row[tape.UNIT] = ins.op, ins.width, ins.unit
+        out_rows = tape.FLAG_OUTPUT_ROWS if ins.output_rows else 0
+        column_row = list(row)
+        row[tape.FLAGS] = (tape.FLAG_BARRIER if ins.barrier else 0) | out_rows
+        column_row[tape.FLAGS] = (tape.FLAG_BARRIER if ins.column_barrier else 0) | out_rows | tape.FLAG_COLUMNS
+        for column, value in (ins.column_args or {}).items():
+            column_row[column] = value
+        rows.append(row)
+        column_rows.append(column_row)
+        floats = [0.0] * tape.FLOAT_WIDTH
+        for column, value in ins.floats.items():
+            floats[column] = float(value)
+        float_rows.append(floats)
+    return Tapes(np.array(rows, np.int64).reshape(-1, tape.TAPE_WIDTH),
+                 np.array(column_rows, np.int64).reshape(-1, tape.TAPE_WIDTH),
+                 np.array(float_rows, np.float64).reshape(-1, tape.FLOAT_WIDTH), _segments(plan.instrs))
+
+
+def _resolve(value, arenas: Arenas) -> int:
+    if not isinstance(value, Ref):
+        return int(value)
+    if value.part == "address":  # an f32 arena buffer's address (a kernel reads it)
+        return arenas.arena.ctypes.data + 4 * arenas.offsets[value.key]
+    if value.part:
+        return arenas.qarena.ctypes.data + arenas.q_offsets[value.key]["qde".index(value.part)]
+    return arenas.offsets[value.key]
+
+
+def _segments(instrs: list[Instr]) -> list:
+    """(start, end) of each run of compiled instructions, and each Python instruction, in order."""
+    segments: list = []
+    start = None
+    for i, ins in enumerate(instrs):
+        if ins.python is not None:
+            if start is not None:
+                segments.append((start, i))
+                start = None
+            segments.append(ins)
+        elif start is None:
+            start = i
+    if start is not None:
+        segments.append((start, len(instrs)))
+    return segments

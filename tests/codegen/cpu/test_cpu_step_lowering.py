@@ -1,0 +1,83 @@
+"""The CPU's op-to-kernel table (kinetic/codegen/cpu/lowering.py), the tape's named layout
+(tape.py) and the CPU's capabilities (target.py): "unsupported" means "not in the table, or refused
+by its row", the lowering fills exactly the columns the driver reads, and the declared fused ops
+are ones the table lowers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kinetic.codegen.cpu import tape
+from kinetic.codegen.cpu.lowering import LOWERINGS, unsupported
+from kinetic.codegen.cpu.step import CompiledStep
+from kinetic.codegen.cpu.tape_plan import Arenas, Instr, Plan, Ref, encode
+from kinetic.codegen.cpu.target import CAPABILITIES
+from kinetic.codegen.runner import Capabilities
+from kinetic.compiler import compile_graph
+from kinetic.frontend.gguf_file import open_gguf
+from kinetic.ir.ops import Op
+from kinetic.ir.rows import PassRows
+from kinetic.runtime.engine import Engine
+from kinetic.runtime.weights import GGUFWeights
+from tests.synthetic import synthetic_path
+
+TOKENS = [2, 104, 75, 82, 49, 14, 42, 30]
+
+
+def _logits(engine: Engine) -> np.ndarray:
+    return engine.forward(PassRows.chain(TOKENS, 0, outputs="all"), {0: engine.new_sequence()})
+
+
+def test_an_op_missing_from_the_table_sends_the_graph_to_the_executor(monkeypatch):
+    """A graph with an op the table has no row for is unsupported, naming the op; the CPU device
+    then runs it op by op, with the reference's logits."""
+    gguf = open_gguf(synthetic_path("llama"))
+    graph = compile_graph(gguf)
+    assert unsupported(graph) is None
+    monkeypatch.delitem(LOWERINGS, Op.SWIGLU)
+    assert unsupported(graph) == "swiglu has no CPU kernel"
+    cpu = Engine(graph, GGUFWeights(gguf), n_ctx=32, device="cpu")
+    assert not isinstance(cpu.runner, CompiledStep)
+    reference = Engine(graph, GGUFWeights(gguf), n_ctx=32, device="reference")
+    assert np.array_equal(_logits(cpu), _logits(reference))
+
+
+def test_every_op_argument_column_lies_between_the_flags_and_the_split_columns():
+    """Each op's named argument columns are distinct and sit after OP and FLAGS, before WIDTH and
+    UNIT, so no argument overwrites what the driver reads for every op."""
+    assert {tape.OP, tape.FLAGS} == {0, 1} and {tape.WIDTH, tape.UNIT} == {tape.TAPE_WIDTH - 2, tape.TAPE_WIDTH - 1}
+    for code, columns in tape.ARGUMENTS.items():
+        assert code in tape.OP_NAMES
+        assert len(set(columns)) == len(columns) and min(columns) > tape.FLAGS and max(columns) < tape.WIDTH
+    assert len(set(tape.OP_NAMES)) == len(tape.OP_NAMES) and 0 not in tape.OP_NAMES  # 0: a Python op
+
+
+def test_the_encoder_refuses_an_instruction_that_does_not_fill_its_ops_columns():
+    """An instruction must fill exactly its op's columns: one missing is an error, not a silent 0."""
+    arenas = Arenas(np.zeros(16, np.float32), np.zeros(64, np.uint8), {("v", 1): 0, ("v", 2): 0}, {})
+    args = {tape.TAKE_X: Ref(("v", 1)), tape.TAKE_Y: Ref(("v", 2)), tape.TAKE_WIDTH: 8}
+    rows = encode(Plan([Instr(tape.OP_TAKE_ROWS, dict(args))]), arenas).rows
+    assert rows[0, tape.OP] == tape.OP_TAKE_ROWS and rows[0, tape.TAKE_WIDTH] == 8
+    del args[tape.TAKE_WIDTH]
+    with pytest.raises(AssertionError, match="take_rows"):
+        encode(Plan([Instr(tape.OP_TAKE_ROWS, args)]), arenas)
+
+
+def test_compiled_tapes_leave_every_unnamed_column_zero():
+    """On a real lowering (both synthetic families), a row's non-zero columns are only OP, FLAGS,
+    WIDTH, UNIT and its op's named arguments (Python ops: none but FLAGS)."""
+    for family in ("llama", "gemma3"):
+        gguf = open_gguf(synthetic_path(family))
+        step = CompiledStep(compile_graph(gguf), GGUFWeights(gguf), threads=2, rows=4)
+        for tape_rows in (step.tape, step.column_tape):
+            for row in tape_rows:
+                named = {tape.OP, tape.FLAGS, tape.WIDTH, tape.UNIT, *tape.ARGUMENTS.get(int(row[tape.OP]), ())}
+                assert not any(row[c] for c in range(tape.TAPE_WIDTH) if c not in named)
+
+
+def test_the_cpu_declares_only_fused_ops_its_table_lowers():
+    """CAPABILITIES has the shared shape, and every fused op it declares has a row in LOWERINGS."""
+    assert isinstance(CAPABILITIES, Capabilities) and CAPABILITIES.name == "cpu"
+    assert CAPABILITIES.fused_ops and CAPABILITIES.fused_ops <= set(LOWERINGS)
+    assert CAPABILITIES.max_rows is None
