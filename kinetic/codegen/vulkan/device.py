@@ -1,20 +1,21 @@
 """One Vulkan device: instance (with the validation layer when asked), capabilities, buffers,
 pipelines, and one command buffer of dispatches with the barriers their dependencies need.
 
-Owns: talking to the driver through the `vulkan` package (cffi), collecting the validation layer's
-messages (a debug-utils callback appends them to `VulkanDevice.messages`, so a test can fail on any
-of them; synchronization validation is enabled through VkValidationFeaturesEXT), and refusing work
-the device's limits forbid before the driver sees it. Does not own: what kernels compute (the
-renderers in this package produce `Kernel`s) or which ops run here.
+Owns: `VulkanDevice` (talking to the driver through the `vulkan` package, cffi), collecting the
+validation layer's messages (a debug-utils callback appends them to `VulkanDevice.messages`, so a
+test can fail on any of them; synchronization validation is enabled through
+VkValidationFeaturesEXT), and refusing work the device's limits forbid before the driver sees it
+(`VulkanError`, `Unsupported`). Does not own: finding Vulkan and listing devices (loader.py), the
+records a command buffer is made of and where its barriers go (dispatch.py), both re-exported here;
+what kernels compute (the renderers in this package produce `Kernel`s) or which ops run here.
 
 Buffers live in host-visible, coherent memory, mapped once: simple, and what lavapipe has anyway.
-A discrete GPU would rather keep weights in device-local memory behind a staging copy; that comes
-with the whole-model runner.
+A discrete GPU would rather keep weights in device-local memory behind a staging copy (not done yet:
+docs/devices.md).
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -23,12 +24,21 @@ import numpy as np
 from kinetic.codegen.vulkan import spirv
 from kinetic.codegen.vulkan.builders import Target
 from kinetic.codegen.vulkan.capabilities import Capabilities, read_capabilities
+from kinetic.codegen.vulkan.dispatch import DeviceBuffer, Dispatch, Kernel, barrier_points
+from kinetic.codegen.vulkan.loader import (
+    PhysicalDevice,
+    VulkanUnavailable,
+    load_vulkan,
+    physical_devices,
+    preferred_device,
+)
+
+# re-exported: the renderers, the runner, the registry and the tests import these from here
+__all__ = ["DeviceBuffer", "Dispatch", "Kernel", "Message", "PhysicalDevice", "Unsupported", "VulkanDevice",
+           "VulkanError", "VulkanUnavailable", "barrier_points", "load_vulkan", "physical_devices",
+           "preferred_device"]
 
 VALIDATION_LAYER = "VK_LAYER_KHRONOS_validation"
-
-
-class VulkanUnavailable(RuntimeError):
-    """No usable Vulkan here; the message says why (package, loader, device)."""
 
 
 class VulkanError(RuntimeError):
@@ -39,114 +49,12 @@ class Unsupported(VulkanError):
     """An op, type or shape the Vulkan renderer has no kernel for: run it on another device."""
 
 
-def load_vulkan():
-    """The `vulkan` binding module, or VulkanUnavailable saying what is missing."""
-    try:
-        import vulkan
-    except ImportError as e:
-        raise VulkanUnavailable("the `vulkan` Python package is not installed "
-                                "(pip install 'kinetic-engine[vulkan]')") from e
-    except OSError as e:  # the package dlopens libvulkan.so.1 at import
-        raise VulkanUnavailable(f"no Vulkan loader (libvulkan.so.1; apt install libvulkan1): {e}") from e
-    return vulkan
-
-
-@dataclass(frozen=True)
-class PhysicalDevice:
-    """A device the loader lists, before anything is created on it."""
-
-    index: int
-    name: str
-    type: str  # as Capabilities.device_type: "discrete", "integrated", "virtual", "cpu", "other"
-    api_version: tuple[int, int, int]
-
-    @property
-    def is_cpu(self) -> bool:
-        return self.type == "cpu"
-
-
-def physical_devices() -> list[PhysicalDevice]:
-    """The Vulkan devices the loader lists, in its order (an instance is created and destroyed; no
-    device is opened). VulkanUnavailable when the package, the loader or a driver is missing."""
-    from kinetic.codegen.vulkan.capabilities import DEVICE_TYPES, _version
-
-    vk = load_vulkan()
-    app = vk.VkApplicationInfo(pApplicationName="kinetic", pEngineName="kinetic",
-                               apiVersion=vk.VK_MAKE_VERSION(1, 3, 0))
-    try:
-        instance = vk.vkCreateInstance(vk.VkInstanceCreateInfo(pApplicationInfo=app), None)
-    except vk.VkError as e:
-        raise VulkanUnavailable(f"vkCreateInstance failed ({type(e).__name__}): no Vulkan driver installed?") from e
-    try:
-        try:
-            handles = vk.vkEnumeratePhysicalDevices(instance)
-        except vk.VkError as e:
-            raise VulkanUnavailable(f"the Vulkan loader found no usable driver ({type(e).__name__})") from e
-        found = []
-        for i, handle in enumerate(handles):
-            props = vk.vkGetPhysicalDeviceProperties(handle)
-            found.append(PhysicalDevice(i, props.deviceName, DEVICE_TYPES.get(props.deviceType, "other"),
-                                        _version(props.apiVersion)))
-        return found
-    finally:
-        vk.vkDestroyInstance(instance, None)
-
-
-def preferred_device(devices: list[PhysicalDevice]) -> PhysicalDevice | None:
-    """The device `--device vulkan` runs on: the first GPU (any non-CPU type) with Vulkan 1.2, else the
-    first device with Vulkan 1.2 (lavapipe), else None."""
-    usable = [d for d in devices if d.api_version >= (1, 2, 0)]
-    return next((d for d in usable if not d.is_cpu), usable[0] if usable else None)
-
 @dataclass(frozen=True)
 class Message:
     severity: str  # "error", "warning", "info", "verbose"
     kind: str  # "general", "validation", "performance"
     id_name: str  # e.g. "SYNC-HAZARD-READ-AFTER-WRITE", "VUID-VkWriteDescriptorSet-descriptorType-00333"
     text: str
-
-
-@dataclass(frozen=True)
-class Kernel:
-    """A compute shader and what running it needs: binding i is a storage buffer, read-only when
-    readonly[i]; push constants of push_size bytes; full_subgroups asks the pipeline for full
-    subgroups (a kernel whose reduction maps lanes to work needs them)."""
-
-    name: str
-    spirv: bytes
-    readonly: tuple[bool, ...]
-    local_size: tuple[int, int, int]
-    push_size: int = 0
-    full_subgroups: bool = False
-
-    @property
-    def key(self) -> str:
-        return hashlib.sha256(self.spirv).hexdigest()[:16]
-
-
-@dataclass
-class DeviceBuffer:
-    handle: object
-    memory: object
-    size: int
-    mapping: object  # cffi buffer over the mapped memory
-
-    def write(self, array: np.ndarray, offset: int = 0) -> None:
-        data = np.ascontiguousarray(array).view(np.uint8).reshape(-1)
-        self.mapping[offset : offset + data.size] = data.tobytes()
-
-    def read(self, dtype, count: int | None = None, offset: int = 0) -> np.ndarray:
-        dtype = np.dtype(dtype)
-        count = (self.size - offset) // dtype.itemsize if count is None else count
-        return np.frombuffer(self.mapping, dtype, count, offset).copy()
-
-
-@dataclass
-class Dispatch:
-    kernel: Kernel
-    buffers: Sequence[DeviceBuffer]
-    groups: tuple[int, int, int]
-    push: bytes = b""
 
 
 @dataclass
@@ -374,17 +282,11 @@ class VulkanDevice:
             vk.vkResetCommandBuffer(cb, 0)
             vk.vkBeginCommandBuffer(cb, vk.VkCommandBufferBeginInfo(
                 flags=vk.VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT))
-            written: set[int] = set()
-            read: set[int] = set()
-            for pipe, dset, d in zip(pipes, sets, dispatches, strict=True):
-                mine_r = {id(b) for b in d.buffers}
-                mine_w = {id(b) for b, ro in zip(d.buffers, d.kernel.readonly, strict=True) if not ro}
-                if barriers and (mine_r & written or mine_w & read):
+            before = barrier_points(dispatches) if barriers else [False] * len(dispatches)
+            for pipe, dset, d, barrier in zip(pipes, sets, dispatches, before, strict=True):
+                if barrier:
                     self._barrier(cb, vk.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
                                   vk.VK_ACCESS_SHADER_READ_BIT | vk.VK_ACCESS_SHADER_WRITE_BIT)
-                    written, read = set(), set()
-                written |= mine_w
-                read |= mine_r
                 vk.vkCmdBindPipeline(cb, vk.VK_PIPELINE_BIND_POINT_COMPUTE, pipe.pipeline)
                 vk.vkCmdBindDescriptorSets(cb, vk.VK_PIPELINE_BIND_POINT_COMPUTE, pipe.layout, 0, 1, [dset], 0, None)
                 if d.kernel.push_size:

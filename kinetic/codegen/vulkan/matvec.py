@@ -130,7 +130,7 @@ def render_matvec(t: Target, wtype: Q, n_out: int, k: int, use_subgroups: bool =
     """Bindings: weights u32 [n_out*row_bytes/4], q_x u32 [rows*K/4], d_x f32 [rows*K/32],
     (s_x f32 [rows*K/32] for Q4_1), y f32 [rows*n_out]. Workgroups: (ceil(n_out/8), rows)."""
     if wtype not in QS_OFFSET:
-        raise Unsupported(f"{wtype.name} is not a block-32 type with a Vulkan kernel (executor.check_weight_type)")
+        raise Unsupported(f"{wtype.name} is not a block-32 type with a Vulkan kernel (ops.check_weight_type)")
     if k % 32:
         raise Unsupported(f"matvec: K = {k} is not a multiple of 32")
     block_bytes, fmt = QUANT_TYPES[wtype].block_bytes, QUANT_TYPES[wtype].activation

@@ -1,13 +1,15 @@
 """A whole model's pass on a Vulkan device: the graph's ops in order, one command buffer per pass.
 
-Owns: checking once that every op and weight of a graph has a Vulkan kernel (refusing with the
-reason otherwise), uploading the weights once (a weight over one binding in parts of whole rows:
-one lookup or matmul per part, the parts' columns then put in place), and per pass: the buffers of each node, the rotary
-tables and visibility of the pass's rows, recording every node's dispatches into one command buffer
-(device.run puts a barrier before each dispatch that reads what an earlier one wrote), and reading
-back the logits. Does not own the cache's bookkeeping (the runtime's KVCache: length, positions,
-rollback), its device copy (common/kv_mirror.py), the per-pass tables (common/tables.py) or the
-arithmetic (the renderers, through VulkanOps' kernel cache).
+Owns: the runner for `--device vulkan` (`open_runner`, `VulkanModel`): refusing a graph the kernel
+table does not cover (kernels.py: unsupported) with the reason, uploading the weights once (a weight
+over one binding in parts of whole rows: one lookup or matmul per part, the parts' columns then put
+in place), and per pass: recording every node's dispatches (recorder.py, through the table), giving
+the pass's activation values buffers by one liveness plan per pass shape (common/buffers.py: a dead
+value's buffer serves a later one), running them in one command buffer (device.run puts a barrier
+before each dispatch that needs one) and reading back the outputs and the new cache rows. Does not
+own the cache's bookkeeping (the runtime's KVCache: length, positions, rollback), its device copy
+(common/kv_mirror.py), the per-pass tables (common/tables.py) or the arithmetic (the renderers,
+through VulkanOps' kernel cache).
 
 The KV cache is resident on the device: each sequence's cache gets, on first use, a device copy of
 its keys and values per layer (capacity n_ctx, f16), kept while the cache lives and in step by the
@@ -21,19 +23,18 @@ draft tree of one sequence).
 from __future__ import annotations
 
 import atexit
-import struct
 import sys
+from collections.abc import Callable
 
 import numpy as np
 from gguf import GGMLQuantizationType as Q
 
-from kinetic.codegen.common.kv_mirror import KVMirror, KVMirrors
-from kinetic.codegen.common.tables import RopeTables, pass_mask
+from kinetic.codegen.common.buffers import BufferPlan, plan_buffers
+from kinetic.codegen.common.kv_mirror import KVMirrors
+from kinetic.codegen.common.tables import RopeTables
 from kinetic.codegen.runner import RunnerOptions
-from kinetic.codegen.vulkan import elementwise, gather, norm, rope
 from kinetic.codegen.vulkan.device import (
     DeviceBuffer,
-    Dispatch,
     Unsupported,
     VulkanDevice,
     VulkanError,
@@ -41,39 +42,21 @@ from kinetic.codegen.vulkan.device import (
     physical_devices,
     preferred_device,
 )
-from kinetic.codegen.vulkan.executor import SUPPORTED_WEIGHTS, VulkanOps
+from kinetic.codegen.vulkan.kernels import CAPABILITIES, unsupported
 from kinetic.codegen.vulkan.matvec import ROWS_PER_GROUP
+from kinetic.codegen.vulkan.ops import VulkanOps
+from kinetic.codegen.vulkan.recorder import PassRecorder
 from kinetic.errors import KineticError
-from kinetic.ir import numerics
 from kinetic.ir.graph import Graph, Node
 from kinetic.ir.interpreter import WeightSource
 from kinetic.ir.ops import Op
-from kinetic.ir.rows import KVView, PassResult, PassRows, SequenceKV
+from kinetic.ir.rows import KVView, PassResult, PassRows
+
+__all__ = ["CAPABILITIES", "VulkanModel", "open_runner", "unsupported"]
 
 F32 = np.float32
-ELEMENTWISE = {Op.ADD: "add", Op.MUL: "mul", Op.SCALE: "scale", Op.SILU: "silu", Op.GELU: "gelu",
-               Op.SWIGLU: "swiglu", Op.GEGLU: "geglu"}
-HANDLED = set(ELEMENTWISE) | {Op.INPUT, Op.PARAM, Op.STATE, Op.EMBED, Op.MATMUL, Op.RMS_NORM, Op.ROPE,
-                              Op.ATTENTION, Op.TAKE_ROWS}
-
-
-def unsupported(graph: Graph) -> str | None:
-    """Why this graph cannot run on Vulkan, or None."""
-    for node in graph.nodes:
-        a = node.attrs
-        if node.op not in HANDLED:
-            return f"{node.op.value} has no Vulkan kernel yet"
-        if node.op is Op.MATMUL and a.activations != "q8":
-            return f"matmul with {a.activations} activations has no Vulkan kernel (only q8)"
-        if node.op is Op.MATMUL and graph.node(node.inputs[1]).type.ggml_type not in SUPPORTED_WEIGHTS:
-            return f"matmul with {graph.node(node.inputs[1]).type.ggml_type.name} weights has no Vulkan kernel"
-        if node.op is Op.EMBED and node.inputs and graph.node(node.inputs[0]).type.ggml_type is not Q.Q8_0:
-            return f"embedding table of {graph.node(node.inputs[0]).type.ggml_type.name} (only Q8_0 has a kernel)"
-        if node.op is Op.ROPE and (a.yarn_ext_factor or a.llama3_factor):
-            return "rope with YaRN or llama3 scaling has no Vulkan kernel"
-        if node.op is Op.ATTENTION and (a.kv_dtype != "f16" or a.softcap or a.head_dim % 64):
-            return "attention needs an f16 cache, no soft-capping and heads of 64k values on Vulkan"
-    return None
+ALIGN = 16  # bytes: what device.buffer rounds every buffer up to
+PLANS_KEPT = 16  # pass shapes (rows, output rows) whose buffer plan is kept
 
 
 def open_runner(graph: Graph, weights: WeightSource, options: RunnerOptions | None = None) -> VulkanModel:
@@ -107,6 +90,7 @@ class VulkanModel:
     """Runs passes of one graph on one device; the runner for `--device vulkan`."""
 
     in_place = True  # the pass's new cache rows are written into the host KVCache at slots length + i
+    capabilities = CAPABILITIES
 
     def __init__(self, graph: Graph, weights: WeightSource, device: VulkanDevice):
         reason = unsupported(graph)
@@ -119,7 +103,9 @@ class VulkanModel:
         for node in graph.nodes:
             if node.op is Op.PARAM:
                 self._upload(node, np.asarray(weights.tensor(node.attrs.tensor)))
-        self._pool: dict[object, DeviceBuffer] = {}
+        self._pool: dict[object, DeviceBuffer] = {}  # per-pass inputs and constants, by key
+        self._activations: list[DeviceBuffer] = []  # the buffers of the liveness plans, by index
+        self._plans: dict[tuple[int, int], BufferPlan] = {}
         self._rope_tables: dict[tuple, RopeTables] = {}
         self.kv_mirrors = KVMirrors(alloc=device.buffer, write=lambda buf, at, rows: buf.write(rows, at),
                                     free=device.free, error=Unsupported, device="the Vulkan runner")
@@ -147,17 +133,43 @@ class VulkanModel:
             buf = self._pool[key] = self.device.buffer(max(nbytes, 16))
         return buf
 
+    def constant(self, key, make: Callable[[], np.ndarray]) -> DeviceBuffer:
+        """The array make() returns, uploaded once and kept under `key`."""
+        if key not in self._pool:
+            self._pool[key] = self.device.upload(make())
+        return self._pool[key]
+
     def rope_tables(self, key: tuple) -> RopeTables:
         if key not in self._rope_tables:
             self._rope_tables[key] = RopeTables(*key)
         return self._rope_tables[key]
 
+    def activation_bytes(self) -> int:
+        """Device memory held by the passes' activation values (the liveness plans' buffers)."""
+        return sum(buf.size for buf in self._activations)
+
+    def _bind(self, recorder: PassRecorder, shape: tuple[int, int]) -> None:
+        """Give the recorded pass's values buffers: the plan of its shape (made on first use), its
+        buffers grown where the plan needs more than an earlier shape did."""
+        plan = self._plans.get(shape)
+        if plan is None:
+            if len(self._plans) >= PLANS_KEPT:
+                self._plans.clear()
+            plan = self._plans[shape] = plan_buffers(recorder.values(), align=ALIGN)
+        for i, size in enumerate(plan.sizes):
+            if i == len(self._activations):
+                self._activations.append(self.device.buffer(size))
+            elif self._activations[i].size < size:
+                self.device.free(self._activations[i])
+                self._activations[i] = self.device.buffer(size)
+        recorder.bind({key: self._activations[i] for key, i in plan.buffer_of.items()})
+
     def close(self) -> None:
         parts = [b for bufs in self.parts.values() for _, _, b in bufs]
-        for buf in [*self.weights.values(), *parts, *self._pool.values()]:
+        for buf in [*self.weights.values(), *parts, *self._pool.values(), *self._activations]:
             self.device.free(buf)
         self.kv_mirrors.close()
-        self.weights, self.parts, self._pool = {}, {}, {}
+        self.weights, self.parts, self._pool, self._activations, self._plans = {}, {}, {}, [], {}
 
     def close_device(self) -> None:
         """Free everything and close the device (at exit, for the runner open_runner made)."""
@@ -176,177 +188,10 @@ class VulkanModel:
         seq = int(seqs[0]) if len(seqs) else 0
         cache = kv.sequence(seq)  # the cache whose copy the device keeps
         cache.check_room(n_rows["T"])
-        mirror = self.kv_mirrors.mirror(cache)
-        plan = _Pass(self, rows, cache, mirror, n_rows)
-        for node in graph.nodes:
-            plan.node(node)
-        self.device.run(plan.dispatches)
-        outputs = {name: plan.read(graph.node(nid)) for name, nid in graph.outputs}
-        return PassResult(outputs, plan.new_kv())
+        recorder = PassRecorder(self, rows, cache, self.kv_mirrors.mirror(cache), n_rows)
+        recorder.record()
+        self._bind(recorder, (n_rows["T"], n_rows["R"]))
+        self.device.run(recorder.dispatches)
+        outputs = {name: recorder.read(graph.node(nid)) for name, nid in graph.outputs}
+        return PassResult(outputs, recorder.new_kv())
 
-
-class _Pass:
-    """The buffers and dispatches of one pass, built node by node."""
-
-    def __init__(self, model: VulkanModel, rows: PassRows, cache: SequenceKV, mirror: KVMirror,
-                 n_rows: dict[str, int]):
-        self.model, self.ops, self.rows, self.n_rows = model, model.ops, rows, n_rows
-        self.cache, self.mirror = cache, mirror
-        self.dispatches: list[Dispatch] = []
-        self.out: dict[int, DeviceBuffer] = {}
-        self.caches: dict[int, tuple[DeviceBuffer, DeviceBuffer, int, int]] = {}  # layer -> k, v, n_committed, width
-        self._visible: dict[int, DeviceBuffer] = {}
-        self._rope: dict[tuple, tuple[DeviceBuffer, DeviceBuffer]] = {}
-        self._slots_key, self._slots = None, None
-
-    def count(self, node: Node) -> int:
-        return self.n_rows[node.type.shape[0]]
-
-    def width(self, node: Node) -> int:
-        return int(node.type.shape[-1])
-
-    def result(self, node: Node) -> DeviceBuffer:
-        buf = self.model.buffer(("node", node.id), self.count(node) * self.width(node) * 4)
-        self.out[node.id] = buf
-        return buf
-
-    def grid(self, groups: int):
-        return self.ops.grid(groups)
-
-    def read(self, node: Node) -> np.ndarray:
-        shape = (self.count(node), self.width(node))
-        return self.out[node.id].read(F32, shape[0] * shape[1]).reshape(shape)
-
-    def u32(self, key, values: np.ndarray) -> DeviceBuffer:
-        values = np.ascontiguousarray(values, np.uint32)
-        buf = self.model.buffer(key, values.nbytes)
-        buf.write(values)
-        return buf
-
-    def node(self, node: Node) -> None:
-        op, a = node.op, node.attrs
-        if op in (Op.PARAM, Op.STATE):
-            return
-        if op is Op.INPUT:
-            values = {"tokens": self.rows.tokens, "positions": self.rows.positions,
-                      "output_rows": self.rows.output_rows}[a.name]
-            self.out[node.id] = self.u32(("input", a.name), values)
-            return
-        out = self.result(node)
-        n = self.count(node)
-        if n == 0:  # a pass without output rows: nothing to compute past take_rows
-            return
-        ins = [self.out.get(i) for i in node.inputs]
-        graph = self.model.graph
-        if op is Op.EMBED:
-            width = self.width(node)
-            k = self.ops.kernel(("embed_q8_0", width), lambda: gather.render_embed_q8_0(width))
-            for first, count, table in self.model.parts[graph.node(node.inputs[0]).attrs.tensor]:
-                self.dispatches.append(Dispatch(k, [table, ins[1], out], self.grid(-(-n * width // gather.WORKGROUP)),
-                                                struct.pack("<3I", n, first, count)))
-        elif op is Op.MATMUL:
-            self.matmul(node, ins[0], out, n)
-        elif op is Op.RMS_NORM:
-            self.rms_norm(node, ins, out, n)
-        elif op is Op.ROPE:
-            self.rope(node, ins, out, n)
-        elif op is Op.ATTENTION:
-            self.attention(node, ins, out, n)
-        elif op is Op.TAKE_ROWS:
-            k = self.ops.kernel(("take_rows", self.width(node)), lambda: gather.render_take_rows(self.width(node)))
-            self.dispatch(k, [ins[0], ins[1], out], n * self.width(node), gather.WORKGROUP, n)
-        else:
-            name = ELEMENTWISE[op]
-            factor = a.factor if op is Op.SCALE else 1.0
-            k = self.ops.kernel(("elementwise", name, factor if name == "scale" else None),
-                                lambda: elementwise.render_elementwise(self.ops.target, name, factor))
-            table = [self.gelu_table()] if name in ("gelu", "geglu") else []
-            size = n * self.width(node)
-            self.dispatch(k, [*ins, *table, out], size, elementwise.WORKGROUP, size)
-
-    def matmul(self, node: Node, x, out, n: int) -> None:
-        """One matmul per part of the weight; parts after a split are put in their columns."""
-        graph = self.model.graph
-        w, k_in, n_out = graph.node(node.inputs[1]), self.width(graph.node(node.inputs[0])), self.width(node)
-        parts = self.model.parts[w.attrs.tensor]
-        for i, (first, count, wbuf) in enumerate(parts):
-            y = out if len(parts) == 1 else self.model.buffer(("part", node.id, i), n * count * 4)
-            self.dispatches += self.ops.matmul_dispatches(
-                x, y, wbuf, w.type.ggml_type, n, k_in, count,
-                lambda slot, nbytes, i=i: self.model.buffer(("scratch", node.id, i, slot), nbytes))
-            if len(parts) > 1:
-                place = self.ops.kernel(("place_columns", count, n_out),
-                                        lambda count=count: gather.render_place_columns(count, n_out))
-                self.dispatches.append(Dispatch(place, [y, out], self.grid(-(-n * count // gather.WORKGROUP)),
-                                                struct.pack("<2I", n, first)))
-
-    def dispatch(self, kernel, buffers, invocations: int, workgroup: int, push: int) -> None:
-        self.dispatches.append(Dispatch(kernel, buffers, self.grid(-(-invocations // workgroup)),
-                                        struct.pack("<I", push)))
-
-    def gelu_table(self) -> DeviceBuffer:
-        key = ("gelu_table",)
-        if key not in self.model._pool:
-            self.model._pool[key] = self.model.device.upload(numerics.gelu_table().astype(F32))
-        return self.model._pool[key]
-
-    def rms_norm(self, node: Node, ins, out, n: int) -> None:
-        a, width = node.attrs, self.width(node)
-        g = a.group or width
-        wlen = self.width(self.model.graph.node(node.inputs[1])) if len(ins) == 2 else 0
-        f64 = self.ops.f64_norm
-        k = self.ops.kernel(("rms_norm", width, g, float(a.eps), wlen, f64),
-                            lambda: norm.render_rms_norm(self.ops.target, width, g, a.eps, wlen, f64))
-        weight = [self.model.weights[self.model.graph.node(node.inputs[1]).attrs.tensor]] if wlen else []
-        self.dispatches.append(Dispatch(k, [ins[0], *weight, out], self.grid(n * (width // g))))
-
-    def rope(self, node: Node, ins, out, n: int) -> None:
-        a = node.attrs
-        key = (a.n_rot, a.theta, a.freq_scale)
-        if key not in self._rope:
-            cos, sin = self.model.rope_tables(key).rows(np.asarray(self.rows.positions))
-            self._rope[key] = (self.model.buffer(("rope_cos", key), cos.nbytes),
-                               self.model.buffer(("rope_sin", key), sin.nbytes))
-            self._rope[key][0].write(np.ascontiguousarray(cos, F32))
-            self._rope[key][1].write(np.ascontiguousarray(sin, F32))
-        cos_buf, sin_buf = self._rope[key]
-        k = self.ops.kernel(("rope", a.n_head, a.head_dim, a.n_rot, a.neox),
-                            lambda: rope.render_rope(self.ops.target, a.n_head, a.head_dim, a.n_rot, a.neox))
-        self.dispatch(k, [ins[0], cos_buf, sin_buf, out], n * a.n_head * (a.head_dim // 2), rope.WORKGROUP, n)
-
-    def attention(self, node: Node, ins, out, n: int) -> None:
-        """Store the pass's keys and values after the committed ones (in the sequence's device-resident
-        cache), then attend."""
-        a = node.attrs
-        layer = self.model.graph.node(node.inputs[3]).attrs.layer
-        width = a.n_kv_head * a.head_dim
-        n_c = self.cache.length
-        cpos = self.cache.positions[:n_c]
-        kbuf, vbuf = self.mirror.k[layer], self.mirror.v[layer]
-        self.caches[layer] = (kbuf, vbuf, n_c, width)
-        if ("slots", n_c) != self._slots_key:
-            self._slots_key = ("slots", n_c)
-            self._slots = self.u32(("slots",), n_c + np.arange(n))
-        slots = self._slots
-        store = self.ops.kernel(("kv_store", width), lambda: gather.render_kv_store(width))
-        self.dispatch(store, [ins[1], slots, kbuf], n * width // 2, gather.WORKGROUP, n)
-        self.dispatch(store, [ins[2], slots, vbuf], n * width // 2, gather.WORKGROUP, n)
-        if a.window not in self._visible:
-            visible = pass_mask(self.rows, cpos, a.window)
-            self._visible[a.window] = self.u32(("visible", a.window), visible)
-        kernel = self.ops.attention_kernel(a)
-        self.dispatches.append(Dispatch(kernel, [ins[0], kbuf, vbuf, self._visible[a.window],
-                                                 self.ops.expf_table(), out],
-                                        self.grid(n * a.n_head), struct.pack("<I", n_c + n)))
-
-    def new_kv(self) -> dict[int, tuple[np.ndarray, np.ndarray]]:
-        """Each layer's keys and values of the pass's rows as the device stored them (f16), written into
-        the host KVCache at slots length + i (in place, as the CPU step) and returned as copies."""
-        n = self.n_rows["T"]
-        result = {}
-        for layer, (kbuf, vbuf, n_c, width) in self.caches.items():
-            words, offset = n * width // 2, n_c * width * 2
-            k, v = (b.read(np.uint32, words, offset).view(np.float16).reshape(n, width) for b in (kbuf, vbuf))
-            result[layer] = (k, v)
-        self.cache.write_pass_rows(result)
-        return result

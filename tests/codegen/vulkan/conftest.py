@@ -49,6 +49,6 @@ def device(vulkan_device):
 
 @pytest.fixture
 def ops(device):
-    from kinetic.codegen.vulkan.executor import VulkanOps
+    from kinetic.codegen.vulkan.ops import VulkanOps
 
     return VulkanOps(device)

@@ -19,7 +19,7 @@ from vulkan_helpers import assert_reference, bits, random_weight
 from kinetic import hub
 from kinetic.codegen.vulkan.builders import Target
 from kinetic.codegen.vulkan.device import Unsupported, VulkanError
-from kinetic.codegen.vulkan.executor import SUPPORTED_WEIGHTS as SUPPORTED
+from kinetic.codegen.vulkan.ops import SUPPORTED_WEIGHTS as SUPPORTED
 from kinetic.ir import numerics
 
 F32 = np.float32

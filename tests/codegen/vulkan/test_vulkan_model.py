@@ -44,7 +44,7 @@ def reference(smollm2):
 
 @pytest.fixture
 def vulkan_engine(smollm2, device):
-    """An engine whose executor is a VulkanModel on the session's validated device (the engine's
+    """An engine whose runner is a VulkanModel on the session's validated device (the engine's
     own `--device vulkan` opens a device without the validation layer)."""
     from kinetic.codegen.vulkan.model import VulkanModel
 
@@ -182,3 +182,29 @@ def test_the_device_cache_lives_as_long_as_its_sequence(vulkan_engine):
     other = engine.new_sequence()
     engine.decode(other, PROMPT[0])
     assert list(model.kv_mirrors.by_cache) == [id(other.cache)]
+
+
+def test_shared_buffers_keep_the_barriers_of_a_buffer_per_value(vulkan_engine):
+    """The pass's activation values share buffers by one liveness plan (common/buffers.py, live ranges
+    in barrier epochs): the bound command buffer has exactly the barriers it has with a buffer per
+    value, and the device holds a fraction of a buffer per value."""
+    from kinetic.codegen.vulkan.device import barrier_points
+
+    engine, model = vulkan_engine, vulkan_engine.runner
+    seen = []
+    plain_bind = model._bind
+
+    def bind(recorder, shape):
+        stand_ins, values = barrier_points(recorder.dispatches), recorder.values()
+        plain_bind(recorder, shape)
+        seen.append((stand_ins, barrier_points(recorder.dispatches), values))
+
+    model._bind = bind
+    seq = engine.new_sequence()
+    engine.prefill(seq, PROMPT[:5])
+    engine.decode(seq, PROMPT[5])
+    assert len(seen) == 2
+    for stand_ins, bound, _ in seen:
+        assert bound == stand_ins
+    one_per_value = sum(v.nbytes for v in seen[0][2])
+    assert model.activation_bytes() * 4 < one_per_value

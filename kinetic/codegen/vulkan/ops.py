@@ -1,10 +1,11 @@
-"""Runs single graph ops on a Vulkan device from numpy arrays (`VulkanOps`): what the kernel tests and
-the whole-model runner (model.py) call.
+"""Vulkan's kernels by op, rendered once per device, and single ops run from numpy arrays (`VulkanOps`).
 
-Owns: choosing and caching each op's kernel for the device (`Target`), uploading inputs, the grid of
-each dispatch, and reading results back. One call records its dispatches into one command buffer
-(a matmul's activation quantizer and its matvec, with the barrier between them). Does not own the
-arithmetic (the renderers) or which ops a model sends here.
+Owns: the kernel cache (each kernel's cache key and renderer named once, in the `*_kernel` methods
+the whole-model table kinetic/codegen/vulkan/kernels.py also calls), the grid of a dispatch, the
+dispatches of a quantized matmul (the activation quantizer, then the matvec), and the op-level
+entries the kernel tests call: upload the inputs, record the op's dispatches into one command
+buffer, read the result back. Does not own the arithmetic (the renderers), which node gets which
+kernel (kernels.py: KERNELS) nor a pass's buffers (recorder.py, planned by common/buffers.py).
 """
 
 from __future__ import annotations
@@ -12,11 +13,13 @@ from __future__ import annotations
 import struct
 
 import numpy as np
+from gguf import GGML_QUANT_SIZES
 from gguf import GGMLQuantizationType as Q
 
 from kinetic.codegen.vulkan import attention, elementwise, gather, matvec, matvec_k, norm, rope
 from kinetic.codegen.vulkan.device import Dispatch, Kernel, Unsupported, VulkanDevice, VulkanError
 from kinetic.ir import numerics
+from kinetic.ir.quants import QUANT_TYPES
 
 F32 = np.float32
 SUPPORTED_WEIGHTS = matvec.SUPPORTED + matvec_k.SUPPORTED
@@ -52,6 +55,94 @@ class VulkanOps:
         limit = self.device.caps.max_workgroup_count[0]
         return (min(groups, limit), -(-groups // limit), 1) if groups else (1, 1, 1)
 
+    # ---- each kernel's key and renderer -------------------------------------------------------
+    def elementwise_kernel(self, op: str, factor: float = 1.0) -> Kernel:
+        return self.kernel(("elementwise", op, factor if op == "scale" else None),
+                           lambda: elementwise.render_elementwise(self.target, op, factor))
+
+    def rms_norm_kernel(self, width: int, group: int, eps: float, weight_len: int) -> Kernel:
+        f64 = self.f64_norm
+        return self.kernel(("rms_norm", width, group, float(eps), weight_len, f64),
+                           lambda: norm.render_rms_norm(self.target, width, group, eps, weight_len, f64))
+
+    def rope_kernel(self, n_head: int, head_dim: int, n_rot: int, neox: bool) -> Kernel:
+        return self.kernel(("rope", n_head, head_dim, n_rot, neox),
+                           lambda: rope.render_rope(self.target, n_head, head_dim, n_rot, neox))
+
+    def attention_kernel(self, a) -> Kernel:
+        return self.kernel(("attention", a.n_head, a.n_kv_head, a.head_dim, float(a.scale), float(a.softcap)),
+                           lambda: attention.render_attention(self.target, a.n_head, a.n_kv_head, a.head_dim,
+                                                              a.scale, a.softcap))
+
+    def kv_store_kernel(self, width: int) -> Kernel:
+        return self.kernel(("kv_store", width), lambda: gather.render_kv_store(width))
+
+    def embed_q8_0_kernel(self, width: int) -> Kernel:
+        return self.kernel(("embed_q8_0", width), lambda: gather.render_embed_q8_0(width))
+
+    def take_rows_kernel(self, width: int) -> Kernel:
+        return self.kernel(("take_rows", width), lambda: gather.render_take_rows(width))
+
+    def place_columns_kernel(self, count: int, total: int) -> Kernel:
+        return self.kernel(("place_columns", count, total), lambda: gather.render_place_columns(count, total))
+
+    def gelu_table(self) -> np.ndarray:
+        """ggml's f16 GELU table as f32 (what the gelu kernels read)."""
+        if self._gelu_table is None:
+            self._gelu_table = numerics.gelu_table().astype(F32)
+        return self._gelu_table
+
+    def expf_table(self):
+        """glibc's expf table on the device (uploaded once)."""
+        if self._expf_table is None:
+            self._expf_table = self.device.upload(attention.expf_table_words())
+        return self._expf_table
+
+    # ---- quantized matmul ---------------------------------------------------------------------
+    def upload_weight(self, raw: np.ndarray, wtype: Q):
+        """A weight's raw GGUF bytes [n_out, row_bytes] on the device, refused with the reason when
+        the type has no kernel or the tensor exceeds one binding (the model runner splits it first)."""
+        check_weight_type(wtype)
+        raw = np.ascontiguousarray(raw, np.uint8)
+        limit = self.device.caps.max_storage_buffer_range
+        if raw.nbytes + 16 > limit:
+            raise VulkanError(f"a {raw.nbytes}-byte weight exceeds one binding (maxStorageBufferRange {limit}); "
+                              "splitting weights across bindings is not implemented yet")
+        padded = np.zeros(-(-(raw.nbytes + 4) // 4) * 4, np.uint8)  # room for the last straddling read
+        padded[: raw.nbytes] = raw.reshape(-1)
+        return self.device.upload(padded)
+
+    def matmul_dispatches(self, xbuf, ybuf, wbuf, wtype: Q, rows: int, k: int, n_out: int, alloc) -> list[Dispatch]:
+        """The dispatches of y f32 [rows, n_out] = x f32 [rows, K] @ w.T: the activation quantizer,
+        then the matvec. Their three scratch buffers come from alloc(slot, nbytes) (the caller owns
+        them)."""
+        check_weight_type(wtype)
+        fmt = numerics.activation_format(wtype)  # "q8_0", "q8_1" (Q8_0 with sums) or "q8_k"
+        block = GGML_QUANT_SIZES[Q.Q8_K if fmt == "q8_k" else Q.Q8_0][0]  # values per activation block
+        if k % block:
+            raise Unsupported(f"matmul: K = {k} is not a multiple of {block} for {wtype.name}")
+        nblocks = rows * k // block
+        qbuf, dbuf = alloc(0, rows * k), alloc(1, nblocks * 4)
+        if fmt == "q8_k":
+            quant = self.kernel(("quantize_k",), matvec_k.render_quantize_q8_k)
+            mv = self.kernel(("matvec_k", wtype, n_out, k, self.use_subgroups),
+                             lambda: matvec_k.render_matvec_k(self.target, wtype, n_out, k, self.use_subgroups))
+            extra = alloc(2, rows * k // 16 * 4)  # Q8_K sums of 16
+            qargs, margs = [xbuf, qbuf, dbuf, extra], [wbuf, qbuf, dbuf, extra, ybuf]
+            quant_groups = self.grid(-(-nblocks // matvec_k.QUANT_WORKGROUP))
+        else:
+            with_sums = fmt == "q8_1"
+            quant = self.kernel(("quantize", with_sums), lambda: matvec.render_quantize_q8(with_sums))
+            mv = self.kernel(("matvec", wtype, n_out, k, self.use_subgroups),
+                             lambda: matvec.render_matvec(self.target, wtype, n_out, k, self.use_subgroups))
+            extra = alloc(2, nblocks * 4)  # Q8_1 sums
+            qargs = [xbuf, qbuf, dbuf] + ([extra] if with_sums else [])
+            margs = [wbuf, qbuf, dbuf] + ([extra] if with_sums else []) + [ybuf]
+            quant_groups = self.grid(-(-nblocks // matvec.QUANT_WORKGROUP))
+        return [Dispatch(quant, qargs, quant_groups, struct.pack("<I", nblocks)),
+                Dispatch(mv, margs, (-(-n_out // matvec.ROWS_PER_GROUP), rows, 1))]
+
+    # ---- single ops from numpy arrays (the kernel tests) ---------------------------------------
     def _run(self, kernel: Kernel, arrays: list[np.ndarray], out_shape, groups: int, push: bytes = b""):
         dev = self.device
         bufs = [dev.upload(np.ascontiguousarray(a)) for a in arrays]
@@ -63,53 +154,30 @@ class VulkanOps:
             for b in [*bufs, out]:
                 dev.free(b)
 
-    # ---- elementwise --------------------------------------------------------------------------
     def elementwise(self, op: str, *xs: np.ndarray, factor: float = 1.0) -> np.ndarray:
-        k = self.kernel(("elementwise", op, factor if op == "scale" else None),
-                        lambda: elementwise.render_elementwise(self.target, op, factor))
+        k = self.elementwise_kernel(op, factor)
         arrays = [np.asarray(x, F32) for x in xs]
         if op in ("gelu", "geglu"):
-            if self._gelu_table is None:
-                self._gelu_table = numerics.gelu_table().astype(F32)
-            arrays.insert(len(xs), self._gelu_table)
+            arrays.insert(len(xs), self.gelu_table())
         n = arrays[0].size
         return self._run(k, arrays, arrays[0].shape, -(-n // elementwise.WORKGROUP), struct.pack("<I", n))
 
-    # ---- rms norm -----------------------------------------------------------------------------
     def rms_norm(self, x: np.ndarray, eps: float, group: int = 0, weight: np.ndarray | None = None) -> np.ndarray:
         """f32 [rows, width] -> f32 [rows, width], as the interpreter's rms_norm (weight optional)."""
         rows, width = x.shape
         g = group or width
-        wlen = 0 if weight is None else weight.size
-        k = self.kernel(("rms_norm", width, g, float(eps), wlen, self.f64_norm),
-                        lambda: norm.render_rms_norm(self.target, width, g, eps, wlen, self.f64_norm))
+        k = self.rms_norm_kernel(width, g, eps, 0 if weight is None else weight.size)
         arrays = [np.asarray(x, F32)] + ([] if weight is None else [np.asarray(weight, F32).reshape(-1)])
         return self._run(k, arrays, (rows, width), rows * (width // g))
 
-    # ---- rotary -------------------------------------------------------------------------------
     def rope(self, x: np.ndarray, positions: np.ndarray, n_head: int, head_dim: int, n_rot: int,
              theta: float, neox: bool, freq_scale: float = 1.0) -> np.ndarray:
         """Linear-scaled rotary embedding of f32 [rows, n_head*head_dim] at the given positions."""
         rows = x.shape[0]
         cos, sin = numerics.rope_cos_sin(np.asarray(positions), n_rot, theta, freq_scale)
-        k = self.kernel(("rope", n_head, head_dim, n_rot, neox),
-                        lambda: rope.render_rope(self.target, n_head, head_dim, n_rot, neox))
+        k = self.rope_kernel(n_head, head_dim, n_rot, neox)
         n = rows * n_head * (head_dim // 2)
         return self._run(k, [np.asarray(x, F32), cos, sin], x.shape, -(-n // rope.WORKGROUP), struct.pack("<I", rows))
-
-    # ---- quantized matmul ---------------------------------------------------------------------
-    def upload_weight(self, raw: np.ndarray, wtype: Q):
-        """A weight's raw GGUF bytes [n_out, row_bytes] on the device, refused with the reason when
-        the type has no kernel or the tensor exceeds one binding (splitting is not written yet)."""
-        check_weight_type(wtype)
-        raw = np.ascontiguousarray(raw, np.uint8)
-        limit = self.device.caps.max_storage_buffer_range
-        if raw.nbytes + 16 > limit:
-            raise VulkanError(f"a {raw.nbytes}-byte weight exceeds one binding (maxStorageBufferRange {limit}); "
-                              "splitting weights across bindings is not implemented yet")
-        padded = np.zeros(-(-(raw.nbytes + 4) // 4) * 4, np.uint8)  # room for the last straddling read
-        padded[: raw.nbytes] = raw.reshape(-1)
-        return self.device.upload(padded)
 
     def matmul(self, x: np.ndarray, raw: np.ndarray, wtype: Q, weight_buffer=None) -> np.ndarray:
         """x f32 [rows, K] @ w.T for raw quantized w [n_out, row_bytes]: f32 [rows, n_out], with the
@@ -134,42 +202,6 @@ class VulkanOps:
             for b in (xbuf, ybuf, *scratch) + (() if weight_buffer else (wbuf,)):
                 dev.free(b)
 
-    def matmul_dispatches(self, xbuf, ybuf, wbuf, wtype: Q, rows: int, k: int, n_out: int, alloc) -> list[Dispatch]:
-        """The dispatches of y f32 [rows, n_out] = x f32 [rows, K] @ w.T: the activation quantizer,
-        then the matvec. Their three scratch buffers come from alloc(slot, nbytes) (the caller owns
-        them)."""
-        check_weight_type(wtype)
-        block = 256 if wtype in matvec_k.SUPPORTED else 32
-        if k % block:
-            raise Unsupported(f"matmul: K = {k} is not a multiple of {block} for {wtype.name}")
-        nblocks = rows * k // block
-        qbuf, dbuf = alloc(0, rows * k), alloc(1, nblocks * 4)
-        if block == 256:
-            quant = self.kernel(("quantize_k",), matvec_k.render_quantize_q8_k)
-            mv = self.kernel(("matvec_k", wtype, n_out, k, self.use_subgroups),
-                             lambda: matvec_k.render_matvec_k(self.target, wtype, n_out, k, self.use_subgroups))
-            extra = alloc(2, rows * k // 16 * 4)  # Q8_K sums of 16
-            qargs, margs = [xbuf, qbuf, dbuf, extra], [wbuf, qbuf, dbuf, extra, ybuf]
-            quant_groups = self.grid(-(-nblocks // matvec_k.QUANT_WORKGROUP))
-        else:
-            with_sums = numerics.activation_format(wtype) == "q8_1"
-            quant = self.kernel(("quantize", with_sums), lambda: matvec.render_quantize_q8(with_sums))
-            mv = self.kernel(("matvec", wtype, n_out, k, self.use_subgroups),
-                             lambda: matvec.render_matvec(self.target, wtype, n_out, k, self.use_subgroups))
-            extra = alloc(2, nblocks * 4)  # Q8_1 sums
-            qargs = [xbuf, qbuf, dbuf] + ([extra] if with_sums else [])
-            margs = [wbuf, qbuf, dbuf] + ([extra] if with_sums else []) + [ybuf]
-            quant_groups = self.grid(-(-nblocks // matvec.QUANT_WORKGROUP))
-        return [Dispatch(quant, qargs, quant_groups, struct.pack("<I", nblocks)),
-                Dispatch(mv, margs, (-(-n_out // matvec.ROWS_PER_GROUP), rows, 1))]
-
-    # ---- attention, KV store, embedding -------------------------------------------------------
-    def expf_table(self):
-        """glibc's expf table on the device (uploaded once)."""
-        if self._expf_table is None:
-            self._expf_table = self.device.upload(attention.expf_table_words())
-        return self._expf_table
-
     def expf(self, x: np.ndarray) -> np.ndarray:
         """The C library's expf of f32 values, on the device (attention's softmax exponential)."""
         k = self.kernel(("expf",), attention.render_expf_map)
@@ -182,11 +214,6 @@ class VulkanOps:
         finally:
             self.device.free(xbuf)
             self.device.free(out)
-
-    def attention_kernel(self, a) -> Kernel:
-        return self.kernel(("attention", a.n_head, a.n_kv_head, a.head_dim, float(a.scale), float(a.softcap)),
-                           lambda: attention.render_attention(self.target, a.n_head, a.n_kv_head, a.head_dim,
-                                                              a.scale, a.softcap))
 
     def attention(self, q: np.ndarray, keys: np.ndarray, vals: np.ndarray, visible: np.ndarray, a) -> np.ndarray:
         """numerics.attention_online on the device: q f32 [rows, n_head*hd], keys/vals f16
@@ -209,7 +236,7 @@ class VulkanOps:
     def kv_store(self, x: np.ndarray, slots: np.ndarray, cache: np.ndarray) -> np.ndarray:
         """cache f16 [cache_rows, width] with rows `slots` replaced by f16(x): the device's store."""
         rows, width = x.shape
-        k = self.kernel(("kv_store", width), lambda: gather.render_kv_store(width))
+        k = self.kv_store_kernel(width)
         dev = self.device
         bufs = [dev.upload(np.asarray(x, F32)), dev.upload(np.asarray(slots, np.uint32))]
         cbuf = dev.upload(np.ascontiguousarray(cache, np.float16).view(np.uint32))
@@ -223,8 +250,9 @@ class VulkanOps:
 
     def embed_q8_0(self, raw: np.ndarray, ids: np.ndarray) -> np.ndarray:
         """Rows `ids` of a Q8_0 table (raw bytes u8 [vocab, row_bytes]) as f32 [rows, n_embd]."""
-        n_embd = raw.shape[1] // 34 * 32
-        k = self.kernel(("embed_q8_0", n_embd), lambda: gather.render_embed_q8_0(n_embd))
+        q8_0 = QUANT_TYPES[Q.Q8_0]
+        n_embd = raw.shape[1] // q8_0.block_bytes * q8_0.block
+        k = self.embed_q8_0_kernel(n_embd)
         padded = np.zeros(-(-(raw.size + 4) // 4) * 4, np.uint8)
         padded[: raw.size] = raw.reshape(-1)
         rows = len(ids)

@@ -1,0 +1,184 @@
+"""One pass of a graph on a Vulkan device, recorded node by node: its dispatches, its per-pass
+inputs, and its activation values, bound to buffers once the pass is recorded.
+
+Owns: `PassRecorder` (what a row of the kernel table records through: row counts and widths, the
+planned result of a node and its temporaries, the host-written per-pass inputs (token ids, rotary
+tables, slots, visibility), the device's cache rows of each layer, binding the planned values to
+buffers, reading outputs back, and the pass's new cache rows) and `Planned`, a value's stand-in
+until the pass is bound. Does not own which kernels a node gets (kernels.py: KERNELS), how values
+share buffers (kinetic/codegen/common/buffers.py), the buffers themselves or the weights (the
+runner, model.py).
+
+Planning. Every activation value a pass writes (each node's result, a matmul's quantized copy of its
+input, a split weight's partial columns) is a `Planned` stand-in while the nodes are recorded. Its
+live range is counted in barrier epochs, not nodes: epoch e is the run of dispatches between the
+e-th barrier device.run puts and the next (device.barrier_points, each value its own buffer: these
+barriers order the dataflow, whatever the plan). A value is live from the epoch of the first
+dispatch that touches it to the epoch of the last (a graph output: after the pass), and the liveness
+plan (common/buffers.py) lets two values share a buffer only when a barrier lies between the last
+use of one and the first write of the other. So reusing a buffer adds no barrier: the command
+buffer has the barriers it had with a buffer per value, and every value its writer's bytes.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from kinetic.codegen.common.buffers import Value
+from kinetic.codegen.common.kv_mirror import KVMirror
+from kinetic.codegen.common.tables import pass_mask
+from kinetic.codegen.vulkan.dispatch import DeviceBuffer, Dispatch, barrier_points
+from kinetic.codegen.vulkan.kernels import KERNELS
+from kinetic.ir.graph import Node
+from kinetic.ir.rows import PassRows, SequenceKV
+
+if TYPE_CHECKING:
+    from kinetic.codegen.vulkan.model import VulkanModel
+
+F32 = np.float32
+
+
+@dataclass(frozen=True, eq=False)
+class Planned:
+    """An activation value of the pass (f32 or scratch bytes), standing in for its buffer until
+    `PassRecorder.bind`; known by identity, as buffers are."""
+
+    key: tuple
+    nbytes: int
+    recorded_at: int  # dispatches recorded before it: where a value no dispatch touches lives
+
+
+class PassRecorder:
+    """The dispatches and values of one pass, recorded node by node in graph order."""
+
+    def __init__(self, model: VulkanModel, rows: PassRows, cache: SequenceKV, mirror: KVMirror,
+                 n_rows: dict[str, int]):
+        self.model, self.graph, self.ops = model, model.graph, model.ops
+        self.rows, self.n_rows, self.cache, self.mirror = rows, n_rows, cache, mirror
+        self.dispatches: list[Dispatch] = []
+        self.out: dict[int, DeviceBuffer | Planned] = {}
+        self.planned: list[Planned] = []
+        self.caches: dict[int, tuple[DeviceBuffer, DeviceBuffer, int, int]] = {}  # layer -> k, v, n_committed, width
+        self._visible: dict[int, DeviceBuffer] = {}
+        self._rope: dict[tuple, tuple[DeviceBuffer, DeviceBuffer]] = {}
+        self._slots: DeviceBuffer | None = None
+
+    def record(self) -> None:
+        for node in self.graph.nodes:
+            KERNELS[node.op].emit(self, node)
+
+    # ---- shapes and grids ----------------------------------------------------------------------
+    def count(self, node: Node) -> int:
+        return self.n_rows[node.type.shape[0]]
+
+    def width(self, node: Node) -> int:
+        return int(node.type.shape[-1])
+
+    def grid(self, groups: int):
+        return self.ops.grid(groups)
+
+    def dispatch(self, kernel, buffers, invocations: int, workgroup: int, push: int) -> None:
+        """One dispatch of ceil(invocations / workgroup) workgroups with one u32 push constant."""
+        self.dispatches.append(Dispatch(kernel, buffers, self.grid(-(-invocations // workgroup)),
+                                        struct.pack("<I", push)))
+
+    # ---- planned values ------------------------------------------------------------------------
+    def result(self, node: Node) -> Planned:
+        """The node's result f32 [rows, width]."""
+        value = self.out[node.id] = self.value(("node", node.id), self.count(node) * self.width(node) * 4)
+        return value
+
+    def value(self, key: tuple, nbytes: int) -> Planned:
+        """A value of the pass, live while dispatches recorded after this use it."""
+        value = Planned(key, nbytes, len(self.dispatches))
+        self.planned.append(value)
+        return value
+
+    def values(self) -> list[Value]:
+        """The recorded values with their live ranges in barrier epochs (see the module docstring)."""
+        epoch_of, epoch = [], 0
+        for barrier in barrier_points(self.dispatches):
+            epoch += barrier
+            epoch_of.append(epoch)
+        epoch_of.append(epoch)  # where values recorded after the last dispatch live
+        first: dict[int, int] = {}
+        last: dict[int, int] = {}
+        for i, d in enumerate(self.dispatches):
+            for b in d.buffers:
+                if isinstance(b, Planned):
+                    first.setdefault(id(b), epoch_of[i])
+                    last[id(b)] = epoch_of[i]
+        outputs = {id(self.out[nid]) for _, nid in self.graph.outputs}
+        values = []
+        for v in self.planned:
+            start = first.get(id(v), epoch_of[v.recorded_at])
+            values.append(Value(v.key, v.nbytes, start, None if id(v) in outputs else last.get(id(v), start)))
+        return values
+
+    def bind(self, buffer_of: dict[tuple, DeviceBuffer]) -> None:
+        """Put each value's buffer in place of its stand-in, in the dispatches and the results."""
+        def real(b):
+            return buffer_of[b.key] if isinstance(b, Planned) else b
+
+        self.dispatches = [replace(d, buffers=[real(b) for b in d.buffers]) for d in self.dispatches]
+        self.out = {nid: real(b) for nid, b in self.out.items()}
+
+    # ---- per-pass inputs, written by the host --------------------------------------------------
+    def u32(self, key, values: np.ndarray) -> DeviceBuffer:
+        values = np.ascontiguousarray(values, np.uint32)
+        buf = self.model.buffer(key, values.nbytes)
+        buf.write(values)
+        return buf
+
+    def gelu_table(self) -> DeviceBuffer:
+        return self.model.constant(("gelu_table",), self.ops.gelu_table)
+
+    def rope_tables(self, key: tuple) -> tuple[DeviceBuffer, DeviceBuffer]:
+        """The pass's rotary cos and sin rows for (n_rot, theta, freq_scale), written once per pass."""
+        if key not in self._rope:
+            cos, sin = self.model.rope_tables(key).rows(np.asarray(self.rows.positions))
+            self._rope[key] = (self.model.buffer(("rope_cos", key), cos.nbytes),
+                               self.model.buffer(("rope_sin", key), sin.nbytes))
+            self._rope[key][0].write(np.ascontiguousarray(cos, F32))
+            self._rope[key][1].write(np.ascontiguousarray(sin, F32))
+        return self._rope[key]
+
+    def slots(self, n: int) -> DeviceBuffer:
+        """The cache rows the pass's n rows are stored at: length + i."""
+        if self._slots is None:
+            self._slots = self.u32(("slots",), self.cache.length + np.arange(n))
+        return self._slots
+
+    def visible(self, window: int) -> DeviceBuffer:
+        """Which keys each row sees (committed ones within the window, and its ancestors in the pass)."""
+        if window not in self._visible:
+            cpos = self.cache.positions[: self.cache.length]
+            self._visible[window] = self.u32(("visible", window), pass_mask(self.rows, cpos, window))
+        return self._visible[window]
+
+    def cache_rows(self, layer: int, width: int) -> tuple[DeviceBuffer, DeviceBuffer]:
+        """The layer's keys and values on the device (the mirror of the sequence's cache)."""
+        kbuf, vbuf = self.mirror.k[layer], self.mirror.v[layer]
+        self.caches[layer] = (kbuf, vbuf, self.cache.length, width)
+        return kbuf, vbuf
+
+    # ---- after the pass ------------------------------------------------------------------------
+    def read(self, node: Node) -> np.ndarray:
+        shape = (self.count(node), self.width(node))
+        return self.out[node.id].read(F32, shape[0] * shape[1]).reshape(shape)
+
+    def new_kv(self) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+        """Each layer's keys and values of the pass's rows as the device stored them (f16), written into
+        the host KVCache at slots length + i (in place, as the CPU step) and returned as copies."""
+        n = self.n_rows["T"]
+        result = {}
+        for layer, (kbuf, vbuf, n_c, width) in self.caches.items():
+            words, offset = n * width // 2, n_c * width * 2
+            k, v = (b.read(np.uint32, words, offset).view(np.float16).reshape(n, width) for b in (kbuf, vbuf))
+            result[layer] = (k, v)
+        self.cache.write_pass_rows(result)
+        return result
