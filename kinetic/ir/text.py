@@ -14,7 +14,9 @@ The form, one statement per line (docs/ir.md describes it in full):
     output logits = %13
 
 Every attribute field is printed, defaults included, so a stored file keeps its meaning if a default
-changes later; the parser fills in defaults a hand-written line leaves out. Floats print with
+changes later; the parser fills in defaults a hand-written line leaves out. The one exception is a
+reduction's `order` before the batch-invariance pass has written it (empty: not assigned yet), which
+is left out, so a dump shows orders from that phase on. Floats print with
 `repr`, which reads back to the same double. Lines starting with `#` and blank lines are ignored.
 """
 
@@ -63,7 +65,8 @@ def print_graph(graph: Graph) -> str:
 def print_node(node: Node) -> str:
     """One node: `%id = op(%a, %b) {field=value, ...} : type` (no braces for attribute-less ops)."""
     inputs = ", ".join(f"%{i}" for i in node.inputs)
-    attrs = ", ".join(f"{f.name}={_print_value(getattr(node.attrs, f.name))}" for f in fields(node.attrs))
+    attrs = ", ".join(f"{f.name}={_print_value(getattr(node.attrs, f.name))}" for f in fields(node.attrs)
+                      if not (f.name == "order" and getattr(node.attrs, f.name) == ""))
     attrs_text = f" {{{attrs}}}" if attrs else ""
     return f"%{node.id} = {node.op.value}({inputs}){attrs_text} : {node.type}"
 

@@ -82,7 +82,8 @@ class KVCache:
         reads them in place). The arrays never move, so this is worked out once per layer list."""
         key = tuple(layers)
         if key not in self._addresses:
-            self._addresses[key] = np.array([[self.k[i].ctypes.data, self.v[i].ctypes.data] for i in layers], np.int64)
+            self._addresses[key] = np.array([[self.k[i].ctypes.data, self.v[i].ctypes.data] for i in layers],
+                                            np.int64).reshape(len(layers), 2)  # [0, 2] for a graph without attention
         return self._addresses[key]
 
     def check_room(self, n: int) -> None:

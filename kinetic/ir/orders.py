@@ -1,0 +1,77 @@
+"""Reduction orders: the named orders of summation the reductions of the IR follow, one row at a time.
+
+Owns: `ORDERS` (every order's name and what it means) and the functions that say which order a
+reduction's reference follows given its input types and attributes (`matmul_order`,
+`rms_norm_order`, `attention_order`), which the op table names in each reducing op's spec
+(kinetic/ir/ops.py, `OpSpec.order`). Does not own the arithmetic (kinetic/ir/numerics), assigning
+the orders in a graph (kinetic/passes/batch_invariance.py) or which orders a device's kernels follow
+(each device declares its own `REDUCTION_ORDERS` beside its `unsupported`).
+
+The batch-invariance contract (docs/ir.md, "Batch invariance"): every order here is a per-row order.
+The sum that makes one row's value reads that row's inputs and the weights only, in a sequence fixed
+by the widths (K, a norm's group, a head's size, the keys the row sees), never by the number of rows
+in the pass, so a row gives the same bits alone as among any other rows. An order that splits a
+row's reduction across threads, or tiles it by the batch (split-K, a BLAS matrix-matrix product), has
+no name here, and no device may claim one.
+
+Renaming an order or changing which one an op gets changes what the batch-invariance pass writes
+without changing its source: bump kinetic/passes/pipeline.py's PIPELINE_VERSION with it, so stored
+graphs (.ktc files) are optimized again rather than read with stale names.
+"""
+
+from __future__ import annotations
+
+from gguf import GGMLQuantizationType
+
+from kinetic.ir.quants import QUANT_TYPES
+
+ORDERS: dict[str, str] = {
+    # matmul: one output of one row is a dot product of its activation row with a weight row
+    "lanes8": "ggml's x86 vec-dot of 8-bit activations: per block the exact integer lane sums, each of "
+              "8 float lanes an fma chain over the blocks in order, summed by hsum_float_8 at the end "
+              "(the weight types whose QUANT_TYPES dot_order is \"lanes\")",
+    "block_chain": "ggml's repacked x86 gemv: one float chain of whole-block dots, an fma per block in "
+                   "block order (dot_order \"scalar\": Q4_0, Q2_K, Q4_K, IQ4_NL, MXFP4)",
+    "lanes64": "ggml_vec_dot_f16 / _f32: 64 fma lanes over chunks of 64 values, ggml's reduction tree, "
+               "then the last K % 64 values in ggml's order (F16 and F32 weights)",
+    "bf16_pairs": "ggml_vec_dot_bf16 with AVX512-BF16: 2 x 16 lanes by vdpbf16ps over chunks of 64, each "
+                  "vector reduced on its own and added in float64, the tail in float64 (BF16 weights)",
+    "dequant_matvec": "a float32 matrix-vector product of the dequantized weight with the row as its "
+                      "activation format gives it (the float path, activations=\"f32\", and weight types "
+                      "without an exact ggml order)",
+    # rms_norm: one row (or group) of squares
+    "f64_sum": "the squares of the row (or of each group) summed in float64, mean and scale in float32",
+    # attention: one query row over the keys it sees
+    "key_chain_f16": "one query row over its visible keys in cache order: scores in ggml_vec_dot_f16's "
+                     "order, an online softmax with the C library's expf, an f16 accumulator rounded "
+                     "after every key (an f16 cache)",
+    "key_chain_f32": "as key_chain_f16 with scores summed in float64 and an f32 accumulator (an f32 cache)",
+}
+
+_FLOAT_WEIGHT_ORDERS = {"f16": "lanes64", "f32": "lanes64", "bf16": "bf16_pairs"}
+_QUANTIZED_ORDERS = {"lanes": "lanes8", "scalar": "block_chain"}
+
+
+def weight_order(wtype: GGMLQuantizationType, activations: str = "q8") -> str:
+    """The order of a matmul's dots with weights of `wtype` (dots.matmul's branches): float weights
+    meet activations in their own format, quantized ones 8-bit activations in their dot_order; the
+    float path (activations="f32") and types without an exact order multiply dequantized values."""
+    facts = QUANT_TYPES.get(wtype)
+    if activations == "f32" or facts is None:
+        return "dequant_matvec"
+    if facts.activation in _FLOAT_WEIGHT_ORDERS:
+        return _FLOAT_WEIGHT_ORDERS[facts.activation]
+    return _QUANTIZED_ORDERS.get(facts.dot_order, "dequant_matvec")
+
+
+def matmul_order(input_types: list, attrs) -> str:
+    """matmul(x, w): the order of its weight type and activations (`weight_order`)."""
+    return weight_order(input_types[1].ggml_type, attrs.activations)
+
+
+def rms_norm_order(input_types: list, attrs) -> str:
+    return "f64_sum"
+
+
+def attention_order(input_types: list, attrs) -> str:
+    return "key_chain_f16" if attrs.kv_dtype == "f16" else "key_chain_f32"

@@ -1,0 +1,211 @@
+"""Batch invariance, op x device x row count: for every op with a kernel on a device (the reference,
+the CPU's compiled step, the CUDA kernels on their host emulation, Vulkan on lavapipe), a small
+random graph of that op run as one pass of 1, 2, 3, 8 and 17 rows gives every row the bits the same
+row gets alone (one row per pass, after the rows before it: the same keys for attention).
+
+Each case is a graph: a Q8_0 embedding of random tokens (the one table every device looks up), the
+op under test, then the output rows. A device whose `unsupported` refuses a case is skipped with its
+reason; the completeness test keeps every op of the table in the matrix."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType as Q
+
+from kinetic import devices
+from kinetic.ir.ops import LEAVES, OPS
+from kinetic.ir.quants import QUANT_TYPES
+from kinetic.ir.rows import PassRows
+from kinetic.ir.text import parse_graph
+from kinetic.passes import lower_for_device, run_pipeline
+from kinetic.runtime.engine import Engine
+from tests.device_checks import same_bits
+
+ROW_COUNTS = (1, 2, 3, 8, 17)
+VOCAB = 24
+DEVICES = ("reference", "cpu", "cuda-emulated", "vulkan")
+
+# byte offsets of each quantized layout's f16 scale fields; every other byte pattern is a valid encoding
+F16_FIELDS = {Q.Q8_0: (0,), Q.Q4_0: (0,), Q.Q4_1: (0, 2), Q.Q4_K: (0, 2), Q.Q6_K: (208,)}
+
+
+@dataclass(frozen=True)
+class Case:
+    """One op's graph: `body` reads the embedding %4 (f32[T, width]) and the positions %1, defines the
+    node under test as %9 (f32[T, out]) and may use ids %5..%8 and %10..%19; `params` names the extra
+    weights (tensor -> (type, shape))."""
+
+    width: int
+    out: int
+    body: str
+    params: tuple[tuple[str, Q, tuple[int, ...]], ...] = ()
+
+    def text(self) -> str:
+        return f"""
+%0 = input() {{name="tokens"}} : i32[T]
+%1 = input() {{name="positions"}} : i32[T]
+%2 = input() {{name="output_rows"}} : i32[R]
+%3 = param() {{tensor="token_embd.weight"}} : q8_0[{VOCAB},{self.width}]
+%4 = embed(%3, %0) : f32[T,{self.width}]
+{self.body.strip()}
+%20 = take_rows(%9, %2) : f32[R,{self.out}]
+output logits = %20
+"""
+
+
+def _matmul(wtype: Q, k: int, n: int, activations: str = "q8") -> Case:
+    return Case(k, n, f"""
+%5 = param() {{tensor="w"}} : {wtype.name.lower()}[{n},{k}]
+%9 = matmul(%4, %5) {{activations="{activations}"}} : f32[T,{n}]""", (("w", wtype, (n, k)),))
+
+
+def _unary(op: str, attrs: str = "") -> Case:
+    return Case(64, 64, f"%9 = {op}(%4){attrs} : f32[T,64]")
+
+
+def _binary(op: str) -> Case:  # the second operand: another embedding of the same tokens
+    return Case(64, 64, f"""
+%5 = param() {{tensor="other"}} : q8_0[{VOCAB},64]
+%6 = embed(%5, %0) : f32[T,64]
+%9 = {op}(%4, %6) : f32[T,64]""", (("other", Q.Q8_0, (VOCAB, 64)),))
+
+
+def _attention(attrs: str = "", n_head: int = 2, n_kv: int = 1, head_dim: int = 64) -> Case:
+    """q from the embedding, keys and values from two other embeddings of the same tokens."""
+    kv = n_kv * head_dim
+    return Case(n_head * head_dim, n_head * head_dim, f"""
+%5 = param() {{tensor="k"}} : q8_0[{VOCAB},{kv}]
+%6 = embed(%5, %0) : f32[T,{kv}]
+%7 = param() {{tensor="v"}} : q8_0[{VOCAB},{kv}]
+%8 = embed(%7, %0) : f32[T,{kv}]
+%10 = state() {{name="kv.0", layer=0, n_kv_head={n_kv}, head_dim={head_dim}}} : kv[]
+%9 = attention(%4, %6, %8, %10) {{n_head={n_head}, n_kv_head={n_kv}, head_dim={head_dim}, scale=0.125{attrs}}} \
+: f32[T,{n_head * head_dim}]""", (("k", Q.Q8_0, (VOCAB, kv)), ("v", Q.Q8_0, (VOCAB, kv))))
+
+
+CASES: dict[str, Case] = {
+    "embed": Case(64, 64, "%9 = embed(%3, %0) : f32[T,64]"),  # the lookup alone (take_rows ends every case)
+    "matmul_q8_0": _matmul(Q.Q8_0, 64, 40),  # lanes8
+    "matmul_q4_0": _matmul(Q.Q4_0, 64, 40),  # block_chain
+    "matmul_q4_1": _matmul(Q.Q4_1, 64, 40),  # lanes8 with Q8_1 activations
+    "matmul_q4_k": _matmul(Q.Q4_K, 256, 12),  # block_chain over super-blocks
+    "matmul_q6_k": _matmul(Q.Q6_K, 256, 12),  # lanes8 over super-blocks
+    "matmul_f16": _matmul(Q.F16, 96, 20),  # lanes64 with a tail of 32
+    "matmul_bf16": _matmul(Q.BF16, 96, 20),  # bf16_pairs
+    "matmul_f32": _matmul(Q.F32, 96, 20),  # lanes64, F32's vectorized tail
+    "matmul_float_path": _matmul(Q.Q8_0, 64, 40, activations="f32"),  # dequant_matvec
+    "rms_norm": Case(64, 64, """
+%5 = param() {tensor="norm"} : f32[64]
+%9 = rms_norm(%4, %5) {eps=1e-06} : f32[T,64]""", (("norm", Q.F32, (64,)),)),
+    "rms_norm_group": _unary("rms_norm", " {eps=1e-05, group=32}"),
+    "add_rms_norm": Case(64, 64, f"""
+%5 = param() {{tensor="other"}} : q8_0[{VOCAB},64]
+%6 = embed(%5, %0) : f32[T,64]
+%7 = add(%4, %6) : f32[T,64]
+%8 = param() {{tensor="norm"}} : f32[64]
+%9 = rms_norm(%7, %8) {{eps=1e-06}} : f32[T,64]""", (("other", Q.Q8_0, (VOCAB, 64)), ("norm", Q.F32, (64,)))),
+    "rope_neox": Case(64, 64, "%9 = rope(%4, %1) {n_head=2, head_dim=32, n_rot=32, theta=10000.0, neox=true} "
+                              ": f32[T,64]"),
+    "rope_pairs": Case(64, 64, "%9 = rope(%4, %1) {n_head=2, head_dim=32, n_rot=16, theta=500000.0, neox=false} "
+                               ": f32[T,64]"),
+    "attention": _attention(),
+    "rope_pair": Case(128, 128, f"""
+%5 = param() {{tensor="k"}} : q8_0[{VOCAB},64]
+%6 = embed(%5, %0) : f32[T,64]
+%7 = param() {{tensor="v"}} : q8_0[{VOCAB},64]
+%8 = embed(%7, %0) : f32[T,64]
+%10 = state() {{name="kv.0", layer=0, n_kv_head=1, head_dim=64}} : kv[]
+%11 = rope(%4, %1) {{n_head=2, head_dim=64, n_rot=64, theta=10000.0, neox=true}} : f32[T,128]
+%12 = rope(%6, %1) {{n_head=1, head_dim=64, n_rot=64, theta=10000.0, neox=true}} : f32[T,64]
+%9 = attention(%11, %12, %8, %10) {{n_head=2, n_kv_head=1, head_dim=64, scale=0.125}} : f32[T,128]""",
+                      (("k", Q.Q8_0, (VOCAB, 64)), ("v", Q.Q8_0, (VOCAB, 64)))),  # q and k rotations, paired
+    "attention_window": _attention(", window=5", n_head=2, n_kv=2),
+    "attention_softcap": _attention(", softcap=30.0"),
+    "attention_f32_cache": _attention(', kv_dtype="f32"'),
+    "add": _binary("add"),
+    "mul": _binary("mul"),
+    "swiglu": _binary("swiglu"),
+    "geglu": _binary("geglu"),
+    "scale": _unary("scale", " {factor=0.3}"),
+    "silu": _unary("silu"),
+    "gelu": _unary("gelu"),
+    "softcap": _unary("softcap", " {cap=1.5}"),
+}
+
+
+class RandomWeights:
+    """A WeightSource of random tensors stored as a GGUF file holds them: quantized types as raw
+    blocks [rows, row_bytes] with small f16 scales, F16 and F32 as typed arrays, BF16 as uint16."""
+
+    def __init__(self, case: Case, seed: int = 0):
+        rng = np.random.default_rng(seed)
+        specs = (("token_embd.weight", Q.Q8_0, (VOCAB, case.width)),) + case.params
+        self.arrays = {name: _random_tensor(rng, t, shape) for name, t, shape in specs}
+
+    def tensor(self, name: str) -> np.ndarray:
+        return self.arrays[name]
+
+
+def _random_tensor(rng: np.random.Generator, wtype: Q, shape: tuple[int, ...]) -> np.ndarray:
+    values = rng.standard_normal(shape).astype(np.float32)
+    if wtype is Q.F32:
+        return values
+    if wtype is Q.F16:
+        return values.astype(np.float16)
+    if wtype is Q.BF16:
+        return (values.view(np.uint32) >> 16).astype(np.uint16)
+    facts = QUANT_TYPES[wtype]
+    n, k = shape
+    blocks = rng.integers(0, 256, (n, k // facts.block, facts.block_bytes), dtype=np.uint8)
+    for offset in F16_FIELDS[wtype]:
+        scales = (rng.standard_normal(blocks.shape[:2]) * 0.02).astype(np.float16)
+        blocks[:, :, offset : offset + 2] = scales.view(np.uint8).reshape(*blocks.shape[:2], 2)
+    return blocks.reshape(n, -1)
+
+
+def test_every_op_is_in_the_matrix():
+    """Each op of the table that computes (every op but the leaves) is in a case's graph as written,
+    after the pipeline (fusions) or after the device phase (device forms: CUDA declares every one;
+    each device runs the graph its own phase makes). A new op is not batch-invariant by omission."""
+    from kinetic.codegen.cuda.renderer import FUSIONS
+
+    tested = set()
+    for case in CASES.values():
+        graphs = [parse_graph(case.text())]
+        graphs.append(run_pipeline(graphs[0]))
+        graphs.append(lower_for_device(graphs[1], FUSIONS))
+        tested |= {n.op for g in graphs for n in g.nodes}
+    assert set(OPS) - LEAVES <= tested
+
+
+def _engine(case_name: str, device: str) -> Engine:
+    d = devices.DEVICES[device]
+    if d.unavailable():
+        pytest.skip(f"{device}: {d.unavailable()}")
+    case = CASES[case_name]
+    graph = run_pipeline(parse_graph(case.text()))
+    reason = d.unsupported(graph)
+    if reason:
+        pytest.skip(f"{device} has no kernel for this case: {reason}")
+    return Engine(graph, RandomWeights(case), n_ctx=32, batch=8, device=device, threads=1)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("case_name", sorted(CASES))
+def test_a_row_in_a_pass_of_n_rows_equals_the_row_alone(case_name, device):
+    """Passes of 1, 2, 3, 8 and 17 rows (one sequence's consecutive tokens) give each row the bits it
+    gets in a pass of its own, decoded after the rows before it."""
+    engine = _engine(case_name, device)
+    try:
+        tokens = np.random.default_rng(7).integers(0, VOCAB, max(ROW_COUNTS)).tolist()
+        seq = engine.new_sequence()
+        alone = np.stack([engine.decode(seq, t) for t in tokens])
+        for n in ROW_COUNTS:
+            batch = engine.forward(PassRows.chain(tokens[:n], 0, outputs="all"), {0: engine.new_sequence()})
+            for row in range(n):
+                assert same_bits(batch[row], alone[row]), f"{n} rows: row {row} differs from the row alone"
+    finally:
+        engine.close()
