@@ -3,9 +3,11 @@
 
 Owns: the order of the step, which is the frontend's `lower` (family descriptor -> verified graph),
 then the pass pipeline (`kinetic.passes.PIPELINE`), with `on_phase` seeing the graph after lowering
-(as phase "lowered") and after every phase. Does not own what lowering or any pass does, nor
-caching the result (a .ktc file stores it; kinetic/ktc/load.py decides when the stored graph can
-be used instead).
+(as phase "lowered") and after every phase. The result is the generic graph every device is given
+(and a .ktc file stores); a device's runner applies its own device phase to it when it opens
+(`kinetic.passes.lower_for_device`, which `kinetic compile --dump-ir --device X` shows). Does not
+own what lowering or any pass does, nor caching the result (kinetic/ktc/load.py decides when the
+stored graph can be used instead).
 """
 
 from __future__ import annotations

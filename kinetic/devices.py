@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from kinetic.codegen.runner import Runner, RunnerOptions
     from kinetic.ir.graph import Graph
     from kinetic.ir.interpreter import WeightSource
+    from kinetic.passes.device_fusion import Fusions
 
 
 def _always() -> str | None:
@@ -33,7 +34,9 @@ class Device:
     """One `--device` name. `opener(graph, weights, options)` opens a runner (importing the device's
     package only then); `unavailable()` says why the device cannot run here (None: it can);
     `unsupported(graph)` why it cannot run a graph; `auto_skip()`, for the devices `--device auto`
-    tries in order, why auto passes it by (None: auto takes it)."""
+    tries in order, why auto passes it by (None: auto takes it); `fusions()` the fused forms its
+    device phase makes (kinetic/passes/device_fusion.py; None: it runs the generic graph), which
+    `kinetic compile --dump-ir --device` shows."""
 
     name: str
     label: str  # what status lines call it: "... on the CPU"
@@ -44,6 +47,7 @@ class Device:
     unsupported: Callable[[Graph], str | None] = lambda graph: None
     auto_skip: Callable[[], str | None] | None = None  # None: auto never tries it
     gpu: bool = False  # runs on a GPU (bench --compare puts llama.cpp's layers on that GPU too)
+    fusions: Callable[[], Fusions] | None = None
 
 
 # ---- how each device opens (the only place that imports device packages) ------------------------
@@ -98,6 +102,12 @@ def _cuda_unsupported(graph) -> str | None:
     return unsupported(graph)
 
 
+def _cuda_fusions():
+    from kinetic.codegen.cuda.renderer import FUSIONS
+
+    return FUSIONS
+
+
 def _vulkan_unsupported(graph) -> str | None:
     from kinetic.codegen.vulkan.model import unsupported
 
@@ -140,10 +150,10 @@ DEVICES: dict[str, Device] = {d.name: d for d in (
     Device("reference", "the CPU (reference interpreter)", "CPU (reference)",
            "reference: the numpy reference interpreter", _open_reference),
     Device("cuda", "the CUDA GPU", "CUDA", "cuda: the CUDA GPU", _cuda_opener(emulated=False),
-           _cuda_unavailable, _cuda_unsupported, _cuda_auto_skip, gpu=True),
+           _cuda_unavailable, _cuda_unsupported, _cuda_auto_skip, gpu=True, fusions=_cuda_fusions),
     Device("cuda-emulated", "the host emulation of the CUDA kernels", "CUDA (host emulation)",
            "cuda-emulated: the CUDA kernels on their exact host emulation (slow; development and CI)",
-           _cuda_opener(emulated=True), _emulation_unavailable, _cuda_unsupported),
+           _cuda_opener(emulated=True), _emulation_unavailable, _cuda_unsupported, fusions=_cuda_fusions),
     Device("vulkan", "the Vulkan device", "Vulkan", "vulkan: the first Vulkan GPU (else lavapipe)", _open_vulkan,
            _vulkan_unavailable, _vulkan_unsupported, _vulkan_auto_skip, gpu=True),
 )}

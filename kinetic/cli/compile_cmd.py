@@ -7,7 +7,9 @@ writes the .ktc file (weights, tokenizer, chat template, graph, default profile,
 with --sign-key). `--tune` measures the profile's threads and batch on this machine first
 (kinetic.ktc.tune, at most --tune-seconds, default 120) and writes them with `"tuned": true`.
 `--dump-ir DIR` writes the graph after each phase in the IR's text form: `00-lowered.ir`,
-`01-canonicalize.ir`, ...
+`01-canonicalize.ir`, ...; with `--device X` for a device that has a device phase (CUDA's fusions),
+that phase comes last (`NN-device.ir`: the graph X's runner runs). The .ktc file holds the generic
+graph whatever the device.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from kinetic.devices import device, device_choices
 from kinetic.errors import KineticError
 
 _DUMP_NAME = re.compile(r"\d\d-[a-z_]+\.ir")
@@ -42,7 +45,9 @@ def add_parser(sub) -> None:
     p.add_argument("model", help="path to a .gguf file, or the short name of a downloaded model")
     p.add_argument("-o", "--output", metavar="OUT", help="the .ktc file to write (never over an existing file)")
     p.add_argument("--force", action="store_true", help="replace OUT when it exists (never the model or the key)")
-    p.add_argument("--device", choices=("cpu",), default="cpu", help="the device the profile is for [default: cpu]")
+    p.add_argument("--device", choices=device_choices(auto=False), default="cpu",
+                   help="the device: --dump-ir shows its device phase; -o's profile is for it (cpu only) "
+                   "[default: cpu]")
     p.add_argument("--sign-key", metavar="FILE", help="sign the .ktc file with this Ed25519 secret key file")
     p.add_argument("--tune", action="store_true",
                    help="measure the fastest threads and batch on this machine for the profile (needs -o)")
@@ -53,7 +58,7 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    usage = _tune_usage(args)
+    usage = _tune_usage(args) or _device_usage(args)
     if usage:
         sys.stderr.write(f"kinetic: {usage}\nRun `kinetic compile --help` for the options.\n")
         return 2
@@ -68,8 +73,10 @@ def run(args: argparse.Namespace) -> int:
         key = read_signing_key(args.sign_key)
     dump_dir = _prepare_dump_dir(Path(args.dump_ir)) if args.dump_ir else None
     graphs: list = []
-    reports = compile_model(path, dump_dir=dump_dir, keep=graphs)
-    print(format_summary(path, reports, dump_dir=dump_dir))
+    fusions = device(args.device).fusions
+    fusions = fusions() if fusions is not None else None
+    reports = compile_model(path, dump_dir=dump_dir, keep=graphs, fusions=fusions)
+    print(format_summary(path, reports, dump_dir=dump_dir, fusions=fusions))
     if out is not None:
         profile = _tune(path, graphs[-1], args) if args.tune else None
         print(_write_ktc(path, graphs[-1], out, device=args.device, key=key, profile=profile, force=args.force))
@@ -84,6 +91,14 @@ def _tune_usage(args: argparse.Namespace) -> str | None:
         return "--tune-seconds limits --tune; add --tune"
     if args.tune_seconds is not None and not args.tune_seconds > 0:
         return f"--tune-seconds must be more than 0, not {args.tune_seconds}"
+    return None
+
+
+def _device_usage(args: argparse.Namespace) -> str | None:
+    """What is wrong with --device for -o, or None: a .ktc profile is for the CPU so far."""
+    if args.output and args.device != "cpu":
+        return (f"a .ktc file's profile is for --device cpu; --device {args.device} shows its device phase "
+                "with --dump-ir")
     return None
 
 
@@ -125,9 +140,11 @@ def _write_ktc(path: Path, graph, out: Path, *, device: str, key, profile=None, 
             f"in {time.perf_counter() - start:.2f} s")
 
 
-def compile_model(path: Path, *, dump_dir: Path | None = None, keep: list | None = None) -> list[PhaseReport]:
-    """Lower the model and run the pipeline; one report per phase, starting with `lowered`. The
-    final graph is appended to `keep` when given."""
+def compile_model(path: Path, *, dump_dir: Path | None = None, keep: list | None = None,
+                  fusions=None) -> list[PhaseReport]:
+    """Lower the model and run the pipeline, then with a device's `fusions` (kinetic.passes.Fusions) its
+    device phase; one report per phase, starting with `lowered`. The generic graph (what a .ktc file
+    stores) is appended to `keep` when given."""
     from kinetic.compiler import compile_graph
     from kinetic.frontend.gguf_file import open_gguf
 
@@ -144,6 +161,10 @@ def compile_model(path: Path, *, dump_dir: Path | None = None, keep: list | None
     graph = compile_graph(open_gguf(path), on_phase=on_phase)
     if keep is not None:
         keep.append(graph)
+    if fusions is not None:
+        from kinetic.passes import lower_for_device
+
+        lower_for_device(graph, fusions, on_phase=on_phase)
     return reports
 
 
@@ -165,13 +186,14 @@ def _dump(directory: Path, *, index: int, name: str, graph) -> None:
     (directory / f"{index:02d}-{name}.ir").write_text(print_graph(graph), encoding="utf-8")
 
 
-def format_summary(path: Path, reports: list[PhaseReport], *, dump_dir: Path | None) -> str:
+def format_summary(path: Path, reports: list[PhaseReport], *, dump_dir: Path | None, fusions=None) -> str:
     from kinetic.passes import pipeline_hash
 
-    lines = [f"compiled {path.name}", f"  {'phase':<14}{'nodes':>7}{'time':>11}"]
-    lines += [f"  {r.name:<14}{r.nodes:>7}{r.seconds * 1000:>8.1f} ms" for r in reports]
+    width = max([14] + [len(r.name) + 2 for r in reports])  # batch_invariance is 16 characters
+    lines = [f"compiled {path.name}", f"  {'phase':<{width}}{'nodes':>7}{'time':>11}"]
+    lines += [f"  {r.name:<{width}}{r.nodes:>7}{r.seconds * 1000:>8.1f} ms" for r in reports]
     total = sum(r.seconds for r in reports[1:])
-    lines.append(f"  passes took {total * 1000:.1f} ms; pipeline {pipeline_hash()[:16]}")
+    lines.append(f"  passes took {total * 1000:.1f} ms; pipeline {pipeline_hash(fusions=fusions)[:16]}")
     if dump_dir is not None:
         lines.append(f"  IR of each phase written to {dump_dir}/")
     return "\n".join(lines)

@@ -3,7 +3,10 @@
 An op's `OpSpec` holds all the IR knows about it: its attribute dataclass (one small frozen dataclass
 per op), `infer` (its output type from its input types and attributes, raising VerifyError when they
 do not fit; None for leaves that carry their type), its groups (`ELEMENTWISE`, `REDUCE`, `LEAF`) and
-`reference`, the function that defines what it computes (kinetic/ir/reference.py). The verifier
+`reference`, the function that defines what it computes (kinetic/ir/reference.py), and, for a
+reduction, `order`: the named per-row order of summation its reference follows on these inputs
+(kinetic/ir/orders.py). A reducing op's attributes end with `order`, empty until the batch-invariance
+pass writes it (kinetic/passes/batch_invariance.py); a non-empty one must be the spec's. The verifier
 (graph.py), the text form (text.py) and the reference interpreter read this table; an op without a
 spec raises. Adding an op is one enum member, its attributes, one `OpSpec` row with its reference,
 and one row in each device's kernel table.
@@ -19,7 +22,9 @@ import enum
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 
+from kinetic.ir import orders
 from kinetic.ir import reference as ref
+from kinetic.ir.quants import QUANT_TYPES
 from kinetic.ir.types import R, T, TensorType, f32, i32
 
 
@@ -47,12 +52,17 @@ class Op(enum.Enum):
     # fused forms produced by passes
     SWIGLU = "swiglu"  # silu(gate) * up
     GEGLU = "geglu"  # gelu(gate) * up
+    # device forms: made by the device phase, only for a device that declares them
+    # (kinetic/passes/device_fusion.py; docs/ir.md, "The device phase")
+    ADD_RMS_NORM = "add_rms_norm"  # rms_norm of an add, computed in the add's launch
+    ROPE_PAIR = "rope_pair"  # rope, launched together with another rotation of the same positions
+    QUANTIZE = "quantize"  # rows in a matmul's 8-bit format, once for every matmul that reads them
 
 
 class Group(enum.Enum):
     LEAF = "leaf"  # bound by the runtime, not computed; no inputs
     ELEMENTWISE = "elementwise"  # each output value from the values at its own position
-    REDUCE = "reduce"  # sums over a dimension (its order is the op's numerics)
+    REDUCE = "reduce"  # sums over a dimension: its spec names the order (`OpSpec.order`), its attributes carry it
 
 
 # ---- attributes ---------------------------------------------------------------------------------
@@ -92,12 +102,14 @@ class MatmulAttrs:
     # quantized weights (Q8_0 for legacy types, Q8_1 for Q4_1/Q5_1, Q8_K for k-quants);
     # "f32": plain float activations.
     activations: str = "q8"
+    order: str = ""  # the reduction order (kinetic/ir/orders.py); "" until the batch-invariance pass
 
 
 @dataclass(frozen=True)
 class RmsNormAttrs:
     eps: float
     group: int = 0  # normalize each consecutive group of this many values (per head); 0 = the whole row
+    order: str = ""  # the reduction order (kinetic/ir/orders.py); "" until the batch-invariance pass
 
 
 @dataclass(frozen=True)
@@ -130,11 +142,18 @@ class AttentionAttrs:
     window: int = 0  # sliding window in positions (0 = none): a row at p sees positions > p - window
     softcap: float = 0.0  # logit soft-capping of the scores (0 = off)
     kv_dtype: str = "f16"  # how the cache stores keys and values
+    order: str = ""  # the reduction order (kinetic/ir/orders.py); "" until the batch-invariance pass
 
 
 @dataclass(frozen=True)
 class ScaleAttrs:
     factor: float
+
+
+@dataclass(frozen=True)
+class QuantizeAttrs:
+    format: str  # "q8_0", "q8_1" or "q8_k": the format of the weights' dots that read it (QUANT_TYPES)
+    in_producer: bool = False  # its input's launch writes it too (no launch of its own)
 
 
 @dataclass(frozen=True)
@@ -180,8 +199,13 @@ def _infer_embed(ins, a) -> TensorType:
 def _infer_matmul(ins, a: MatmulAttrs) -> TensorType:
     _n_inputs(ins, 2, Op.MATMUL)
     x, w = ins
-    rows, k = _activation(x, "matmul input")
     _check(len(w.shape) == 2, f"matmul weight must be 2-D, got {w}")
+    if x.dtype in QUANTIZED_ROWS:  # rows a quantize node made: in the format this weight's dots take
+        fmt = QUANT_TYPES[w.ggml_type].activation if w.ggml_type in QUANT_TYPES else None
+        _check(a.activations == "q8" and x.dtype == fmt, f"matmul of {w} reads {fmt} rows, got {x}")
+        rows, k = x.shape
+    else:
+        rows, k = _activation(x, "matmul input")
     _check(w.shape[1] == k, f"matmul width mismatch: input {x}, weight {w}")
     _check(a.activations in ("q8", "f32"), f"matmul activations must be q8 or f32, got {a.activations!r}")
     return f32(rows, w.shape[0])
@@ -231,6 +255,33 @@ def _infer_attention(ins, a: AttentionAttrs) -> TensorType:
     return q
 
 
+# the formats a quantize node makes -> values per block
+QUANTIZED_ROWS = {"q8_0": 32, "q8_1": 32, "q8_k": 256}
+
+
+def _infer_quantize(ins, a: QuantizeAttrs) -> TensorType:
+    _n_inputs(ins, 1, Op.QUANTIZE)
+    rows, width = _activation(ins[0], "quantize input")
+    _check(a.format in QUANTIZED_ROWS, f"quantize format must be one of {', '.join(QUANTIZED_ROWS)}, got {a.format!r}")
+    _check(isinstance(width, int) and width % QUANTIZED_ROWS[a.format] == 0,
+           f"{a.format} rows are whole blocks of {QUANTIZED_ROWS[a.format]} values, not {width}")
+    return TensorType(a.format, (rows, width))
+
+
+def _infer_add_rms_norm(ins, a: RmsNormAttrs) -> TensorType:
+    out = _infer_rms_norm(ins, a)
+    _check(a.group in (0, out.shape[1]), f"add_rms_norm normalizes whole rows, not groups of {a.group}")
+    return out
+
+
+def _infer_rope_pair(ins, a: RopeAttrs) -> TensorType:
+    _n_inputs(ins, 3, Op.ROPE_PAIR)
+    out = _infer_rope(ins[:2], a)
+    rows, _ = _activation(ins[2], "rope_pair's other rotation")
+    _check(rows == out.shape[0], f"rope_pair's rotations have different rows: {ins[0]} and {ins[2]}")
+    return out
+
+
 def _infer_binary(op: Op):
     def infer(ins, a) -> TensorType:
         _n_inputs(ins, 2, op)
@@ -261,11 +312,14 @@ class OpSpec:
     infer: Callable[[list[TensorType], object], TensorType] | None  # None: the node carries its type
     reference: Callable  # reference(ev, node, inputs) -> value: what the op computes
     groups: frozenset[Group] = frozenset()
+    # REDUCE ops: order(input_types, attrs) -> the name in orders.ORDERS its reference follows
+    order: Callable[[list[TensorType], object], str] | None = None
 
 
-def _spec(attrs: type, infer, reference: Callable, *groups: Group) -> OpSpec:
-    """One row of the table: attribute dataclass, shape inference, reference, then the groups."""
-    return OpSpec(attrs, infer, reference, frozenset(groups))
+def _spec(attrs: type, infer, reference: Callable, *groups: Group, order: Callable | None = None) -> OpSpec:
+    """One row of the table: attribute dataclass, shape inference, reference, then the groups (and a
+    reduction's order)."""
+    return OpSpec(attrs, infer, reference, frozenset(groups), order)
 
 
 OPS: dict[Op, OpSpec] = {
@@ -273,11 +327,12 @@ OPS: dict[Op, OpSpec] = {
     Op.PARAM: _spec(ParamAttrs, None, ref.param, Group.LEAF),
     Op.STATE: _spec(StateAttrs, None, ref.state, Group.LEAF),
     Op.EMBED: _spec(EmbedAttrs, _infer_embed, ref.embed),
-    Op.MATMUL: _spec(MatmulAttrs, _infer_matmul, ref.matmul, Group.REDUCE),
+    Op.MATMUL: _spec(MatmulAttrs, _infer_matmul, ref.matmul, Group.REDUCE, order=orders.matmul_order),
     Op.TAKE_ROWS: _spec(NoAttrs, _infer_take_rows, ref.take_rows),
-    Op.RMS_NORM: _spec(RmsNormAttrs, _infer_rms_norm, ref.rms_norm, Group.REDUCE),
+    Op.RMS_NORM: _spec(RmsNormAttrs, _infer_rms_norm, ref.rms_norm, Group.REDUCE, order=orders.rms_norm_order),
     Op.ROPE: _spec(RopeAttrs, _infer_rope, ref.rope),
-    Op.ATTENTION: _spec(AttentionAttrs, _infer_attention, ref.attention, Group.REDUCE),
+    Op.ATTENTION: _spec(AttentionAttrs, _infer_attention, ref.attention, Group.REDUCE,
+                        order=orders.attention_order),
     Op.ADD: _spec(NoAttrs, _infer_binary(Op.ADD), ref.add, Group.ELEMENTWISE),
     Op.MUL: _spec(NoAttrs, _infer_binary(Op.MUL), ref.mul, Group.ELEMENTWISE),
     Op.SCALE: _spec(ScaleAttrs, _infer_unary(Op.SCALE), ref.scale, Group.ELEMENTWISE),
@@ -286,6 +341,10 @@ OPS: dict[Op, OpSpec] = {
     Op.SOFTCAP: _spec(SoftcapAttrs, _infer_unary(Op.SOFTCAP), ref.softcap, Group.ELEMENTWISE),
     Op.SWIGLU: _spec(NoAttrs, _infer_binary(Op.SWIGLU), ref.swiglu, Group.ELEMENTWISE),
     Op.GEGLU: _spec(NoAttrs, _infer_binary(Op.GEGLU), ref.geglu, Group.ELEMENTWISE),
+    Op.ADD_RMS_NORM: _spec(RmsNormAttrs, _infer_add_rms_norm, ref.add_rms_norm, Group.REDUCE,
+                           order=orders.rms_norm_order),
+    Op.ROPE_PAIR: _spec(RopeAttrs, _infer_rope_pair, ref.rope_pair),
+    Op.QUANTIZE: _spec(QuantizeAttrs, _infer_quantize, ref.quantize),
 }
 
 LEAVES = frozenset(op for op, spec in OPS.items() if Group.LEAF in spec.groups)
@@ -317,4 +376,18 @@ def infer_type(op: Op, input_types: list[TensorType], attrs) -> TensorType:
     if spec.infer is None:
         raise VerifyError(f"{op.value} nodes carry their type; they are not inferred")
     check_attrs(op, attrs)
-    return spec.infer(input_types, attrs)
+    result = spec.infer(input_types, attrs)
+    if spec.order is not None and attrs.order:
+        want = spec.order(input_types, attrs)
+        _check(attrs.order == want, f"{op.value} order {attrs.order!r} is not the order its reference "
+               f"follows on these inputs ({want!r})")
+    return result
+
+
+def reduction_order(op: Op, input_types: list[TensorType], attrs) -> str | None:
+    """The order a node of `op` sums in: its `order` attribute, or, before the batch-invariance pass
+    has written it (a graph built by hand), the one its spec gives; None for an op that does not reduce."""
+    spec = spec_of(op)
+    if spec.order is None:
+        return None
+    return attrs.order or spec.order(input_types, attrs)

@@ -182,3 +182,28 @@ def swiglu(ev: Evaluation, node: Node, x: list) -> np.ndarray:
 
 def geglu(ev: Evaluation, node: Node, x: list) -> np.ndarray:
     return (numerics.gelu_ggml(x[0]) * x[1]).astype(F32)
+
+
+# ---- device forms (made by the device phase, kinetic/passes/device_fusion.py) ---------------------
+# Each is the op it stands for, computed the same way: what changes is only which launch computes it.
+
+
+def add_rms_norm(ev: Evaluation, node: Node, x: list) -> np.ndarray:
+    """rms_norm of x[0], which is an add its device computes in the same launch: rms_norm's value."""
+    return rms_norm(ev, node, x)
+
+
+def rope_pair(ev: Evaluation, node: Node, x: list) -> np.ndarray:
+    """rope of x[0] at positions x[1]: rope's value. x[2], the other rotation of the same positions
+    that its device computes in the same launch, is not read."""
+    return rope(ev, node, x[:2])
+
+
+def quantize(ev: Evaluation, node: Node, x: list) -> np.ndarray:
+    """x[0]'s rows in the 8-bit format `node.attrs.format`, for the q8 matmuls that read the node.
+
+    The reference keeps the rows as they are (f32): its only readers are q8 matmuls of weights whose
+    dots take this format (the verifier holds them to it), and a matmul's reference quantizes its
+    f32 rows to that format itself (numerics.matmul). So the matmul reads the same quantized values
+    as when it reads the rows directly, and every output is bit for bit the unfused graph's."""
+    return x[0]

@@ -11,11 +11,17 @@ which gives it the root's id and an inferred type) or an existing node that the 
 example `scale(x, 1.0) -> x`). The engine walks the nodes in order, applies rules until none fires
 and repeats whole sweeps until a sweep changes nothing. Replaced nodes are dropped; producers that
 lose their last user are left for dead-code elimination.
+
+Rules that decide where work runs (the device phase, kinetic/passes/device_fusion.py) also ask where
+nodes stand in the order: `readers(node)`, `earlier_readers(node)` (the readers before the root),
+`is_earlier(node)`; they may add a node before the root (`insert`, which takes a fresh id), read the
+`context` `apply_rules` was given (a device's fusions), and leave alone the nodes in `keep`
+(never a root, and `kept(node)` tells a rule not to fold them into another node's work).
 """
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -51,10 +57,41 @@ def pat(op: Op | None = None, *inputs: Pat, name: str | None = None, commutative
 class Match:
     """A successful match: the root, its named nodes, and the context a rule may consult."""
 
-    def __init__(self, root: Node, bound: dict[str, Node], uses: Counter):
+    def __init__(self, root: Node, bound: dict[str, Node], uses: Counter, sweep: _Sweep | None = None):
         self.root = root
         self._bound = bound
         self._uses = uses
+        self._sweep = sweep
+        self.inserted: list[Node] = []  # nodes `insert` made, placed before the root if the rule fires
+        self.context = sweep.context if sweep else None
+
+    def node(self, node_id: int) -> Node:
+        """The node with this id as the graph stands (rewritten already if it comes before the root)."""
+        return self._sweep.node(node_id)
+
+    def readers(self, node: Node) -> list[Node]:
+        """The nodes that read `node`, in graph order (the root included if it reads it)."""
+        return self._sweep.readers(node.id, self.root)
+
+    def earlier_readers(self, node: Node) -> list[Node]:
+        """The readers of `node` that come before the root."""
+        return [self._sweep.emitted[i] for i in self._sweep.readers_before[node.id]]
+
+    def is_earlier(self, node: Node) -> bool:
+        """Whether `node` comes before the root."""
+        return node.id in self._sweep.emitted
+
+    def kept(self, node: Node) -> bool:
+        """Whether `node` is one apply_rules was told to keep as it is (its `keep`)."""
+        return node.id in self._sweep.keep
+
+    def insert(self, op: Op, inputs: tuple[Node, ...], attrs: object = None) -> Node:
+        """A new node with a fresh id, placed just before the root when the rule returns a result."""
+        attrs = OPS[op].attrs() if attrs is None else attrs
+        node = Node(self._sweep.fresh_id(), op, attrs, tuple(n.id for n in inputs),
+                    infer_type(op, [n.type for n in inputs], attrs))
+        self.inserted.append(node)
+        return node
 
     def __getitem__(self, name: str) -> Node:
         return self._bound[name]
@@ -115,23 +152,27 @@ def match(pattern: Pat, node: Node, nodes: dict[int, Node], bound: dict[str, Nod
     return False
 
 
-def _first_rewrite(node: Node, rules: tuple[Rule, ...], nodes: dict[int, Node], uses: Counter):
+def _first_rewrite(node: Node, rules: tuple[Rule, ...], sweep: _Sweep):
     for r in rules:
         bound: dict[str, Node] = {}
-        if match(r.pattern, node, nodes, bound):
-            result = r.rewrite(Match(node, bound, uses))
+        if match(r.pattern, node, sweep.emitted, bound):
+            m = Match(node, bound, sweep.uses, sweep)
+            result = r.rewrite(m)
             if result is not None:
-                return r, result
-    return None, None
+                return r, result, m.inserted
+    return None, None, []
 
 
 # ---- the engine ---------------------------------------------------------------------------------
 
 
-def apply_rules(graph: Graph, rules: tuple[Rule, ...]) -> Graph:
-    """Rewrite `graph` with `rules` until no rule fires anywhere."""
+def apply_rules(graph: Graph, rules: tuple[Rule, ...], *, context: object = None,
+                keep: frozenset[int] = frozenset()) -> Graph:
+    """Rewrite `graph` with `rules` until no rule fires anywhere; rules see `context` (Match.context)
+    and never rewrite a node whose id is in `keep`."""
     for _ in range(MAX_SWEEPS):
-        graph, fired = _sweep(graph, tuple(rules))
+        sweep = _Sweep(graph, context, keep)
+        graph, fired = sweep.run(tuple(rules))
         if not fired:
             return graph
     raise RuntimeError(f"rules {[r.name for r in rules]} did not settle after {MAX_SWEEPS} sweeps")
@@ -145,33 +186,63 @@ def _count_uses(graph: Graph) -> Counter:
     return uses
 
 
-def _sweep(graph: Graph, rules: tuple[Rule, ...]) -> tuple[Graph, int]:
-    """One pass over the nodes in order; returns the new graph and how many rewrites fired."""
-    uses = _count_uses(graph)
-    alias: dict[int, int] = {}  # dropped node id -> the emitted node that stands for it
-    emitted: dict[int, Node] = {}
-    fired = 0
-    for node in graph.nodes:
-        node = replace(node, inputs=tuple(alias.get(i, i) for i in node.inputs))
-        for _ in range(MAX_REWRITES_PER_NODE):
-            r, result = _first_rewrite(node, rules, emitted, uses)
-            if result is None:
-                break
-            fired += 1
-            uses.subtract(node.inputs)
-            if result.id != node.id:
-                _check_existing(result, emitted, r)
-                uses[result.id] += uses[node.id]
-                alias[node.id] = result.id
-                break
-            uses.update(result.inputs)
-            node = result
-        else:
-            raise RuntimeError(f"rules keep rewriting %{node.id}")
-        if node.id not in alias:
-            emitted[node.id] = node
-    outputs = tuple((name, alias.get(i, i)) for name, i in graph.outputs)
-    return Graph(tuple(emitted.values()), outputs, graph.meta), fired
+class _Sweep:
+    """One pass over the nodes in order: what has been emitted so far, and who reads whom."""
+
+    def __init__(self, graph: Graph, context: object, keep: frozenset[int]):
+        self.graph, self.context, self.keep = graph, context, keep
+        self.uses = _count_uses(graph)
+        self.alias: dict[int, int] = {}  # dropped node id -> the emitted node that stands for it
+        self.emitted: dict[int, Node] = {}
+        self.readers_before: defaultdict[int, list[int]] = defaultdict(list)  # id -> emitted readers
+        self.users = graph.users()  # the readers as the sweep found them (for nodes not yet visited)
+        self._next_id = max((n.id for n in graph.nodes), default=-1) + 1
+
+    def fresh_id(self) -> int:
+        self._next_id += 1
+        return self._next_id - 1
+
+    def node(self, node_id: int) -> Node:
+        return self.emitted.get(node_id) or self.graph.node(node_id)
+
+    def readers(self, node_id: int, root: Node) -> list[Node]:
+        later = [self.graph.node(u) for u in self.users.get(node_id, ())
+                 if u not in self.emitted and u not in self.alias and u != root.id]
+        now = [root] if node_id in root.inputs else []
+        return [self.emitted[i] for i in self.readers_before[node_id]] + now + later
+
+    def emit(self, node: Node) -> None:
+        self.emitted[node.id] = node
+        for i in dict.fromkeys(node.inputs):
+            self.readers_before[i].append(node.id)
+
+    def run(self, rules: tuple[Rule, ...]) -> tuple[Graph, int]:
+        """The new graph and how many rewrites fired."""
+        fired = 0
+        for node in self.graph.nodes:
+            node = replace(node, inputs=tuple(self.alias.get(i, i) for i in node.inputs))
+            for _ in range(MAX_REWRITES_PER_NODE):
+                r, result, inserted = (None, None, []) if node.id in self.keep else _first_rewrite(node, rules, self)
+                if result is None:
+                    break
+                fired += 1
+                for new in inserted:
+                    self.uses.update(new.inputs)
+                    self.emit(new)
+                self.uses.subtract(node.inputs)
+                if result.id != node.id:
+                    _check_existing(result, self.emitted, r)
+                    self.uses[result.id] += self.uses[node.id]
+                    self.alias[node.id] = result.id
+                    break
+                self.uses.update(result.inputs)
+                node = result
+            else:
+                raise RuntimeError(f"rules keep rewriting %{node.id}")
+            if node.id not in self.alias:
+                self.emit(node)
+        outputs = tuple((name, self.alias.get(i, i)) for name, i in self.graph.outputs)
+        return Graph(tuple(self.emitted.values()), outputs, self.graph.meta), fired
 
 
 def _check_existing(result: Node, emitted: dict[int, Node], r: Rule) -> None:

@@ -2,7 +2,8 @@
 setting with the seed, output tokens), optionally signed, that `kinetic verify-receipt` reruns.
 
 Owns: the record and its canonical signed form (receipt.py), the strict JSON a receipt file must be
-(strict_json.py), the hashes it holds (hashing.py) and the checks and the plain rerun (verify.py). Does not own sampling, the model or the command lines.
+(strict_json.py), the hashes it holds (hashing.py) and the checks and the plain rerun (verify.py).
+Does not own sampling, the model or the command lines.
 User-facing description: docs/receipts.md.
 """
 

@@ -39,3 +39,19 @@ def test_dump_ir_and_output_together(smollm2_path, tmp_path, capsys):
     assert f"wrote {out}" in capsys.readouterr().out
     last = sorted((tmp_path / "ir").glob("*.ir"))[-1].read_text()
     assert KtcFile.open(out).text(Kind.GRAPH) == last
+
+
+def test_dump_ir_for_a_device_ends_with_its_device_phase(smollm2_path, tmp_path, capsys):
+    """--device cuda adds the device phase as the last file: the graph CUDA's runner runs, with its
+    fused forms; the summary's pipeline hash covers it; -o with a device other than the CPU is refused."""
+    assert main(["compile", str(smollm2_path), "--dump-ir", str(tmp_path), "--device", "cuda"]) == 0
+    names = sorted(p.name for p in tmp_path.glob("*.ir"))
+    assert names[-1] == f"{len(PIPELINE) + 1:02d}-device.ir"
+    device_text = (tmp_path / names[-1]).read_text()
+    verify(parse_graph(device_text))
+    assert "add_rms_norm(" in device_text and "rope_pair(" in device_text and "in_producer=true" in device_text
+    cuda_hash = capsys.readouterr().out.split("pipeline ")[-1].split()[0]
+    assert main(["compile", str(smollm2_path)]) == 0
+    assert capsys.readouterr().out.split("pipeline ")[-1].split()[0] != cuda_hash
+    assert main(["compile", str(smollm2_path), "-o", str(tmp_path / "m.ktc"), "--device", "cuda"]) == 2
+    assert "--device cpu" in capsys.readouterr().err

@@ -88,3 +88,36 @@ def test_rules_that_never_settle_are_stopped():
     graph = parse_graph(SNIPPET.replace("%5 = mul(%3, %3)", "%5 = scale(%3) {factor=1.0}"))
     with pytest.raises(RuntimeError, match="keep rewriting"):
         apply_rules(graph, (grow,))
+
+
+@rule(pat(Op.MUL, pat(name="a"), pat(name="b"), name="root"))
+def silu_before_mul(m: Match):
+    """mul(a, b) -> mul(s, b) with s = silu(a) inserted before it, once (a test rule)"""
+    if m["a"].op is Op.SILU:
+        return None
+    earlier = [r for r in m.earlier_readers(m["a"]) if r.op is Op.SILU]
+    s = earlier[0] if earlier else m.insert(Op.SILU, (m["a"],))
+    return m.make(Op.MUL, (s, m["b"]))
+
+
+def test_a_rule_inserts_a_node_before_the_root_and_sees_earlier_readers():
+    """`insert` places a new node with a fresh id just before the root; a later root finds it among
+    the earlier readers of its input and reads it instead of inserting another."""
+    snippet = """
+%0 = input() {name="tokens"} : i32[T]
+%1 = param() {tensor="t"} : f32[16,8]
+%2 = embed(%1, %0) : f32[T,8]
+%3 = mul(%2, %2) : f32[T,8]
+%4 = mul(%2, %3) : f32[T,8]
+output a = %4
+"""
+    out = print_graph(apply_rules(parse_graph(snippet), (silu_before_mul,)))
+    assert "%5 = silu(%2) : f32[T,8]\n%3 = mul(%5, %2)" in out
+    assert "%4 = mul(%5, %3)" in out and out.count("silu(") == 1
+
+
+def test_kept_nodes_are_never_rewritten():
+    """A node in `keep` is not a root: the rule that rewrites it otherwise leaves it as it is."""
+    graph = parse_graph(SNIPPET)
+    assert "%3 = gelu" in print_graph(apply_rules(graph, (silu_to_gelu,)))
+    assert "%3 = silu" in print_graph(apply_rules(graph, (silu_to_gelu,), keep=frozenset({3})))

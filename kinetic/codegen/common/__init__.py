@@ -3,7 +3,9 @@ package imports another (tests/test_imports.py).
 
 Modules: `expf` (glibc's expf constants, which the CPU, CUDA and Vulkan kernels all evaluate),
 `libm` (the C library's float functions over arrays, compiled: the host-side exact math of rotary
-tables), `tables` (per-pass tables a device uploads: rotary cos/sin, visibility masks) and
+tables), `tables` (per-pass tables a device uploads: rotary cos/sin, visibility masks),
 `kv_mirror` (a device's copy of the sequences' KV caches and the `host_writes` protocol that keeps it
-in step). The contract a device's runner meets is kinetic/codegen/runner.py.
+in step), `orders` (the reduction-order check each device's `unsupported` makes against the orders
+it declares) and `buffers` (liveness planning: which of a pass's values share a buffer). The contract
+a device's runner meets is kinetic/codegen/runner.py.
 """

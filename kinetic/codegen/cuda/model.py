@@ -1,8 +1,9 @@
 """A whole model's passes through the generated CUDA kernels: weights on the device, the KV cache on
 the device, each pass shape recorded once and replayed (a CUDA graph on a GPU).
 
-Owns: checking once that every op and weight of a graph has a CUDA kernel (refusing with the reason
-otherwise), choosing the backend (a GPU for `--device cuda`, the host emulation for `--device
+Owns: lowering the graph it is given to the graph CUDA runs (the device phase with CUDA's fusions,
+renderer.CudaRenderer.lower), checking once that every op and weight of it has a CUDA kernel
+(refusing with the reason otherwise), choosing the backend (a GPU for `--device cuda`, the host emulation for `--device
 cuda-emulated`) and how many layers fit there (the first ones run on the CPU runner the registry
 hands in: `SplitModel`), uploading the weights once, and per pass shape a `Plan` (plan.py: its
 launches, buffers and staging) recorded once per sequence and replayed: on a GPU one host-to-device
@@ -34,7 +35,7 @@ from gguf import GGMLQuantizationType as Q
 
 from kinetic.codegen.common.kv_mirror import KVMirror, KVMirrors
 from kinetic.codegen.common.tables import RopeTables
-from kinetic.codegen.cuda.plan import ATTENTION_SCRATCH_BYTES, Plan
+from kinetic.codegen.cuda.plan import ATTENTION_SCRATCH_BYTES, LaunchOrder, Plan
 from kinetic.codegen.cuda.renderer import CudaRenderer
 from kinetic.codegen.runner import Runner, RunnerOptions
 from kinetic.errors import KineticError
@@ -51,8 +52,10 @@ MAX_RECORDINGS = 16  # recorded plans (CUDA graphs) kept: a plan per sequence ca
 
 
 def unsupported(graph: Graph) -> str | None:
-    """Why this graph cannot run on CUDA (the first node without a kernel, and why), or None."""
-    return next(iter(CudaRenderer().render(graph).unsupported.values()), None)
+    """Why this graph cannot run on CUDA (the first node of its lowered form without a kernel, and
+    why), or None."""
+    renderer = CudaRenderer()
+    return next(iter(renderer.render(renderer.lower(graph)).unsupported.values()), None)
 
 
 def open_runner(graph: Graph, weights: WeightSource, options: RunnerOptions, *, emulated: bool = False):
@@ -169,15 +172,17 @@ class CudaModel:
     attention_scratch_bytes = ATTENTION_SCRATCH_BYTES  # passes within it attend with attention_rows
 
     def __init__(self, graph: Graph, weights: WeightSource, backend, n_ctx: int, split: LayerSplit | None = None):
-        self.graph, self.backend, self.n_ctx, self.split = graph, backend, int(n_ctx), split
+        self.source, self.backend, self.n_ctx, self.split = graph, backend, int(n_ctx), split
         # with a split, the first layers' nodes run elsewhere: their crossing value comes in as "hidden"
         self.skip = split.head_ids if split else frozenset()
-        rendering = CudaRenderer(mask_stride=self.n_ctx).render(graph, self.skip)
+        renderer = CudaRenderer(mask_stride=self.n_ctx)
+        self.graph = graph = renderer.lower(graph, keep=self.skip)  # the device phase: ids kept
+        rendering = renderer.render(graph, self.skip)
         if rendering.unsupported:
             reason = next(iter(rendering.unsupported.values()))
             raise KineticError(f"this model cannot run on CUDA: {reason}", "Use --device cpu.")
-        self.fused, self.quantized, self._kernels = rendering.fused, rendering.quantized, rendering.kernels
-        self.rope_pairs = rendering.rope_pairs
+        self._kernels = rendering.kernels
+        self.order = LaunchOrder.of(graph, self._kernels, self.skip)  # what every pass shape's plan shares
         backend.compile(list({k.name: k for ks in self._kernels.values() for k in ks}.values()))
         used = {i for n in graph.nodes if n.id not in self.skip for i in n.inputs}
         self.weights: dict[str, object] = {}
@@ -241,7 +246,7 @@ class CudaModel:
     # ---- one pass --------------------------------------------------------------------------------
     def run(self, graph: Graph, rows: PassRows, kv: KVView, hidden: np.ndarray | None = None) -> PassResult:
         """One pass; with a split, `hidden` is the first layers' output for the pass's rows."""
-        if graph is not self.graph:
+        if graph is not self.source:
             raise ValueError("CudaModel runs the graph it was built for")
         seqs = np.unique(rows.seqs)
         if len(seqs) > 1:

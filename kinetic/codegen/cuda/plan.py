@@ -1,10 +1,15 @@
 """One pass shape's work on the CUDA runtime: its launches in graph order, its buffers, and the
 staging buffer of everything that changes between passes of that shape.
 
-Owns: `Plan` (built once per (rows T, output rows R): buffers reused once a value is dead, the
-quantized copy of an input shared by the matmuls that read it, the GEMV for one row and the GEMM for
-more, the fused chains the renderer names; per pass, filling the staging buffer and reading the
-outputs and the new keys and values back). Does not own the device calls (backends.py), the kernels
+Owns: `LaunchOrder` (once per model: where each launch runs in the graph's order, and when each
+value is read for the last time) and `Plan` (built once per (rows T, output rows R): one launch per
+node that has kernels, in graph order, buffers reused once a value is dead, the GEMV for one row and
+the GEMM for more; per pass, filling the staging buffer and reading the outputs and the new keys
+and values back). The fused
+launches are read from the graph the device phase made: an add_rms_norm launches where its add
+stands and writes both values, a rope_pair writes its other rotation too, a producer that an
+in-producer quantize reads writes the quantized row that quantize node stands for, and every matmul
+reads its quantize node's row. Does not own the device calls (backends.py), the kernels
 (renderer.py and the kernel modules), the per-pass tables it stages (rotary cos/sin and visibility
 masks: kinetic/codegen/common/tables.py) or the model-level state: weights, the sequences' caches,
 recordings (model.py).
@@ -17,11 +22,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from kinetic.codegen.common.tables import pass_mask
-from kinetic.codegen.cuda import gemv
 from kinetic.codegen.cuda.backends import ALIGN
 from kinetic.ir.graph import Graph, Node
 from kinetic.ir.ops import Op
 from kinetic.ir.rows import PassRows, SequenceKV
+from kinetic.passes.device_fusion import computed_by, quantized_in_producer
 
 F32 = np.float32
 # attention_rows (8 warps per (row, head), the keys' scores and factors in parallel) for every pass
@@ -38,6 +43,48 @@ class Launch:
     kernel: str
     rows: int
     args: tuple
+
+
+@dataclass(frozen=True)
+class LaunchOrder:
+    """What every plan of a graph shares, whatever its shape: per position in the graph's order, the
+    node whose launch runs there (None: none) and the values read there for the last time; and
+    which producers' launches write a quantize node's row (device_fusion.quantized_in_producer)."""
+
+    launches: tuple[Node | None, ...]
+    dead_after: tuple[tuple[int, ...], ...]
+    quantized_by: dict[int, Node]
+
+    @staticmethod
+    def of(graph: Graph, kernels: dict[int, list], skip: frozenset[int]) -> LaunchOrder:
+        """A node launches where it stands, but an add_rms_norm launches where its add stands (its
+        other input is a weight) and a value another launch computes has no launch of its own."""
+        absorbed = computed_by(graph)  # an add -> its add_rms_norm, a rotation -> its pair
+        hoisted = {n.inputs[0]: n for n in graph.nodes if n.op is Op.ADD_RMS_NORM}
+
+        def launch_at(node: Node) -> Node | None:
+            if node.id in hoisted:
+                return hoisted[node.id]
+            if node.op is Op.ADD_RMS_NORM or node.id in absorbed or node.id in skip:
+                return None
+            return node if kernels.get(node.id) else None
+
+        launches = tuple(launch_at(node) for node in graph.nodes)
+        # per position, the values read there: the node's inputs, and those of the launch running there
+        reads_at = [set(node.inputs) | set(_launch_reads(graph, launch) if launch else ())
+                    for node, launch in zip(graph.nodes, launches, strict=True)]
+        last_use = {j: i for i, reads in enumerate(reads_at) for j in reads}
+        dead_after = tuple(tuple(j for j in reads if last_use[j] == i) for i, reads in enumerate(reads_at))
+        return LaunchOrder(launches, dead_after, quantized_in_producer(graph))
+
+
+def _launch_reads(graph: Graph, node: Node) -> tuple[int, ...]:
+    """The values a node's launch reads: its inputs, and those of the values it computes too."""
+    if node.op is Op.ADD_RMS_NORM:
+        return graph.node(node.inputs[0]).inputs + node.inputs[1:]
+    if node.op is Op.ROPE_PAIR:
+        return node.inputs[:2] + graph.node(node.inputs[2]).inputs
+    return node.inputs
 
 
 class Plan:
@@ -71,7 +118,7 @@ class Plan:
             fields.append(("hidden", 4 * t * int(graph.node(split.boundary).type.shape[-1])))
         mine = [n for n in graph.nodes if n.id not in self.model.skip]
         self.rope_keys = sorted({(n.attrs.n_rot, float(n.attrs.theta), float(n.attrs.freq_scale))
-                                 for n in mine if n.op is Op.ROPE})
+                                 for n in mine if n.op in (Op.ROPE, Op.ROPE_PAIR)})
         for key in self.rope_keys:
             fields += [(("cos", key), 4 * t * (key[0] // 2)), (("sin", key), 4 * t * (key[0] // 2))]
         self.windows = sorted({n.attrs.window for n in mine if n.op is Op.ATTENTION})
@@ -93,70 +140,59 @@ class Plan:
 
     # -- the launches, with buffers reused once their value is dead
     def _build(self, graph: Graph, backend) -> None:
-        def reads(node: Node) -> tuple[int, ...]:
-            early = self.model.rope_pairs.get(node.id)  # a fused rotary pair launches at the later one
-            return node.inputs + (graph.node(early).inputs if early is not None else ())
-
-        last_use = {}
-        for i, node in enumerate(graph.nodes):
-            for j in reads(node):
-                last_use[j] = max(last_use.get(j, -1), i)
-        skip, split = self.model.skip, self.model.split
+        order, split = self.model.order, self.model.split
+        self.quantized_by = order.quantized_by
         pinned = {nid for _, nid in graph.outputs} | ({split.boundary} if split else set())
-        kv_at, at = {}, 0
+        self.kv_at, at = {}, 0
         for _layer, (k_node, v_node, width) in sorted(self.kv_nodes.items()):
             for nid in (k_node, v_node):
-                kv_at[nid] = self.kv_rows[at : at + self.n_rows * width * 4]
+                self.kv_at[nid] = self.kv_rows[at : at + self.n_rows * width * 4]
                 at += self.n_rows * width * 4
-        free: dict[int, list] = {}
-        scratch_of: dict[int, list] = {}  # node id -> buffers of its quantized copies (dead with it)
-        quantized: dict[tuple[int, str], tuple] = {}
+        self.rows_of: dict[int, tuple] = {}  # quantize node id -> its row's buffers (xq, xd[, xs])
+        free: dict[int, list] = {}  # bytes -> buffers of that size no live value holds
 
         def take(nbytes: int):
             nbytes = max(-(-nbytes // ALIGN) * ALIGN, ALIGN)
             pool = free.get(nbytes)
             return pool.pop() if pool else backend.empty(nbytes)
 
-        def give(buf) -> None:
-            free.setdefault(buf.nbytes, []).append(buf)
-
+        self._take = take
         for i, node in enumerate(graph.nodes):
             if split and node.id == split.boundary:
                 self.buffers[node.id] = self.input_view("hidden")
-                continue
-            if node.op is Op.INPUT:
+            elif node.op is Op.INPUT:
                 name = node.attrs.name
                 self.buffers[node.id] = self.input_view(name) if name in ("tokens", "output_rows") else None
-                continue
-            if node.op in (Op.PARAM, Op.STATE) or node.id in skip:
-                continue
-            n = self.count(node)
-            width = int(node.type.shape[-1])
-            if node.id not in self.buffers:  # (a norm its add's launch computes has one already)
-                out = self.buffers[node.id] = kv_at[node.id] if node.id in kv_at else take(n * width * 4)
-                if node.id in self.model.fused:
-                    norm = self.model.fused[node.id]
-                    self.buffers[norm] = kv_at[norm] if norm in kv_at else take(n * width * 4)
-                if n and self.model._kernels[node.id]:  # (the earlier rotary of a fused pair launches later)
-                    self._launches(node, n, out, quantized, scratch_of, take)
-            for j in set(reads(node)):  # values read for the last time: their buffers serve again
-                if last_use.get(j) == i and j not in pinned and j not in kv_at and self.buffers.get(j) is not None \
-                        and graph.node(j).op not in (Op.INPUT, Op.PARAM, Op.STATE):
-                    give(self.buffers[j])
-                    for buf in scratch_of.pop(j, []):
-                        give(buf)
+            elif order.launches[i] is not None:
+                self._launches(order.launches[i])
+            for j in order.dead_after[i]:  # values read for the last time: their buffers serve again
+                if j not in pinned and j not in self.kv_at:
+                    for buf in (self.buffers.pop(j, None), *self.rows_of.pop(j, ())):
+                        if buf is not None and graph.node(j).op is not Op.INPUT:
+                            free.setdefault(buf.nbytes, []).append(buf)
 
-    def _quantized_row(self, norm_id: int, n: int, quantized, scratch_of, take) -> tuple:
-        """The quantized row a norm's or GLU's launch also writes (renderer.quantized_norms), registered
-        as the quantized copy its matmuls read; () when it writes none."""
-        fmt = self.model.quantized.get(norm_id)
-        if fmt is None:
-            return ()
-        k = int(self.model.graph.node(norm_id).type.shape[-1])
+    def _output(self, node: Node):
+        """A new buffer for a node's value (its slot of the keys' and values' rows for an attention's k, v)."""
+        if node.id in self.kv_at:
+            buf = self.kv_at[node.id]
+        else:
+            buf = self._take(self.count(node) * int(node.type.shape[-1]) * 4)
+        self.buffers[node.id] = buf
+        return buf
+
+    def _quantized_row(self, producer: Node) -> tuple:
+        """The buffers of the quantized row a producer's launch also writes (for the in-producer
+        quantize node that reads it), or () when it writes none."""
+        q = self.quantized_by.get(producer.id)
+        return () if q is None or not self.count(q) else self._row_buffers(q)
+
+    def _row_buffers(self, q: Node) -> tuple:
+        """A quantize node's row: int8 values, f32 scales (and Q8_1's f32 sums), as quantize.py writes."""
+        n, k, fmt = self.count(q), int(q.type.shape[-1]), q.attrs.format
         block = 256 if fmt == "q8_k" else 32
-        acts = (take(n * k), take(n * (k // block) * 4)) + ((take(n * (k // 32) * 4),) if fmt == "q8_1" else ())
-        scratch_of.setdefault(norm_id, []).extend(acts)
-        quantized[(norm_id, fmt)] = acts
+        sums = (self._take(n * (k // 32) * 4),) if fmt == "q8_1" else ()
+        acts = (self._take(n * k), self._take(n * (k // block) * 4), *sums)
+        self.rows_of[q.id] = acts
         return acts
 
     def attention_scratch(self, heads: int):
@@ -170,66 +206,76 @@ class Plan:
     def count(self, node: Node) -> int:
         return self.counts[node.type.shape[0]]
 
-    def _launches(self, node: Node, n: int, out, quantized, scratch_of, take) -> None:
+    def _rope_tables(self, a) -> tuple:
+        key = (a.n_rot, float(a.theta), float(a.freq_scale))
+        return self.input_view(("cos", key)), self.input_view(("sin", key))
+
+    def _fused_launch(self, node: Node, n: int) -> None:
+        """The launch of a device form: an add and the norm of its sum, two rotations, a quantizer."""
+        model, graph, add = self.model, self.model.graph, self.launches.append
+        kernel = model._kernels[node.id][0].name
+        if node.op is Op.ADD_RMS_NORM:  # the add of input 0 and the norm of its sum
+            total = graph.node(node.inputs[0])
+            summed, out = self._output(total), self._output(node)
+            weight = (model.weights[graph.node(node.inputs[1]).attrs.tensor],) if len(node.inputs) == 2 else ()
+            row = self._quantized_row(node)
+            if n:
+                add(Launch(kernel, n, (*(self.buffers[j] for j in total.inputs), *weight, summed, out, *row)))
+        elif node.op is Op.ROPE_PAIR:  # the other rotation (input 2) and this one
+            other = graph.node(node.inputs[2])
+            early, out = self._output(other), self._output(node)
+            if n:
+                add(Launch(kernel, n, (self.buffers[other.inputs[0]], self.buffers[node.inputs[0]],
+                                       *self._rope_tables(node.attrs), early, out)))
+        elif n:  # a quantize node no producer writes: the quantizer
+            add(Launch(kernel, n, (self.buffers[node.inputs[0]], *self._row_buffers(node))))
+
+    def _launches(self, node: Node) -> None:
+        """The launches of one node's kernels (and the buffers of every value they write)."""
         model, graph, add = self.model, self.model.graph, self.launches.append
         kernels = model._kernels[node.id]
+        n = self.count(node)
+        if node.op in (Op.ADD_RMS_NORM, Op.ROPE_PAIR, Op.QUANTIZE):
+            self._fused_launch(node, n)
+            return
         ins = [self.buffers.get(j) for j in node.inputs]
         op, a = node.op, node.attrs
+        out = self._output(node)
+        if not n:  # no rows of this value in this pass shape (no output rows): nothing to launch
+            return
         if op is Op.EMBED:
             add(Launch(kernels[0].name, n, (model.weights[graph.node(node.inputs[0]).attrs.tensor], ins[1], out)))
         elif op is Op.MATMUL:
-            quantize, one_row, tiled = kernels
-            w = graph.node(node.inputs[1])
-            fmt = gemv.activation_format(w.type.ggml_type)
-            k = int(w.type.shape[1])
-            key = (node.inputs[0], fmt)
-            if key not in quantized:  # q, k and v (gate and up) projections share one quantized input
-                block = 256 if fmt == "q8_k" else 32
-                acts = [take(n * k), take(n * (k // block) * 4)] + ([take(n * (k // 32) * 4)] if fmt == "q8_1" else [])
-                scratch_of.setdefault(node.inputs[0], []).extend(acts)
-                add(Launch(quantize.name, n, (ins[0], *acts)))
-                quantized[key] = tuple(acts)
-            weight = model.weights[w.attrs.tensor]
+            one_row, tiled = kernels
+            weight = model.weights[graph.node(node.inputs[1]).attrs.tensor]
+            row = self.rows_of[node.inputs[0]]
             if n == 1:
-                add(Launch(one_row.name, n, (weight, *quantized[key], out)))
+                add(Launch(one_row.name, n, (weight, *row, out)))
             else:  # each weight block read once per tile of rows; every row's result the GEMV's
-                add(Launch(tiled.name, n, (weight, *quantized[key], out, n)))
+                add(Launch(tiled.name, n, (weight, *row, out, n)))
         elif op is Op.RMS_NORM:
             weight = (model.weights[graph.node(node.inputs[1]).attrs.tensor],) if len(ins) == 2 else ()
-            acts = self._quantized_row(node.id, n, quantized, scratch_of, take)
-            add(Launch(kernels[0].name, n, (ins[0], *weight, out, *acts)))
+            add(Launch(kernels[0].name, n, (ins[0], *weight, out, *self._quantized_row(node))))
         elif op is Op.ROPE:
-            key = (a.n_rot, float(a.theta), float(a.freq_scale))
-            tables = (self.input_view(("cos", key)), self.input_view(("sin", key)))
-            early = model.rope_pairs.get(node.id)
-            if early is None:
-                add(Launch(kernels[0].name, n, (ins[0], *tables, out)))
-            else:  # the layer's earlier rotary in the same launch (its input and output are kept till now)
-                other = graph.node(early)
-                add(Launch(kernels[0].name, n, (self.buffers[other.inputs[0]], ins[0], *tables,
-                                                self.buffers[early], out)))
+            add(Launch(kernels[0].name, n, (ins[0], *self._rope_tables(a), out)))
         elif op is Op.ATTENTION:
-            store, one_warp, parallel = kernels
+            store, one_warp, parallel = kernels[:3]
             layer = graph.node(node.inputs[3]).attrs.layer
             meta = self.input_view("meta")
             add(Launch(store.name, n, (ins[1], ins[2], meta, ("k", layer), ("v", layer))))
             cache = (ins[0], ("k", layer), ("v", layer), self.input_view(("mask", a.window)), meta)
+            row = self._quantized_row(node)
             if n * a.n_head * 2 * model.n_ctx * 4 <= model.attention_scratch_bytes:
-                acts = self._quantized_row(node.id, n, quantized, scratch_of, take)
-                add(Launch(parallel.name, n, (*cache, self.attention_scratch(n * a.n_head), out, *acts)))
-            else:
+                add(Launch(parallel.name, n, (*cache, self.attention_scratch(n * a.n_head), out, *row)))
+            else:  # the one-warp kernel writes no quantized row: the quantizer after it does
                 add(Launch(one_warp.name, n, (*cache, out)))
+                if row:
+                    add(Launch(kernels[3].name, n, (out, *row)))
         elif op is Op.TAKE_ROWS:
             add(Launch(kernels[0].name, n, (ins[0], ins[1], out)))
-        elif node.id in model.fused:
-            norm = graph.node(model.fused[node.id])
-            weight = (model.weights[graph.node(norm.inputs[1]).attrs.tensor],) if len(norm.inputs) == 2 else ()
-            acts = self._quantized_row(norm.id, n, quantized, scratch_of, take)
-            add(Launch(kernels[0].name, n, (ins[0], ins[1], *weight, out, self.buffers[norm.id], *acts)))
         else:
             table = (model.gelu,) if op in (Op.GELU, Op.GEGLU) else ()
-            acts = self._quantized_row(node.id, n, quantized, scratch_of, take)
-            add(Launch(kernels[0].name, n, (*ins, *table, out, *acts)))
+            add(Launch(kernels[0].name, n, (*ins, *table, out, *self._quantized_row(node))))
 
     # -- per pass
     def fill(self, rows: PassRows, cache: SequenceKV, hidden: np.ndarray | None = None) -> None:

@@ -1,9 +1,19 @@
-"""The CUDA renderer: which kernels a graph's ops become, with the device's capabilities as data.
+"""The CUDA renderer: one table from op to the kernels a node of it launches, and what CUDA fuses.
 
-Owns: mapping IR nodes to kernels (gemv.py, pointwise.py, attention.py, gather.py), the chains
-fused into one launch (an add of the residual stream and the norm of its result; a layer's key and
-value stores), and saying plainly which nodes have no CUDA kernel yet. Does not own: scheduling
-them, buffers or launches (the runtime, model.py), or compiling (nvrtc.py).
+Owns: `FUSIONS`, what CUDA declares to the device phase (kinetic/passes/device_fusion.py: a
+residual add with the next norm, a layer's query and key rotations, one quantization of a row for
+every matmul that reads it, and norms, SwiGLU / GEGLU and attention writing that row in their own
+launch), `CAPABILITIES` (kinetic/codegen/runner.py's record: those forms and the generic fused ops
+its table has rows for), `REDUCTION_ORDERS`, the orders its kernels sum in, and `KERNELS`, one
+render function per op it runs, fused forms included. A graph it cannot run is one whose op is not
+in the table, or whose node the table's function refuses with the reason (NotImplementedError).
+Does not own the fusions' rules (the device phase makes them, and `lower` runs it), scheduling the kernels, buffers or
+launches (the runtime, model.py and plan.py), or compiling (nvrtc.py).
+
+A node's kernels are all its launch runs: a fused node's launch computes the values its inputs name
+(an add_rms_norm's add, a rope_pair's other rotation; device_fusion.computed_by), which then have no
+kernels of their own, and a producer an in-producer quantize reads renders the variant that also
+writes the quantized row. A layer's key and value stores are one launch of its attention node.
 
 One renderer serves every listed architecture: the kernels are plain CUDA C without architecture-
 specific instructions (dp4a exists on all of them), so the same text compiles for each; what differs
@@ -13,20 +23,39 @@ against.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 
 from gguf import GGMLQuantizationType as Q
 
 from kinetic.codegen.cuda import attention, gather, gemv, pointwise, quantize
 from kinetic.codegen.cuda.caps import ARCHS, BUDGETS, Arch, Budget
 from kinetic.codegen.cuda.kernel import Kernel
+from kinetic.codegen.runner import Capabilities
 from kinetic.ir.graph import Graph, Node
-from kinetic.ir.ops import Op
+from kinetic.ir.ops import REDUCE, Op, reduction_order
+from kinetic.passes.device_fusion import Fusions, computed_by, quantized_in_producer
+from kinetic.passes.pipeline import lower_for_device
 
-_ELEMENTWISE_OPS = {Op.ADD: "add", Op.MUL: "mul", Op.SCALE: "scale", Op.SILU: "silu", Op.GELU: "gelu",
-                    Op.SWIGLU: "swiglu", Op.GEGLU: "geglu"}
-# ops the runtime handles without a kernel of its own (leaves)
-_NO_KERNEL = {Op.INPUT, Op.PARAM, Op.STATE}
+_ROW_FORMATS = ("q8_0", "q8_1")  # blocks of 32: any launch that writes whole rows of 32-value blocks
+FUSIONS = Fusions(
+    quantized_matmuls=gemv.SUPPORTED,
+    add_rms_norm=True,
+    rope_pair=True,
+    quantize_in=frozenset(
+        {(op, fmt) for op in (Op.RMS_NORM, Op.ADD_RMS_NORM) for fmt in _ROW_FORMATS}
+        # Q8_K (super-blocks of 256) where a 256-thread block holds one super-block: GLU rows of whole
+        # super-blocks, attention over heads of 256
+        | {(op, fmt) for op in (Op.SWIGLU, Op.GEGLU, Op.ATTENTION) for fmt in (*_ROW_FORMATS, "q8_k")}),
+)
+# what CUDA declares to the passes and the runtime: its device forms and the generic fused ops (the
+# table's rows, which a test keeps in step); passes of any number of rows
+CAPABILITIES = Capabilities("cuda", fused_ops=FUSIONS.forms() | {Op.SWIGLU, Op.GEGLU}, max_rows=None)
+# every kernel sums in its reference's order (kinetic/ir/orders.py): the GEMVs in ggml's lane or block
+# order of their weight type, RMS norm in float64, attention in one chain over the keys of an f16 cache
+REDUCTION_ORDERS = frozenset({"lanes8", "block_chain", "f64_sum", "key_chain_f16"})
+# rows of the KV cache an attention mask row spans when the runtime does not say (render a graph alone)
+DEFAULT_MASK_STRIDE = 4096
 
 
 @dataclass
@@ -35,9 +64,6 @@ class Rendering:
 
     kernels: dict[int, list[Kernel]] = field(default_factory=dict)
     unsupported: dict[int, str] = field(default_factory=dict)  # node id -> why
-    fused: dict[int, int] = field(default_factory=dict)  # add id -> the norm its launch also computes
-    quantized: dict[int, str] = field(default_factory=dict)  # norm id -> the format its launch also writes
-    rope_pairs: dict[int, int] = field(default_factory=dict)  # a layer's later rotary -> the earlier one
 
     def distinct(self) -> list[Kernel]:
         seen: dict[str, Kernel] = {}
@@ -47,8 +73,138 @@ class Rendering:
         return list(seen.values())
 
 
-# rows of the KV cache an attention mask row spans when the runtime does not say (render a graph alone)
-DEFAULT_MASK_STRIDE = 4096
+@dataclass(frozen=True)
+class Context:
+    """What a render function reads besides its node: the graph, the attention mask stride (the
+    runtime's KV cache capacity, a literal of every attention kernel) and, per producer, the format
+    of the quantized row its launch also writes."""
+
+    graph: Graph
+    mask_stride: int
+    quantized: dict[int, str]
+
+    def width(self, node: Node) -> int:
+        return int(node.type.shape[-1])
+
+
+# ---- the table ----------------------------------------------------------------------------------
+
+def _no_kernel(node: Node, ctx: Context) -> list[Kernel]:  # leaves: the runtime binds them
+    return []
+
+
+def _embed(node: Node, ctx: Context) -> list[Kernel]:
+    table = ctx.graph.node(node.inputs[0]).type.ggml_type
+    if table is not Q.Q8_0:
+        raise NotImplementedError(f"{table.name} embedding tables (only Q8_0 has a CUDA lookup)")
+    return [gather.embed_q8_0(ctx.width(node))]
+
+
+def _take_rows(node: Node, ctx: Context) -> list[Kernel]:
+    return [gather.take_rows(ctx.width(node))]
+
+
+def _matmul(node: Node, ctx: Context) -> list[Kernel]:
+    """The GEMV for one row and the row-tiled GEMM for more (the runtime picks), reading the rows a
+    quantize node made."""
+    rows, weight = (ctx.graph.node(i) for i in node.inputs)
+    wtype = weight.type.ggml_type
+    if node.attrs.activations != "q8":
+        raise NotImplementedError("float-activation matmuls (activations=f32)")
+    if wtype not in gemv.SUPPORTED:
+        raise NotImplementedError(f"{wtype.name} weights")
+    if rows.op is not Op.QUANTIZE:
+        raise NotImplementedError("a matmul of rows no quantize node made (the device phase makes them)")
+    n_out, k = weight.type.shape
+    return [gemv.gemv(wtype, n_out, k), gemv.gemm(wtype, n_out, k)]
+
+
+def _quantize(node: Node, ctx: Context) -> list[Kernel]:
+    """The quantizer; none where the producer's launch writes the row (in_producer)."""
+    fmt = node.attrs.format
+    if node.attrs.in_producer:
+        producer = ctx.graph.node(node.inputs[0])
+        if (producer.op, fmt) not in FUSIONS.quantize_in:
+            raise NotImplementedError(f"a {producer.op.value} launch writing {fmt} rows")
+        return []
+    return [quantize.quantize(fmt, ctx.width(node))]
+
+
+def _rms_norm(node: Node, ctx: Context) -> list[Kernel]:
+    a = node.attrs
+    return [pointwise.rms_norm(ctx.width(node), a.eps, a.group, weighted=len(node.inputs) == 2,
+                               quantize=ctx.quantized.get(node.id))]
+
+
+def _add_rms_norm(node: Node, ctx: Context) -> list[Kernel]:
+    """The add of input 0 and the norm of its sum in one launch (which runs where the add stands)."""
+    if ctx.graph.node(node.inputs[0]).op is not Op.ADD:
+        raise NotImplementedError("add_rms_norm of a value no add computes")
+    a = node.attrs
+    return [pointwise.rms_norm(ctx.width(node), a.eps, a.group, weighted=len(node.inputs) == 2, residual=True,
+                               quantize=ctx.quantized.get(node.id))]
+
+
+def _check_rope(a) -> None:
+    if a.yarn_ext_factor or a.llama3_factor:
+        raise NotImplementedError("YaRN and llama3 rotary scaling (the reference lacks them too)")
+
+
+def _rope(node: Node, ctx: Context) -> list[Kernel]:
+    a = node.attrs
+    _check_rope(a)
+    return [pointwise.rope(a.n_head, a.head_dim, a.n_rot, a.neox)]
+
+
+def _rope_pair(node: Node, ctx: Context) -> list[Kernel]:
+    """The other rotation (input 2) and this one in one launch: the same positions and tables."""
+    a, other = node.attrs, ctx.graph.node(node.inputs[2])
+    _check_rope(a)
+    if (other.op is not Op.ROPE or other.inputs[1] != node.inputs[1]
+            or replace(other.attrs, n_head=0) != replace(a, n_head=0)):
+        raise NotImplementedError("a rope_pair whose other rotation is not a rope of the same positions and tables")
+    return [pointwise.rope(other.attrs.n_head, a.head_dim, a.n_rot, a.neox, n_head_b=a.n_head)]
+
+
+def _attention(node: Node, ctx: Context) -> list[Kernel]:
+    """The pass's new keys and values go into the cache (one launch for both), then the rows attend
+    over it: one warp per (row, head), or 8 with the keys' work in parallel (the runtime picks). With
+    a quantized row: the parallel kernel writes it, and the quantizer follows the one-warp kernel."""
+    a = node.attrs
+    if a.kv_dtype != "f16":
+        raise NotImplementedError(f"a {a.kv_dtype} KV cache")
+    fmt = ctx.quantized.get(node.id)
+    shape = (a.n_head, a.n_kv_head, a.head_dim, a.scale, a.softcap)
+    kernels = [gather.kv_store(a.n_kv_head * a.head_dim, pair=True),
+               attention.attention(*shape, mask_stride=ctx.mask_stride),
+               attention.attention_rows(*shape, mask_stride=ctx.mask_stride, quantize=fmt)]
+    return kernels + ([quantize.quantize(fmt, ctx.width(node))] if fmt else [])
+
+
+def _elementwise(name: str) -> Callable[[Node, Context], list[Kernel]]:
+    def render(node: Node, ctx: Context) -> list[Kernel]:
+        if any(ctx.graph.node(i).type.shape != node.type.shape for i in node.inputs):
+            raise NotImplementedError("operands of different shapes (a broadcast)")
+        factor = node.attrs.factor if node.op is Op.SCALE else 1.0
+        return [pointwise.elementwise(name, ctx.width(node), factor, quantize=ctx.quantized.get(node.id))]
+
+    return render
+
+
+Render = Callable[[Node, Context], list[Kernel]]
+KERNELS: dict[Op, Render] = {
+    Op.INPUT: _no_kernel, Op.PARAM: _no_kernel, Op.STATE: _no_kernel,
+    Op.EMBED: _embed,
+    Op.MATMUL: _matmul,
+    Op.QUANTIZE: _quantize,
+    Op.TAKE_ROWS: _take_rows,
+    Op.RMS_NORM: _rms_norm,
+    Op.ADD_RMS_NORM: _add_rms_norm,
+    Op.ROPE: _rope,
+    Op.ROPE_PAIR: _rope_pair,
+    Op.ATTENTION: _attention,
+    **{op: _elementwise(op.value) for op in (Op.ADD, Op.MUL, Op.SCALE, Op.SILU, Op.GELU, Op.SWIGLU, Op.GEGLU)},
+}
 
 
 class CudaRenderer:
@@ -57,160 +213,46 @@ class CudaRenderer:
 
     archs: dict[str, Arch] = ARCHS
     budgets: dict[str, Budget] = BUDGETS
+    fusions: Fusions = FUSIONS
 
     def __init__(self, *, mask_stride: int = DEFAULT_MASK_STRIDE):
         self.mask_stride = mask_stride
 
-    def matmul(self, node: Node, graph: Graph) -> list[Kernel]:
-        weight = graph.node(node.inputs[1])
-        wtype = weight.type.ggml_type
-        if node.attrs.activations != "q8":
-            raise NotImplementedError("float-activation matmuls (activations=f32)")
-        if wtype not in gemv.SUPPORTED:
-            raise NotImplementedError(f"{wtype.name} weights")
-        n_out, k = weight.type.shape
-        # the runtime launches the quantizer, then the GEMV for one row or the row-tiled GEMM for more
-        return [quantize.quantize(gemv.activation_format(wtype), k), gemv.gemv(wtype, n_out, k),
-                gemv.gemm(wtype, n_out, k)]
+    def lower(self, graph: Graph, keep: frozenset[int] = frozenset()) -> Graph:
+        """The graph CUDA runs: `graph` after the device phase with CUDA's fusions (ids kept; `keep`
+        are a split's first layers, run elsewhere and left as they are)."""
+        return lower_for_device(graph, FUSIONS, keep=keep)
 
-    def node_kernels(self, node: Node, graph: Graph, fused: dict[int, int] | None = None,
-                     quantized: dict[int, str] | None = None, pairs: dict[int, int] | None = None) -> list[Kernel]:
-        """The kernels one node runs; NotImplementedError saying what is missing. An add in `fused`
-        runs the norm of its result in the same launch (pointwise.rms_norm(residual=True)); a norm in
-        `quantized` also writes its row quantized for the matmuls that read it."""
-        a = node.attrs
-        if node.op in _NO_KERNEL:
-            return []
-        quantized, pairs = quantized or {}, pairs or {}
-        if fused and node.id in fused:
-            norm = graph.node(fused[node.id])
-            return [pointwise.rms_norm(node.type.shape[1], norm.attrs.eps, norm.attrs.group,
-                                       weighted=len(norm.inputs) == 2, residual=True,
-                                       quantize=quantized.get(norm.id))]
-        if node.op is Op.MATMUL:
-            return self.matmul(node, graph)
-        width = node.type.shape[1] if len(node.type.shape) == 2 else None
-        if node.op is Op.EMBED:
-            table = graph.node(node.inputs[0]).type.ggml_type
-            if table is not Q.Q8_0:
-                raise NotImplementedError(f"{table.name} embedding tables (only Q8_0 has a CUDA lookup)")
-            return [gather.embed_q8_0(width)]
-        if node.op is Op.TAKE_ROWS:
-            return [gather.take_rows(width)]
-        if node.op is Op.RMS_NORM:
-            return [pointwise.rms_norm(width, a.eps, a.group, weighted=len(node.inputs) == 2,
-                                       quantize=quantized.get(node.id))]
-        if node.op is Op.ROPE:
-            if a.yarn_ext_factor or a.llama3_factor:
-                raise NotImplementedError("YaRN and llama3 rotary scaling (the reference lacks them too)")
-            if node.id in pairs:  # the earlier rotary of the layer too, in one launch
-                return [pointwise.rope(graph.node(pairs[node.id]).attrs.n_head, a.head_dim, a.n_rot, a.neox,
-                                       n_head_b=a.n_head)]
-            return [pointwise.rope(a.n_head, a.head_dim, a.n_rot, a.neox)]
-        if node.op is Op.ATTENTION:
-            if a.kv_dtype != "f16":
-                raise NotImplementedError(f"a {a.kv_dtype} KV cache")
-            # the pass's new keys and values go into the cache (one launch for both), then the rows
-            # attend over it: one warp per (row, head), or 8 with the keys' work in parallel (the runtime picks)
-            shape = (a.n_head, a.n_kv_head, a.head_dim, a.scale, a.softcap)
-            return [gather.kv_store(a.n_kv_head * a.head_dim, pair=True),
-                    attention.attention(*shape, mask_stride=self.mask_stride),
-                    attention.attention_rows(*shape, mask_stride=self.mask_stride, quantize=quantized.get(node.id))]
-        if node.op in _ELEMENTWISE_OPS:
-            if any(graph.node(i).type.shape != node.type.shape for i in node.inputs):
-                raise NotImplementedError("operands of different shapes (a broadcast)")
-            factor = a.factor if node.op is Op.SCALE else 1.0
-            return [pointwise.elementwise(_ELEMENTWISE_OPS[node.op], width, factor, quantize=quantized.get(node.id))]
-        raise NotImplementedError(f"op {node.op.value}")
+    def context(self, graph: Graph) -> Context:
+        quantized = {pid: q.attrs.format for pid, q in quantized_in_producer(graph).items()}
+        return Context(graph, self.mask_stride, quantized)
+
+    def node_kernels(self, node: Node, graph: Graph) -> list[Kernel]:
+        """The kernels one node of a lowered graph launches; NotImplementedError saying what is missing."""
+        return self._kernels(node, self.context(graph))
 
     def render(self, graph: Graph, skip: frozenset[int] = frozenset()) -> Rendering:
-        """Every node's kernels but those in `skip` (a split's first layers, which run elsewhere)."""
-        out = Rendering(fused=fused_norms(graph, skip), quantized=quantized_norms(graph, skip),
-                        rope_pairs=rope_pairs(graph, skip))
-        fused_away = set(out.fused.values()) | set(out.rope_pairs.values())
+        """Every node's kernels of a lowered graph but those in `skip` (a split's first layers, which
+        run elsewhere); a node another launch computes has none."""
+        out, ctx = Rendering(), self.context(graph)
+        by_launch = computed_by(graph)
         for node in graph.nodes:
             if node.id in skip:
                 continue
             try:
-                out.kernels[node.id] = ([] if node.id in fused_away
-                                        else self.node_kernels(node, graph, out.fused, out.quantized,
-                                                               out.rope_pairs))
-            except NotImplementedError as e:
+                out.kernels[node.id] = [] if node.id in by_launch else self._kernels(node, ctx)
+            except (NotImplementedError, ValueError) as e:
                 out.unsupported[node.id] = f"{node.op.value}: {e}"
         return out
 
-
-def fused_norms(graph: Graph, skip: frozenset[int] = frozenset()) -> dict[int, int]:
-    """add id -> id of an RMS norm of its result over whole rows (the residual stream's add and the
-    next layer's norm), which one launch computes with the add."""
-    fused: dict[int, int] = {}
-    users = graph.users()
-    for node in graph.nodes:
-        if node.op is not Op.ADD or node.id in skip:
-            continue
-        for uid in users[node.id]:
-            user = graph.node(uid)
-            if (user.op is Op.RMS_NORM and user.inputs[0] == node.id and uid not in skip
-                    and user.attrs.group in (0, node.type.shape[-1]) and user.type.shape == node.type.shape):
-                fused[node.id] = uid
-                break
-    return fused
-
-
-# ops whose launch can also write its row quantized (attention: its parallel kernel, attention_rows)
-_QUANTIZING = {Op.RMS_NORM, Op.SWIGLU, Op.GEGLU, Op.ATTENTION}
-
-
-def quantized_norms(graph: Graph, skip: frozenset[int] = frozenset()) -> dict[int, str]:
-    """node id -> the activation format its launch also writes: whole-row norms, SwiGLU / GEGLU and
-    attention (its parallel kernel) read by matmuls that take Q8_0 or Q8_1 activations, and SwiGLU /
-    GEGLU and attention over heads of 256 read by Q8_K ones (the format of the first such matmul;
-    others quantize for themselves),
-    so the quantizer launches before those matmuls go away."""
-    out: dict[int, str] = {}
-    users = graph.users()
-    for node in graph.nodes:
-        if node.op not in _QUANTIZING or node.id in skip or node.type.shape[-1] % 32:
-            continue
-        if node.op is Op.RMS_NORM and node.attrs.group not in (0, node.type.shape[-1]):
-            continue
-        for uid in users[node.id]:
-            user = graph.node(uid)
-            if user.op is Op.MATMUL and user.inputs[0] == node.id and user.attrs.activations == "q8":
-                wtype = graph.node(user.inputs[1]).type.ggml_type
-                fmt = gemv.activation_format(wtype) if wtype in gemv.SUPPORTED else None
-                # Q8_K (super-blocks of 256) only where a 256-thread block holds one super-block
-                glu_k = node.op in (Op.SWIGLU, Op.GEGLU) and node.type.shape[-1] % 256 == 0
-                head_k = node.op is Op.ATTENTION and node.attrs.head_dim == attention.PAR_THREADS
-                if fmt in ("q8_0", "q8_1") or (fmt == "q8_k" and (glu_k or head_k)):
-                    out[node.id] = fmt
-                    break
-    return out
-
-
-def rope_pairs(graph: Graph, skip: frozenset[int] = frozenset()) -> dict[int, int]:
-    """later rotary id -> earlier rotary id, for an attention's query and key rotations with the same
-    tables (everything but the head count alike): one launch at the later one does both."""
-    from dataclasses import replace
-
-    pairs: dict[int, int] = {}
-    position = {n.id: i for i, n in enumerate(graph.nodes)}
-    users = graph.users()
-
-    def rotary(node: Node) -> Node:  # through a scale (Gemma scales its queries after the rotation)
-        while node.op is Op.SCALE:
-            node = graph.node(node.inputs[0])
-        return node
-
-    for node in graph.nodes:
-        if node.op is not Op.ATTENTION or node.id in skip:
-            continue
-        q, k = rotary(graph.node(node.inputs[0])), rotary(graph.node(node.inputs[1]))
-        if not (q.op is Op.ROPE and k.op is Op.ROPE and q.id not in skip and k.id not in skip
-                and q.inputs[1] == k.inputs[1] and replace(q.attrs, n_head=0) == replace(k.attrs, n_head=0)):
-            continue
-        early, late = sorted((q, k), key=lambda n: position[n.id])
-        # the earlier one's values exist only once the later one has run: nothing may read them before
-        if all(position[u] > position[late.id] for u in users[early.id]):
-            pairs[late.id] = early.id
-    return pairs
+    def _kernels(self, node: Node, ctx: Context) -> list[Kernel]:
+        render = KERNELS.get(node.op)
+        if render is None:
+            raise NotImplementedError(f"no CUDA kernel for op {node.op.value}")
+        kernels = render(node, ctx)
+        if node.op in REDUCE:  # the batch-invariance contract: follow the node's order, or refuse it
+            order = reduction_order(node.op, [ctx.graph.node(i).type for i in node.inputs], node.attrs)
+            if order not in REDUCTION_ORDERS:
+                raise NotImplementedError(f"reduction order {order!r} (CUDA's kernels follow "
+                                          f"{', '.join(sorted(REDUCTION_ORDERS))})")
+        return kernels

@@ -23,7 +23,8 @@ def _all_kernels() -> list[Kernel]:
     """The kernels under test plus every kernel of the synthetic model graphs (real op mixes)."""
     ks = kernels_under_test()
     for family in sorted(p.name for p in SYNTHETIC.iterdir() if p.is_dir()):
-        ks += CudaRenderer().render(run_pipeline(lower(open_gguf(synthetic_path(family))))).distinct()
+        renderer = CudaRenderer()
+        ks += renderer.render(renderer.lower(run_pipeline(lower(open_gguf(synthetic_path(family)))))).distinct()
     return list({k.name: k for k in ks}.values())
 
 

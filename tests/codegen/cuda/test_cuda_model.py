@@ -193,8 +193,10 @@ def test_the_real_models_kernels_compile_within_budget(smollm2, gemma_path, tmp_
         pytest.skip(nvrtc.unavailable_reason())
     kernels = {}
     for graph in (smollm2[0], load(gemma_path)[0]):
-        rendering = CudaRenderer(mask_stride=4096).render(graph)
-        assert not rendering.unsupported and rendering.fused
+        renderer = CudaRenderer(mask_stride=4096)
+        lowered = renderer.lower(graph)
+        rendering = renderer.render(lowered)
+        assert not rendering.unsupported and any(n.op is Op.ADD_RMS_NORM for n in lowered.nodes)
         kernels.update({k.name: k for k in rendering.distinct()})
     source = program_source(list(kernels.values()), "cuda")
     for arch in sorted(ARCHS):
@@ -204,20 +206,23 @@ def test_the_real_models_kernels_compile_within_budget(smollm2, gemma_path, tmp_
 
 
 def test_fused_chains_of_the_real_models(smollm2, gemma_path):
-    """What the renderer fuses on both models: every residual add with the next norm, every layer's
-    query and key rotations (Gemma's queries through their scale), norms (the final one too, for a Q8_0
-    output layer), SwiGLU and attention writing the Q8_0 / Q8_1 rows their matmuls read; and a rotary pair only
-    where nothing reads the earlier rotation before the later one runs."""
+    """What CUDA's device phase fuses on both models: every residual add with the next norm, every
+    layer's query and key rotations (Gemma's queries through their scale), one quantize node per
+    (row, format) shared by its matmuls, written by the launch of norms (the final one too, for a Q8_0
+    output layer), SwiGLU and attention where it can be; and a rotary pair only where nothing reads
+    the earlier rotation before the later one runs."""
     from kinetic.codegen.cuda.renderer import CudaRenderer
 
     for graph, layers, quantized in ((smollm2[0], 30, 121), (load(gemma_path)[0], 18, 73)):
-        rendering = CudaRenderer().render(graph)
-        position = {n.id: i for i, n in enumerate(graph.nodes)}
-        users = graph.users()
-        assert len(rendering.rope_pairs) == layers and len(rendering.fused) == layers * 2 - 1
-        assert len(rendering.quantized) == quantized
-        for late, early in rendering.rope_pairs.items():
-            assert all(position[u] > position[late] for u in users[early])
+        lowered = CudaRenderer().lower(graph)
+        ops = [n.op for n in lowered.nodes]
+        position = {n.id: i for i, n in enumerate(lowered.nodes)}
+        users = lowered.users()
+        assert ops.count(Op.ROPE_PAIR) == layers and ops.count(Op.ADD_RMS_NORM) == layers * 2 - 1
+        assert sum(n.op is Op.QUANTIZE and n.attrs.in_producer for n in lowered.nodes) == quantized
+        assert all(lowered.node(n.inputs[0]).op is Op.QUANTIZE for n in lowered.nodes if n.op is Op.MATMUL)
+        for pair in (n for n in lowered.nodes if n.op is Op.ROPE_PAIR):
+            assert all(position[u] > position[pair.id] for u in users[pair.inputs[2]] if u != pair.id)
 
 
 # ---- a model split between the CPU and the GPU (--gpu-layers N below the layer count) ---------------
