@@ -38,6 +38,17 @@ def _on_timer(signum, frame) -> None:
         raise RenderTimeout("the wall-clock budget was spent")
 
 
+def _peak_rss() -> int:
+    """This process's largest resident set in bytes (VmHWM). Not getrusage's ru_maxrss: Linux carries
+    that across exec from the process that started us, so a renderer started by a large parent would
+    report the parent's peak."""
+    with open("/proc/self/status", "rb") as f:
+        for line in f:
+            if line.startswith(b"VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
 def _memory(field: int) -> int:
     """Bytes from /proc/self/statm: field 0 the address space, 1 the resident set."""
     with open("/proc/self/statm", "rb") as f:
@@ -126,7 +137,7 @@ def main() -> None:
     _send(channel_out, {"ready": True})
     while (request := _receive(channel_in)) is not None:
         answer = _answer(request, cache)
-        answer["peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        answer["peak_rss_bytes"] = _peak_rss()
         answer["retire"] = answer.get("error") in RETIRING_ERRORS or _memory(1) > start_rss + RETIRE_GROWTH
         _send(channel_out, answer)
         if answer["retire"]:
