@@ -44,6 +44,7 @@ class Op(enum.Enum):
     ATTENTION = "attention"
     # elementwise
     ADD = "add"
+    ADD_BIAS = "add_bias"  # a bias vector added to every row (ggml_add of a [n] tensor after a projection)
     MUL = "mul"
     SCALE = "scale"
     SILU = "silu"
@@ -292,6 +293,13 @@ def _infer_binary(op: Op):
     return infer
 
 
+def _infer_add_bias(ins, a) -> TensorType:
+    _n_inputs(ins, 2, Op.ADD_BIAS)
+    _, width = _activation(ins[0], "add_bias input")
+    _check(ins[1] == f32(width), f"add_bias bias must be f32[{width}], got {ins[1]}")
+    return ins[0]
+
+
 def _infer_unary(op: Op):
     def infer(ins, a) -> TensorType:
         _n_inputs(ins, 1, op)
@@ -334,6 +342,7 @@ OPS: dict[Op, OpSpec] = {
     Op.ATTENTION: _spec(AttentionAttrs, _infer_attention, ref.attention, Group.REDUCE,
                         order=orders.attention_order),
     Op.ADD: _spec(NoAttrs, _infer_binary(Op.ADD), ref.add, Group.ELEMENTWISE),
+    Op.ADD_BIAS: _spec(NoAttrs, _infer_add_bias, ref.add_bias),  # a broadcast: not ELEMENTWISE's same-position rule
     Op.MUL: _spec(NoAttrs, _infer_binary(Op.MUL), ref.mul, Group.ELEMENTWISE),
     Op.SCALE: _spec(ScaleAttrs, _infer_unary(Op.SCALE), ref.scale, Group.ELEMENTWISE),
     Op.SILU: _spec(NoAttrs, _infer_unary(Op.SILU), ref.silu, Group.ELEMENTWISE),

@@ -156,6 +156,11 @@ def add(ev: Evaluation, node: Node, x: list) -> np.ndarray:
     return (x[0] + x[1]).astype(F32)
 
 
+def add_bias(ev: Evaluation, node: Node, x: list) -> np.ndarray:
+    """x[0] f32 [T, n] plus the bias x[1] f32 [n] on every row: one f32 rounding a value (ggml_add)."""
+    return (x[0] + ev.runner.weight(x[1]).values.reshape(-1)).astype(F32)
+
+
 def mul(ev: Evaluation, node: Node, x: list) -> np.ndarray:
     return (x[0] * x[1]).astype(F32)
 

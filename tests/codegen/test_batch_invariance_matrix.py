@@ -126,6 +126,9 @@ CASES: dict[str, Case] = {
     "attention_softcap": _attention(", softcap=30.0"),
     "attention_f32_cache": _attention(', kv_dtype="f32"'),
     "add": _binary("add"),
+    "add_bias": Case(64, 64, """
+%5 = param() {tensor="bias"} : f32[64]
+%9 = add_bias(%4, %5) : f32[T,64]""", (("bias", Q.F32, (64,)),)),
     "mul": _binary("mul"),
     "swiglu": _binary("swiglu"),
     "geglu": _binary("geglu"),
@@ -209,3 +212,18 @@ def test_a_row_in_a_pass_of_n_rows_equals_the_row_alone(case_name, device):
                 assert same_bits(batch[row], alone[row]), f"{n} rows: row {row} differs from the row alone"
     finally:
         engine.close()
+
+
+@pytest.mark.parametrize("device", DEVICES[1:])
+def test_add_bias_on_every_device_is_the_reference(device):
+    """add_bias (one f32 add a value) gives the reference interpreter's bits on every device, for a
+    pass of 17 rows."""
+    tokens = np.random.default_rng(3).integers(0, VOCAB, 17).tolist()
+    results = []
+    for name in ("reference", device):
+        engine = _engine("add_bias", name)
+        try:
+            results.append(engine.forward(PassRows.chain(tokens, 0, outputs="all"), {0: engine.new_sequence()}))
+        finally:
+            engine.close()
+    assert same_bits(results[0], results[1])

@@ -33,6 +33,15 @@ def test_op_sets_come_from_the_spec_groups():
     assert ops.ELEMENTWISE == {Op.ADD, Op.MUL, Op.SCALE, Op.SILU, Op.GELU, Op.SOFTCAP, Op.SWIGLU, Op.GEGLU}
 
 
+def test_add_bias_takes_a_vector_of_the_row_width():
+    """add_bias(x f32[T,n], bias f32[n]) is f32[T,n]; a bias of another width or type is refused."""
+    x = f32("T", 8)
+    assert infer_type(Op.ADD_BIAS, [x, f32(8)], ops.NoAttrs()) == x
+    for bias in (f32(4), f32("T", 8)):
+        with pytest.raises(VerifyError, match="bias must be f32\\[8\\]"):
+            infer_type(Op.ADD_BIAS, [x, bias], ops.NoAttrs())
+
+
 def test_leaves_that_carry_their_type_are_not_inferred():
     """A weight's or a cache's type is the node's own: asking to infer it raises."""
     with pytest.raises(VerifyError, match="carry their type"):

@@ -252,6 +252,16 @@ def _rms_norm(b: TapeBuilder, node: Node, ins: list[Node]) -> None:
         whole_row=True)
 
 
+def _add_bias(b: TapeBuilder, node: Node, ins: list[Node]) -> None:
+    """x + the bias on every row: the bias a constant of the arena, the add the elementwise kernel's."""
+    width, ckey = _width(node), ("c", ins[1].attrs.tensor)
+    b.plan.constants[ckey] = b.reference.weight(ins[1]).values.reshape(-1).astype(F32)
+    b.add(tape.OP_ADD_BIAS, {tape.BIAS_X: value(ins[0]), tape.BIAS_B: Ref(ckey), tape.BIAS_Y: value(node),
+                             tape.BIAS_WIDTH: width},
+          reads=(("v", ins[0].id),), writes=(("v", node.id),), row_local=True, output_rows=_output_rows(node),
+          width=width, unit=16)
+
+
 def _refuse_rms_norm(graph: Graph, node: Node) -> str | None:
     if len(node.inputs) == 2 and graph.node(node.inputs[1]).op is not Op.PARAM:
         return "an rms_norm weight computed in the graph"
@@ -333,6 +343,7 @@ LOWERINGS: dict[Op, OpLowering] = {
     Op.ROPE: OpLowering(_rope, _refuse_rope),
     Op.ATTENTION: OpLowering(_attention, _refuse_attention),
     **{op: OpLowering(_elementwise) for op in ELEMENTWISE},
+    Op.ADD_BIAS: OpLowering(_add_bias),
 }
 
 

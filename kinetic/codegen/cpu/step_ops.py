@@ -36,7 +36,7 @@ from kinetic.codegen.cpu.step_attention import attend_items
 # numba's cache checks only this file's stamp, not those of the modules whose code it compiles in;
 # this hash of them (kept current by tests/codegen/cpu/test_cpu_step.py) changes this file whenever
 # they change, so a stale cache is never loaded.
-SOURCES_HASH = "1e46ac39b2c69005"
+SOURCES_HASH = "fcab787bc9897f07"
 
 F32 = np.float32
 F64 = np.float64
@@ -352,6 +352,13 @@ def drive(int_rows, float_rows, start, end, tid, nt, a, a_addr, n_rows, n_out, o
                 src = out_rows[r]
                 for i in range(take_width):
                     a[y + r * take_width + i] = a[x + src * take_width + i]
+        elif op == tape.OP_ADD_BIAS:
+            x, y, bias_width = t[tape.BIAS_X], t[tape.BIAS_Y], t[tape.BIAS_WIDTH]
+            bias = a[t[tape.BIAS_B] + c0: t[tape.BIAS_B] + c1]
+            for r in range(r0, r1):
+                o = r * bias_width
+                elementwise(tape.OP_ADD, a[x + o + c0: x + o + c1], bias, a[y + o + c0: y + o + c1], F32(0), F32(0),
+                            gelu)
         else:  # elementwise
             x, b, y, ew_width = t[tape.EW_X], t[tape.EW_B], t[tape.EW_Y], t[tape.EW_WIDTH]
             f0, f1 = F32(float_rows[ip, tape.EW_F0]), F32(float_rows[ip, tape.EW_F1])

@@ -273,6 +273,8 @@ class Plan:
                     add(Launch(kernels[3].name, n, (out, *row)))
         elif op is Op.TAKE_ROWS:
             add(Launch(kernels[0].name, n, (ins[0], ins[1], out)))
+        elif op is Op.ADD_BIAS:
+            add(Launch(kernels[0].name, n, (ins[0], model.weights[graph.node(node.inputs[1]).attrs.tensor], out)))
         else:
             table = (model.gelu,) if op in (Op.GELU, Op.GEGLU) else ()
             add(Launch(kernels[0].name, n, (*ins, *table, out, *self._quantized_row(node))))

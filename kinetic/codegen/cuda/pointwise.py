@@ -1,7 +1,7 @@
 """Norm, elementwise and rotary kernels as CUDA C.
 
 Owns: RMS norm (with or without its weight), the elementwise ops (add, mul, scale, SiLU, GELU,
-SwiGLU, GEGLU) and rotary embedding, each specialized to its width. Does not own: their meaning
+SwiGLU, GEGLU), the bias add and rotary embedding, each specialized to its width. Does not own: their meaning
 (kinetic/ir/numerics.py and interpreter.py) or compiling and launching.
 
 * Elementwise and rotary kernels compute each value from its inputs alone, with the reference's
@@ -93,6 +93,23 @@ BODY
   }}
 """
     return Kernel(name, "pointwise", POINTWISE_THREADS, blocks, tuple(params), body)
+
+
+def add_bias(width: int) -> Kernel:
+    """out [rows, width] = x + bias [width] on every row (k_add: one f32 rounding a value)."""
+    params = (Param("x", "const float*"), Param("bias", "const float*"), Param("out", "float*"))
+    body = f"""\
+  enum {{ W = {width} }};
+BODY
+  LANES {{
+    const int i = BX * {POINTWISE_THREADS} + TID;
+    if (i < W) {{
+      const long at = (long)BY * W + i;
+      ST(float, out, at, k_add(LD(float, x, at), LD(float, bias, i)));
+    }}
+  }}
+"""
+    return Kernel(f"add_bias_w{width}", "pointwise", POINTWISE_THREADS, -(-width // POINTWISE_THREADS), params, body)
 
 
 def rms_norm(width: int, eps: float, group: int = 0, weighted: bool = True, residual: bool = False,

@@ -191,6 +191,10 @@ def _elementwise(name: str) -> Callable[[Node, Context], list[Kernel]]:
     return render
 
 
+def _add_bias(node: Node, ctx: Context) -> list[Kernel]:
+    return [pointwise.add_bias(ctx.width(node))]
+
+
 Render = Callable[[Node, Context], list[Kernel]]
 KERNELS: dict[Op, Render] = {
     Op.INPUT: _no_kernel, Op.PARAM: _no_kernel, Op.STATE: _no_kernel,
@@ -203,6 +207,7 @@ KERNELS: dict[Op, Render] = {
     Op.ROPE: _rope,
     Op.ROPE_PAIR: _rope_pair,
     Op.ATTENTION: _attention,
+    Op.ADD_BIAS: _add_bias,
     **{op: _elementwise(op.value) for op in (Op.ADD, Op.MUL, Op.SCALE, Op.SILU, Op.GELU, Op.SWIGLU, Op.GEGLU)},
 }
 

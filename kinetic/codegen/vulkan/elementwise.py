@@ -1,8 +1,10 @@
-"""Elementwise kernels: add, mul, scale, SiLU, GELU, SwiGLU, GEGLU, one invocation per element.
+"""Elementwise kernels: add, mul, scale, SiLU, GELU, SwiGLU, GEGLU and the bias add, one invocation per
+element.
 
 Owns: the float operations of each activation in the reference's order (`kinetic.ir.numerics`):
 
 * add / mul / scale: one IEEE operation each (scale by the attribute rounded to f32);
+* add_bias: x plus the bias value of its column (index mod the row width), one IEEE add;
 * SiLU: x / (1 + ggml_v_expf(0 - x)), ggml's exp written out: z = fma(x, log2e, 0x1.8p23),
   n = z - 0x1.8p23, b = fma(-n, c_lo, fma(-n, ln2_hi, x)), a degree-5 polynomial of fmas, scaled by
   2^n in two exact steps (so the one rounding is the last multiply, as ldexp's), 0 / inf past |n| > 192;
@@ -119,3 +121,20 @@ def render_elementwise(t: Target, op: str, factor: float = 1.0) -> Kernel:
     readonly = (True,) * (len(ins) + (table is not None)) + (False,)
     return Kernel(f"{op}" + (f"_{factor!r}" if op == "scale" else ""), m.to_bytes(), readonly, (WORKGROUP, 1, 1),
                   push_size=4)
+
+
+def render_add_bias(width: int) -> Kernel:
+    """out [rows, width] = x + bias [width] on every row. Bindings: x, bias, out; push constant: the
+    element count."""
+    m = Module()
+    x = m.storage_buffer(0, m.f32, readonly=True, name="x")
+    bias = m.storage_buffer(1, m.f32, readonly=True, name="bias")
+    out = m.storage_buffer(2, m.f32, name="out")
+    params, _ = m.push_constants([m.u32])
+    fn = m.compute_entry((WORKGROUP, 1, 1))
+    index = flat_index(fn, WORKGROUP)
+    with fn.if_(fn.icmp(Op.ULessThan, index, fn.push(params, 0, m.u32))):
+        b = fn.buf_load(bias, fn.umod(index, m.u(width)))
+        fn.buf_store(out, index, fn.fadd(fn.buf_load(x, index), b))
+    fn.end()
+    return Kernel(f"add_bias_{width}", m.to_bytes(), (True, True, False), (WORKGROUP, 1, 1), push_size=4)

@@ -178,6 +178,12 @@ def record_elementwise(name: str) -> Callable:
     return record
 
 
+def record_add_bias(p, node: Node, ins, out, n: int) -> None:
+    """x plus the bias (an f32 weight, uploaded once) on every row."""
+    bias, size = p.model.weights[p.graph.node(node.inputs[1]).attrs.tensor], n * p.width(node)
+    p.dispatch(p.ops.add_bias_kernel(p.width(node)), [ins[0], bias, out], size, elementwise.WORKGROUP, size)
+
+
 KERNELS: dict[Op, OpKernel] = {
     Op.INPUT: OpKernel(bind_input),
     Op.PARAM: OpKernel(bind_nothing),
@@ -189,6 +195,7 @@ KERNELS: dict[Op, OpKernel] = {
     Op.ROPE: OpKernel(computed(record_rope), refuse_rope),
     Op.ATTENTION: OpKernel(computed(record_attention), refuse_attention),
     Op.ADD: OpKernel(computed(record_elementwise("add"))),
+    Op.ADD_BIAS: OpKernel(computed(record_add_bias)),
     Op.MUL: OpKernel(computed(record_elementwise("mul"))),
     Op.SCALE: OpKernel(computed(record_elementwise("scale"))),
     Op.SILU: OpKernel(computed(record_elementwise("silu"))),

@@ -60,6 +60,9 @@ class VulkanOps:
         return self.kernel(("elementwise", op, factor if op == "scale" else None),
                            lambda: elementwise.render_elementwise(self.target, op, factor))
 
+    def add_bias_kernel(self, width: int) -> Kernel:
+        return self.kernel(("add_bias", width), lambda: elementwise.render_add_bias(width))
+
     def rms_norm_kernel(self, width: int, group: int, eps: float, weight_len: int) -> Kernel:
         f64 = self.f64_norm
         return self.kernel(("rms_norm", width, group, float(eps), weight_len, f64),
