@@ -135,11 +135,16 @@ class Blocks:
         inputs = (x,) if weight is None else (x, self.weight(weight, (size,), "one scale per normalized value"))
         return self.node(Op.RMS_NORM, inputs, RmsNormAttrs(eps, group))
 
-    def linear(self, x: int, weight: str, *, n_out: int | None = None, why: str = "") -> int:
-        """x @ weight.T; the weight's rows are x's width long, and there are n_out of them when given."""
+    def linear(self, x: int, weight: str, *, n_out: int | None = None, why: str = "", bias: str | None = None) -> int:
+        """x @ weight.T (+ bias on every row); the weight's rows are x's width long, and there are n_out
+        of them when given; the bias has one f32 value per output."""
         width = self.width(x)
         param = self.weight(weight, (width, n_out), why or f"rows of the input's width {width}")
-        return self.node(Op.MATMUL, (x, param), MatmulAttrs(self.options.activations))
+        y = self.node(Op.MATMUL, (x, param), MatmulAttrs(self.options.activations))
+        if bias is None:
+            return y
+        n = self.width(y)
+        return self.node(Op.ADD_BIAS, (y, self.weight(bias, (n,), f"one value per output of {weight}")))
 
     def add(self, a: int, b: int) -> int:
         return self.node(Op.ADD, (a, b))
@@ -161,18 +166,26 @@ class Blocks:
         window: int = 0,
         qk_norm_eps: float | None = None,
         q_prescale: bool = False,
+        bias: bool = False,
     ) -> int:
         """Self-attention of one layer over its KV cache, output projection included.
 
         q_prescale multiplies q by `scale` after rotary and runs attention with scale 1 (Gemma's
         graph does this; it changes how q rounds to the f16 cache type, so it is kept as written).
+        bias: q, k and v each add their bias (attn_q.bias ...) after the projection, as llama.cpp's
+        build_qkv does (ggml_add, before rotary).
         """
         p = f"blk.{layer}."
         width, q_width, kv_width = self.width(x), n_head * head_dim, n_kv_head * head_dim
-        q = self.linear(x, p + "attn_q.weight", n_out=q_width, why=f"{width} in, {n_head} heads x {head_dim} out")
+
+        def bias_of(name: str) -> str | None:
+            return p + f"attn_{name}.bias" if bias else None
+
+        q = self.linear(x, p + "attn_q.weight", n_out=q_width, why=f"{width} in, {n_head} heads x {head_dim} out",
+                        bias=bias_of("q"))
         kv_why = f"{width} in, {n_kv_head} KV heads x {head_dim} out"
-        k = self.linear(x, p + "attn_k.weight", n_out=kv_width, why=kv_why)
-        v = self.linear(x, p + "attn_v.weight", n_out=kv_width, why=kv_why)
+        k = self.linear(x, p + "attn_k.weight", n_out=kv_width, why=kv_why, bias=bias_of("k"))
+        v = self.linear(x, p + "attn_v.weight", n_out=kv_width, why=kv_why, bias=bias_of("v"))
         if qk_norm_eps is not None:
             q = self.rms_norm(q, p + "attn_q_norm.weight", eps=qk_norm_eps, group=head_dim)
             k = self.rms_norm(k, p + "attn_k_norm.weight", eps=qk_norm_eps, group=head_dim)

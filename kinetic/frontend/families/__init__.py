@@ -6,12 +6,13 @@ Adding a family is one file in this folder plus one line in FAMILIES.
 from __future__ import annotations
 
 from kinetic.errors import KineticError
-from kinetic.frontend.families import gemma3, llama
+from kinetic.frontend.families import gemma3, llama, qwen2
 from kinetic.frontend.families.base import Family
 
 FAMILIES: tuple[Family, ...] = (
     llama.FAMILY,
     gemma3.FAMILY,
+    qwen2.FAMILY,
 )
 
 _BY_ARCH = {arch: f for f in FAMILIES for arch in f.architectures}
