@@ -19,10 +19,9 @@ from typing import TYPE_CHECKING
 from kinetic.errors import KineticError
 
 if TYPE_CHECKING:
-    from kinetic.codegen.runner import Runner, RunnerOptions
+    from kinetic.codegen.runner import Capabilities, Runner, RunnerOptions
     from kinetic.ir.graph import Graph
     from kinetic.ir.interpreter import WeightSource
-    from kinetic.passes.device_fusion import Fusions
 
 
 def _always() -> str | None:
@@ -34,9 +33,10 @@ class Device:
     """One `--device` name. `opener(graph, weights, options)` opens a runner (importing the device's
     package only then); `unavailable()` says why the device cannot run here (None: it can);
     `unsupported(graph)` why it cannot run a graph; `auto_skip()`, for the devices `--device auto`
-    tries in order, why auto passes it by (None: auto takes it); `fusions()` the fused forms its
-    device phase makes (kinetic/passes/device_fusion.py; None: it runs the generic graph), which
-    `kinetic compile --dump-ir --device` shows."""
+    tries in order, why auto passes it by (None: auto takes it); `capabilities()` the device's one
+    capability record (kinetic/codegen/runner.py: fused ops, row limit, the fusions of its device
+    phase, which `kinetic compile --dump-ir --device` shows, and its reduction orders; None for the
+    reference, which runs every graph)."""
 
     name: str
     label: str  # what status lines call it: "... on the CPU"
@@ -47,7 +47,7 @@ class Device:
     unsupported: Callable[[Graph], str | None] = lambda graph: None
     auto_skip: Callable[[], str | None] | None = None  # None: auto never tries it
     gpu: bool = False  # runs on a GPU (bench --compare puts llama.cpp's layers on that GPU too)
-    fusions: Callable[[], Fusions] | None = None
+    capabilities: Callable[[], Capabilities] | None = None
 
 
 # ---- how each device opens (the only place that imports device packages) ------------------------
@@ -102,10 +102,22 @@ def _cuda_unsupported(graph) -> str | None:
     return unsupported(graph)
 
 
-def _cuda_fusions():
-    from kinetic.codegen.cuda.renderer import FUSIONS
+def _cpu_capabilities():
+    from kinetic.codegen.cpu.target import CAPABILITIES
 
-    return FUSIONS
+    return CAPABILITIES
+
+
+def _cuda_capabilities():
+    from kinetic.codegen.cuda.renderer import CAPABILITIES
+
+    return CAPABILITIES
+
+
+def _vulkan_capabilities():
+    from kinetic.codegen.vulkan.kernels import CAPABILITIES
+
+    return CAPABILITIES
 
 
 def _vulkan_unsupported(graph) -> str | None:
@@ -146,16 +158,18 @@ def _vulkan_auto_skip() -> str | None:
 
 
 DEVICES: dict[str, Device] = {d.name: d for d in (
-    Device("cpu", "the CPU", "CPU", "cpu: generated kernels", _open_cpu),
+    Device("cpu", "the CPU", "CPU", "cpu: generated kernels", _open_cpu, capabilities=_cpu_capabilities),
     Device("reference", "the CPU (reference interpreter)", "CPU (reference)",
            "reference: the numpy reference interpreter", _open_reference),
     Device("cuda", "the CUDA GPU", "CUDA", "cuda: the CUDA GPU", _cuda_opener(emulated=False),
-           _cuda_unavailable, _cuda_unsupported, _cuda_auto_skip, gpu=True, fusions=_cuda_fusions),
+           _cuda_unavailable, _cuda_unsupported, _cuda_auto_skip, gpu=True,
+           capabilities=_cuda_capabilities),
     Device("cuda-emulated", "the host emulation of the CUDA kernels", "CUDA (host emulation)",
            "cuda-emulated: the CUDA kernels on their exact host emulation (slow; development and CI)",
-           _cuda_opener(emulated=True), _emulation_unavailable, _cuda_unsupported, fusions=_cuda_fusions),
+           _cuda_opener(emulated=True), _emulation_unavailable, _cuda_unsupported,
+           capabilities=_cuda_capabilities),
     Device("vulkan", "the Vulkan device", "Vulkan", "vulkan: the first Vulkan GPU (else lavapipe)", _open_vulkan,
-           _vulkan_unavailable, _vulkan_unsupported, _vulkan_auto_skip, gpu=True),
+           _vulkan_unavailable, _vulkan_unsupported, _vulkan_auto_skip, gpu=True, capabilities=_vulkan_capabilities),
 )}
 AUTO_FALLBACK = "cpu"  # what --device auto runs on when it passes every device it tries
 AUTO_HELP = "auto: CUDA, else a Vulkan GPU, else the CPU, saying why each is skipped"

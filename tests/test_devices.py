@@ -102,3 +102,21 @@ def test_no_module_but_the_registry_types_a_list_of_devices():
     found = [hit for path in sorted((ROOT / "kinetic").rglob("*.py")) if path != ROOT / "kinetic" / "devices.py"
              for hit in _device_name_lists(path)]
     assert found == []
+
+
+def test_every_compiling_device_declares_one_capability_record():
+    """Each device but the reference interpreter declares one Capabilities record (kinetic/codegen/
+    runner.py) holding its fused ops, its device-phase fusions and the reduction orders it follows,
+    all names the IR knows."""
+    from kinetic.codegen.runner import Capabilities
+    from kinetic.ir.orders import ORDERS
+
+    for name, dev in devices.DEVICES.items():
+        if name == "reference":
+            assert dev.capabilities is None
+            continue
+        caps = dev.capabilities()
+        assert isinstance(caps, Capabilities) and name.startswith(caps.name)
+        assert caps.reduction_orders and caps.reduction_orders <= set(ORDERS)
+    assert devices.DEVICES["cuda"].capabilities().fusions is not None  # CUDA's device phase fuses
+    assert devices.DEVICES["cpu"].capabilities().fusions is None  # the CPU runs the generic graph

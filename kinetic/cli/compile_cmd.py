@@ -73,8 +73,8 @@ def run(args: argparse.Namespace) -> int:
         key = read_signing_key(args.sign_key)
     dump_dir = _prepare_dump_dir(Path(args.dump_ir)) if args.dump_ir else None
     graphs: list = []
-    fusions = device(args.device).fusions
-    fusions = fusions() if fusions is not None else None
+    capabilities = device(args.device).capabilities
+    fusions = capabilities().fusions if capabilities is not None else None
     reports = compile_model(path, dump_dir=dump_dir, keep=graphs, fusions=fusions)
     print(format_summary(path, reports, dump_dir=dump_dir, fusions=fusions))
     if out is not None:

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from kinetic.ir.graph import Graph
     from kinetic.ir.ops import Op
     from kinetic.ir.rows import KVView, PassResult, PassRows
+    from kinetic.passes.device_fusion import Fusions
 
 
 class Runner(Protocol):
@@ -59,10 +60,15 @@ class RunnerOptions:
 
 @dataclass(frozen=True)
 class Capabilities:
-    """What a device declares to the passes and the runtime: its name, the fused ops it has kernels
-    for (a capability-gated rewrite produces an op only for a device that lists it), and the most
-    rows one pass may hold (None: any number; the device grows its buffers)."""
+    """What a device declares to the passes and the runtime, in one record: its name, the fused ops
+    it has kernels for (a capability-gated rewrite produces an op only for a device that lists it),
+    the most rows one pass may hold (None: any number; the device grows its buffers), the fusions its
+    device phase makes (kinetic/passes/device_fusion.py; None: the device runs the generic graph)
+    and the reduction orders its kernels sum in (kinetic/ir/orders.py; a graph asking another is
+    refused)."""
 
     name: str
     fused_ops: frozenset[Op] = frozenset()
     max_rows: int | None = None
+    fusions: Fusions | None = None
+    reduction_orders: frozenset[str] = frozenset()

@@ -5,7 +5,7 @@ reduction's reference follows given its input types and attributes (`matmul_orde
 `rms_norm_order`, `attention_order`), which the op table names in each reducing op's spec
 (kinetic/ir/ops.py, `OpSpec.order`). Does not own the arithmetic (kinetic/ir/numerics), assigning
 the orders in a graph (kinetic/passes/batch_invariance.py) or which orders a device's kernels follow
-(each device declares its own `REDUCTION_ORDERS` beside its `unsupported`).
+(each device declares the ones it follows in its Capabilities record, `reduction_orders`).
 
 The batch-invariance contract (docs/ir.md, "Batch invariance"): every order here is a per-row order.
 The sum that makes one row's value reads that row's inputs and the weights only, in a sequence fixed

@@ -10,7 +10,7 @@ from its weight type and activations, a norm's is "f64_sum", attention's "key_ch
 "key_chain_f32" by its cache type). Every order there is a per-row order, fixed by widths and never by
 the number of rows in the pass, so the attribute states in `--dump-ir` what makes a row's floats the
 same alone as in any batch; each device honours it with a kernel that follows it, or refuses the graph
-naming it (its `REDUCTION_ORDERS`, checked by kinetic/codegen/common/orders.py).
+naming it (its Capabilities' `reduction_orders`, checked by kinetic/codegen/common/orders.py).
 
 Exact: the attribute names what the reference already computes and changes no value (the verifier
 refuses an order that is not the reference's). Idempotent: an assigned order is assigned again to the

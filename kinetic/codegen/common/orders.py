@@ -1,9 +1,9 @@
 """The reduction-order check every device's `unsupported(graph)` makes: honour the order or refuse.
 
-Owns: `refused_order(graph, implemented, device)`. A device declares, beside its `unsupported`, the
-reduction orders its kernels follow (`REDUCTION_ORDERS`, names from kinetic/ir/orders.py); a graph
-with a reduction in any other order is refused, naming the node, its order and what the device
-follows. Does not own the orders (kinetic/ir/orders.py), which order a node has (its `order`
+Owns: `refused_order(graph, implemented, device)`. A device declares the reduction orders its
+kernels follow in its Capabilities record (`reduction_orders`, names from kinetic/ir/orders.py); a
+graph with a reduction in any other order is refused, naming the node, its order and what the
+device follows. Does not own the orders (kinetic/ir/orders.py), which order a node has (its `order`
 attribute, written by kinetic/passes/batch_invariance.py; for a graph that has not been through the
 pipeline, the one its spec gives: ops.reduction_order) nor any device's declaration.
 """

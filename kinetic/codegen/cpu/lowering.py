@@ -27,7 +27,7 @@ import numpy as np
 from gguf import GGMLQuantizationType as Q
 
 from kinetic.codegen.common.orders import refused_order
-from kinetic.codegen.cpu import float_matmul_ir, tape
+from kinetic.codegen.cpu import float_matmul_ir, tape, target
 from kinetic.codegen.cpu.executor import BIT_EXACT
 from kinetic.codegen.cpu.quant_blocks import LAYOUTS
 from kinetic.codegen.cpu.step_kernels import StepKernels
@@ -92,11 +92,6 @@ class OpLowering:
     refuse: Callable[[Graph, Node], str | None] = lambda graph, node: None
 
 
-# the orders the tape's reductions sum in (kinetic/ir/orders.py), the reference's: generated kernels for
-# the exact and float weight types, the reference between segments for the rest ("dequant_matvec");
-# attention over an f32 cache ("key_chain_f32") is the op-by-op executor's
-REDUCTION_ORDERS = frozenset({"lanes8", "block_chain", "lanes64", "bf16_pairs", "dequant_matvec", "f64_sum",
-                              "key_chain_f16"})
 
 
 def unsupported(graph: Graph) -> str | None:
@@ -110,7 +105,7 @@ def unsupported(graph: Graph) -> str | None:
         reason = LOWERINGS[node.op].refuse(graph, node)
         if reason:
             return reason
-    return refused_order(graph, REDUCTION_ORDERS, "compiled CPU step")
+    return refused_order(graph, target.CAPABILITIES.reduction_orders, "compiled CPU step")
 
 
 def lower_graph(builder: TapeBuilder) -> Plan:

@@ -24,8 +24,14 @@ from kinetic.codegen.cpu.llvm_ir import Function, const_vec, splat
 from kinetic.codegen.runner import Capabilities
 from kinetic.ir.ops import Op
 
+# the orders the tape's reductions sum in (kinetic/ir/orders.py), the reference's: generated kernels for
+# the exact and float weight types, the reference between segments for the rest ("dequant_matvec");
+# attention over an f32 cache ("key_chain_f32") is the op-by-op executor's
+REDUCTION_ORDERS = frozenset({"lanes8", "block_chain", "lanes64", "bf16_pairs", "dequant_matvec", "f64_sum",
+                              "key_chain_f16"})
 # the fused ops of the IR that lowering.LOWERINGS has rows for (a test keeps the two in step)
-CAPABILITIES = Capabilities("cpu", fused_ops=frozenset({Op.SWIGLU, Op.GEGLU}), max_rows=None)
+CAPABILITIES = Capabilities("cpu", fused_ops=frozenset({Op.SWIGLU, Op.GEGLU}), max_rows=None,
+                            reduction_orders=REDUCTION_ORDERS)
 
 VARIANTS = ("vnni", "avx2", "generic")
 

@@ -48,12 +48,13 @@ FUSIONS = Fusions(
         # super-blocks, attention over heads of 256
         | {(op, fmt) for op in (Op.SWIGLU, Op.GEGLU, Op.ATTENTION) for fmt in (*_ROW_FORMATS, "q8_k")}),
 )
-# what CUDA declares to the passes and the runtime: its device forms and the generic fused ops (the
-# table's rows, which a test keeps in step); passes of any number of rows
-CAPABILITIES = Capabilities("cuda", fused_ops=FUSIONS.forms() | {Op.SWIGLU, Op.GEGLU}, max_rows=None)
 # every kernel sums in its reference's order (kinetic/ir/orders.py): the GEMVs in ggml's lane or block
 # order of their weight type, RMS norm in float64, attention in one chain over the keys of an f16 cache
 REDUCTION_ORDERS = frozenset({"lanes8", "block_chain", "f64_sum", "key_chain_f16"})
+# what CUDA declares to the passes and the runtime: its device forms and the generic fused ops (the
+# table's rows, which a test keeps in step), passes of any number of rows, its fusions and orders
+CAPABILITIES = Capabilities("cuda", fused_ops=FUSIONS.forms() | {Op.SWIGLU, Op.GEGLU}, max_rows=None,
+                            fusions=FUSIONS, reduction_orders=REDUCTION_ORDERS)
 # rows of the KV cache an attention mask row spans when the runtime does not say (render a graph alone)
 DEFAULT_MASK_STRIDE = 4096
 
@@ -257,7 +258,8 @@ class CudaRenderer:
         kernels = render(node, ctx)
         if node.op in REDUCE:  # the batch-invariance contract: follow the node's order, or refuse it
             order = reduction_order(node.op, [ctx.graph.node(i).type for i in node.inputs], node.attrs)
-            if order not in REDUCTION_ORDERS:
+            follows = CAPABILITIES.reduction_orders
+            if order not in follows:
                 raise NotImplementedError(f"reduction order {order!r} (CUDA's kernels follow "
-                                          f"{', '.join(sorted(REDUCTION_ORDERS))})")
+                                          f"{', '.join(sorted(follows))})")
         return kernels

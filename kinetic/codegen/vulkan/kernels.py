@@ -212,7 +212,7 @@ REDUCTION_ORDERS = frozenset({"lanes8", "block_chain", "f64_sum", "key_chain_f16
 # the device forms (kinetic/passes/device_fusion.py) a device may list; Vulkan has a row for none yet,
 # so it runs the graph the generic pipeline made
 DEVICE_FORMS = frozenset({Op.ADD_RMS_NORM, Op.ROPE_PAIR, Op.QUANTIZE})
-CAPABILITIES = Capabilities("vulkan", fused_ops=DEVICE_FORMS & frozenset(KERNELS))
+CAPABILITIES = Capabilities("vulkan", fused_ops=DEVICE_FORMS & frozenset(KERNELS), reduction_orders=REDUCTION_ORDERS)
 
 
 def unsupported(graph: Graph) -> str | None:
@@ -225,4 +225,4 @@ def unsupported(graph: Graph) -> str | None:
         reason = row.refuse(graph, node)
         if reason:
             return reason
-    return refused_order(graph, REDUCTION_ORDERS, "Vulkan")
+    return refused_order(graph, CAPABILITIES.reduction_orders, "Vulkan")

@@ -13,8 +13,8 @@ from kinetic.ir.orders import ORDERS
 from kinetic.ir.text import parse_graph
 from kinetic.passes import run_pipeline
 
-# where each device declares the orders its kernels follow, beside its unsupported()
-DECLARATIONS = {"cpu": "kinetic.codegen.cpu.lowering", "cuda-emulated": "kinetic.codegen.cuda.renderer",
+# the module holding each device's Capabilities record (its reduction orders), read by its unsupported()
+DECLARATIONS = {"cpu": "kinetic.codegen.cpu.target", "cuda-emulated": "kinetic.codegen.cuda.renderer",
                 "vulkan": "kinetic.codegen.vulkan.kernels"}
 
 GRAPH = """
@@ -51,7 +51,7 @@ def test_a_graph_before_the_pipeline_is_checked_by_the_orders_its_specs_give():
 @pytest.mark.parametrize("device", sorted(DECLARATIONS))
 def test_every_declared_order_is_an_order(device):
     """A device declares only names kinetic/ir/orders.py describes (a typo would refuse every graph)."""
-    declared = importlib.import_module(DECLARATIONS[device]).REDUCTION_ORDERS
+    declared = importlib.import_module(DECLARATIONS[device]).CAPABILITIES.reduction_orders
     assert declared and set(declared) <= set(ORDERS)
 
 
@@ -63,7 +63,8 @@ def test_the_real_models_need_no_order_a_device_lacks(device, fixture, request):
     from kinetic.frontend.lower import lower
 
     graph = run_pipeline(lower(open_gguf(request.getfixturevalue(fixture))))
-    assert refused_order(graph, importlib.import_module(DECLARATIONS[device]).REDUCTION_ORDERS, device) is None
+    orders = importlib.import_module(DECLARATIONS[device]).CAPABILITIES.reduction_orders
+    assert refused_order(graph, orders, device) is None
 
 
 @pytest.mark.parametrize("device", sorted(DECLARATIONS))
@@ -71,12 +72,17 @@ def test_each_device_refuses_an_order_it_stops_declaring(device, monkeypatch):
     """The declaration is what the device checks: without key_chain_f16 in it, the device's
     unsupported(graph) names that order (the CPU's compiled step then leaves the graph to its
     op-by-op executor)."""
+    from dataclasses import replace
+
     from kinetic import devices
+    from kinetic.codegen.cpu import lowering
 
     module = importlib.import_module(DECLARATIONS[device])
     graph = run_pipeline(parse_graph(GRAPH.replace("KV", "f16")))
-    monkeypatch.setattr(module, "REDUCTION_ORDERS", module.REDUCTION_ORDERS - {"key_chain_f16"})
-    unsupported = module.unsupported if device == "cpu" else devices.DEVICES[device].unsupported
+    caps = module.CAPABILITIES
+    fewer = replace(caps, reduction_orders=caps.reduction_orders - {"key_chain_f16"})
+    monkeypatch.setattr(module, "CAPABILITIES", fewer)
+    unsupported = lowering.unsupported if device == "cpu" else devices.DEVICES[device].unsupported
     assert "'key_chain_f16'" in unsupported(graph)
     monkeypatch.undo()
     assert unsupported(graph) is None
