@@ -349,7 +349,8 @@ def card(k: BenchResult, ll: LlamaBenchResult, le: LlamaEditResult | None = None
 
 
 def card_edit_line(k: BenchResult, le: LlamaEditResult | None) -> str:
-    """The seed's edit line: the request, llama.cpp's speculative mode, and whether the answers agree."""
+    """The line under the card for edit256: the request, llama.cpp's speculative mode, and whether the
+    answers agree (docs/benchmarks.md)."""
     if k.edit is None:
         return f"edit: {EDIT_SKIPPED}; llama.cpp's edit test not run either."
     ours = f"Kinetic's output identical to plain decoding: {'yes' if k.edit.identical else 'NO'}"

@@ -50,7 +50,7 @@ class KnownModel:
     description: str
 
 
-# Facts from ../shared/golden/README.md (sizes and hashes of the published files).
+# Facts from tests/data/golden/README.md (sizes and hashes of the published files).
 KNOWN_MODELS: dict[str, KnownModel] = {
     m.name: m
     for m in (

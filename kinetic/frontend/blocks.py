@@ -43,7 +43,7 @@ class Act(enum.Enum):
 
 @dataclass(frozen=True)
 class Options:
-    """Lowering choices that change numerics (see kinetic/ir/numerics.py)."""
+    """Lowering choices that change numerics (see kinetic/ir/numerics/)."""
 
     activations: str = "q8"  # "q8": ggml's 8-bit activation quantization; "f32": float path
     kv_dtype: str = "f16"

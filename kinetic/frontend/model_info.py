@@ -189,7 +189,7 @@ def to_json(info: ModelInfo) -> dict[str, Any]:
 
 
 def format_text(info: ModelInfo) -> str:
-    """The report in the layout of the seed's example: a file line, then indented label/value rows."""
+    """The report as docs/cli.md shows it (`kinetic info`): a file line, then indented label/value rows."""
     rows = [
         ("name", info.name or "none"),
         ("architecture", _architecture(info)),

@@ -6,12 +6,25 @@ text reading (output_parsing), generation (kinetic/runtime/generation.py) or the
 and the engine thread (kinetic/runtime/scheduler.py). `kinetic serve` (kinetic/cli/serve_cmd.py) runs it;
 docs/server.md describes the endpoints and fields.
 
-    app.py         create_app(model, options)          worker.py     jobs: the scheduler's events
-    openai_api.py  /v1/...                              llama_api.py  /completion, /tokenize, /props, ...
-    ollama_api.py  /api/...                             http.py       uvicorn, deadlines, connection policy
-    offload.py     CpuPool: request preparation off the event loop; memory handed back after large ones
-    fit.py         TokenBound: prompts refused from their byte length before tokenizing
-    body.py, params.py, prompts.py, reply.py, textstream.py: reading requests and streamed answers
+    app.py          create_app(model, options): the Litestar app and its routes
+    openai_api.py   /v1/...: chat completions, completions, models, health
+    llama_api.py    /completion, /tokenize, /detokenize, /props, /slots, /health
+    ollama_api.py   /api/...: chat, generate, show, tags, ps, version
+    metrics.py      /metrics: Prometheus text under llama-server's names
+    common.py       what the three APIs' routes share: preparing off the loop, the engine round trip, SSE
+    worker.py       EngineWorker / Job: the scheduler's events brought back to the event loop
+    offload.py      CpuPool: request preparation off the event loop; memory handed back after large ones
+    fit.py          TokenBound: prompts refused from their byte length before tokenizing
+    body.py         reading a request: size limit, deadline, content type, JSON, typed fields
+    params.py       API fields -> SamplingSettings, one reader for the three APIs
+    prompts.py      prompts from requests: chat messages through the template, text, token ids
+    constraints.py  which grammar a request asks for, compiled once and cached (GrammarCache)
+    reply.py        a chat answer read as reasoning, text and tool calls
+    textstream.py   streamed text, piece by piece: the reasoning block and tool-call markers
+    errors.py       ApiError and each API family's error shape
+    security.py     the API key, pages from other sites, DNS rebinding
+    http.py         uvicorn, deadlines, the connection policy
+    options.py      ServerOptions (the settings) and ServerState (what every route shares)
 """
 
 from kinetic.server.app import create_app

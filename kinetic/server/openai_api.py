@@ -1,5 +1,6 @@
-"""OpenAI's API under /v1 (and without the prefix where the seed says): health, models, chat
-completions and completions, streamed as server-sent events or whole.
+"""OpenAI's API under /v1 (and without the prefix, as llama-server also serves it: /health, /models,
+/chat/completions): health, models, chat completions and completions, streamed as server-sent
+events or whole.
 
 Owns: the OpenAI fields and response shapes, and what tool_choice means: "auto" offers the tools
 and reads calls from the reply (unconstrained: lazy grammars are not built), "none" hides them,
@@ -122,7 +123,7 @@ def _tool_choice(f: Fields, tools: list | None) -> tuple[list | None, _Forced | 
 
 def _forced_grammar(forced: _Forced, prompt: ChatPrompt, tools: list) -> GrammarSpec:
     """The grammar of a forced call in the template's own format; a template with no known format
-    gets Llama 3's bare JSON object, as the seed says for other templates. An open <think> block is
+    gets Llama 3's bare JSON object (docs/grammar.md, "Forced tool calls"). An open <think> block is
     closed first; a template that knows <think> may reason in one whole block before the call."""
     think = "open" if prompt.reasoning_started else "optional" if prompt.thinks else None
     return tool_grammar(tools, prompt.tool_format or "llama3", forced.parallel, forced.name, think)

@@ -1,8 +1,8 @@
 """The server's settings (ServerOptions) and what every route shares (ServerState).
 
-Defaults follow the seed: 127.0.0.1:8080 (11434 with --ollama), at most 64 connections, 30 s for a
-client to send its request. The body limit (16 MiB) is larger than any prompt a context holds.
-One client address may hold at most 48 of the 64 connections, so 16 are always left for others
+Defaults: llama-server's address, 127.0.0.1:8080 (Ollama's port, 11434, with --ollama), at most 64
+connections, 30 s for a client to send its request. The body limit (16 MiB) is larger than any
+prompt a context holds. One client address may hold at most 48 of the 64 connections, so 16 are always left for others
 (http.py); 2 threads prepare requests (parse, render, tokenize) with 16 more waiting (offload.py).
 """
 

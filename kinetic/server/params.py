@@ -1,10 +1,11 @@
 """API fields to sampler settings: one reader for the three APIs, with llama-server's names.
 
 Owns: which request fields set which SamplingSettings field (OpenAI's, llama-server's and Ollama's
-spellings), the OpenAI ranges the seed documents (temperature 0..100, top_p 0..1, penalties -2..2,
-logit_bias -100..100) on top of the ranges every caller shares, logit_bias in its two shapes, and
-turning a settings error into a 400 that names the field. Fields Kinetic has no sampler for
-(dynatemp, min_keep, ...) are ignored, as llama-server ignores what it does not know. Does not own
+spellings), the ranges the OpenAI routes enforce (temperature 0..100, top_p 0..1, penalties -2..2,
+logit_bias -100..100; docs/server.md's field table) on top of the ranges every caller shares,
+logit_bias in its two shapes, and turning a settings error into a 400 that names the field. Fields
+Kinetic has no sampler for (dynatemp, min_keep, ...) are ignored, as llama-server ignores what it
+does not know. Does not own
 the ranges themselves: those are kinetic/runtime/sampling/settings.py's LIMITS, the one validation
 the CLI and the Python API use too.
 """
@@ -23,7 +24,7 @@ from kinetic.server.errors import ApiError
 _ALIASES = {"repetition_penalty": "repeat_penalty", "typical": "typical_p", "top_nsigma": "top_n_sigma",
             "penalty_last_n": "repeat_last_n"}
 
-# The ranges the OpenAI routes enforce (the seed's table), within LIMITS; llama-server and Ollama
+# The ranges the OpenAI routes enforce (docs/server.md's field table), within LIMITS; llama-server and Ollama
 # routes take everything LIMITS allows.
 OPENAI_RANGES = {"temperature": (0.0, 100.0), "top_p": (0.0, 1.0), "min_p": (0.0, 1.0),
                  "presence_penalty": (-2.0, 2.0), "frequency_penalty": (-2.0, 2.0)}

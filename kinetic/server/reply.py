@@ -2,7 +2,7 @@
 
 Owns: applying kinetic/frontend/output_parsing.py to a whole answer, and doing the same piece by
 piece for streams (reasoning as it is written, text as it is written, tool calls whole at the end,
-as the seed's Streaming section describes). Shared by the OpenAI and Ollama chat routes. When
+as docs/server.md describes for `tools`). Shared by the OpenAI and Ollama chat routes. When
 tool_choice forced the calls, everything after the reasoning is read as calls.
 """
 

@@ -3,7 +3,8 @@
 Owns: `unavailable_reason()` (one line saying why `--device cuda` cannot run: no NVRTC, no CuPy, no
 driver, no GPU, a GPU too old) and `GpuProgram`, which compiles a set of kernels for the device's
 architecture (nvrtc.py, cached), loads the cubin with CuPy and launches kernels on CuPy arrays.
-Does not own: the runtime (weights on the device, the KV cache, CUDA graphs: issue 10, part 2).
+Does not own: the runtime (weights on the device, the KV cache, CUDA graphs: model.py, plan.py,
+backends.py).
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 Owns: `embed_q8_0` (rows of a Q8_0 table by token id, dequantized), `take_rows` (rows of an f32
 tensor by index) and `kv_store` (f32 rows rounded to f16 and written into the device KV cache at the
 pass's first slot), each specialized to its width. Does not own: the cache's layout, capacity or
-which slots a pass takes (the runtime), nor the meaning (interpreter.py's `embed` and `take_rows`,
-quants.dequantize for Q8_0).
+which slots a pass takes (the runtime), nor the meaning (kinetic/ir/reference.py's `embed` and
+`take_rows`, quants.dequantize for Q8_0).
 
 Everything that changes per pass (token ids, row indices, the cache slot) is read from device
 memory, so the same launch replays inside a CUDA graph. None of these kernels rounds more than the

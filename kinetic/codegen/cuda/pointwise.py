@@ -1,8 +1,8 @@
 """Norm, elementwise and rotary kernels as CUDA C.
 
 Owns: RMS norm (with or without its weight), the elementwise ops (add, mul, scale, SiLU, GELU,
-SwiGLU, GEGLU), the bias add and rotary embedding, each specialized to its width. Does not own: their meaning
-(kinetic/ir/numerics.py and interpreter.py) or compiling and launching.
+SwiGLU, GEGLU), the bias add and rotary embedding, each specialized to its width. Does not own:
+their meaning (kinetic/ir/reference.py and kinetic/ir/numerics/) or compiling and launching.
 
 * Elementwise and rotary kernels compute each value from its inputs alone, with the reference's
   roundings (SiLU through ggml's exp polynomial, GELU through ggml's f16 table, passed in as a
