@@ -17,19 +17,17 @@ from gguf import GGMLQuantizationType as Q
 
 from kinetic import devices
 from kinetic.ir.ops import LEAVES, OPS
-from kinetic.ir.quants import QUANT_TYPES
 from kinetic.ir.rows import PassRows
 from kinetic.ir.text import parse_graph
 from kinetic.passes import lower_for_device, run_pipeline
 from kinetic.runtime.engine import Engine
 from tests.device_checks import same_bits
+from tests.random_tensors import random_tensor
 
 ROW_COUNTS = (1, 2, 3, 8, 17)
 VOCAB = 24
 DEVICES = ("reference", "cpu", "cuda-emulated", "vulkan")
 
-# byte offsets of each quantized layout's f16 scale fields; every other byte pattern is a valid encoding
-F16_FIELDS = {Q.Q8_0: (0,), Q.Q4_0: (0,), Q.Q4_1: (0, 2), Q.Q4_K: (0, 2), Q.Q6_K: (208,)}
 
 
 @dataclass(frozen=True)
@@ -146,27 +144,10 @@ class RandomWeights:
     def __init__(self, case: Case, seed: int = 0):
         rng = np.random.default_rng(seed)
         specs = (("token_embd.weight", Q.Q8_0, (VOCAB, case.width)),) + case.params
-        self.arrays = {name: _random_tensor(rng, t, shape) for name, t, shape in specs}
+        self.arrays = {name: random_tensor(rng, t, shape) for name, t, shape in specs}
 
     def tensor(self, name: str) -> np.ndarray:
         return self.arrays[name]
-
-
-def _random_tensor(rng: np.random.Generator, wtype: Q, shape: tuple[int, ...]) -> np.ndarray:
-    values = rng.standard_normal(shape).astype(np.float32)
-    if wtype is Q.F32:
-        return values
-    if wtype is Q.F16:
-        return values.astype(np.float16)
-    if wtype is Q.BF16:
-        return (values.view(np.uint32) >> 16).astype(np.uint16)
-    facts = QUANT_TYPES[wtype]
-    n, k = shape
-    blocks = rng.integers(0, 256, (n, k // facts.block, facts.block_bytes), dtype=np.uint8)
-    for offset in F16_FIELDS[wtype]:
-        scales = (rng.standard_normal(blocks.shape[:2]) * 0.02).astype(np.float16)
-        blocks[:, :, offset : offset + 2] = scales.view(np.uint8).reshape(*blocks.shape[:2], 2)
-    return blocks.reshape(n, -1)
 
 
 def test_every_op_is_in_the_matrix():

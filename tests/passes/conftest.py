@@ -6,17 +6,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from gguf import GGMLQuantizationType as Q
 
 from kinetic.ir.graph import Graph, verify
 from kinetic.ir.interpreter import Interpreter
 from kinetic.ir.ops import Op
-from kinetic.ir.quants import QUANT_TYPES
 from kinetic.ir.rows import PassRows
 from kinetic.ir.text import parse_graph, print_graph
-
-# byte offsets of the f16 scale fields of the quantized types the tests use; other bytes are any value
-F16_FIELDS = {Q.Q8_0: (0,), Q.Q4_0: (0,), Q.Q4_1: (0, 2), Q.Q4_K: (0, 2), Q.Q6_K: (208,)}
+from tests.random_tensors import random_tensor
 
 
 class RandomWeights:
@@ -25,22 +21,10 @@ class RandomWeights:
 
     def __init__(self, graph: Graph, seed: int = 0):
         rng = np.random.default_rng(seed)
-        self.arrays = {n.attrs.tensor: _random_tensor(rng, n.type.ggml_type, n.type.shape) for n in graph.params()}
+        self.arrays = {n.attrs.tensor: random_tensor(rng, n.type.ggml_type, n.type.shape) for n in graph.params()}
 
     def tensor(self, name: str) -> np.ndarray:
         return self.arrays[name]
-
-
-def _random_tensor(rng: np.random.Generator, wtype: Q, shape: tuple[int, ...]) -> np.ndarray:
-    if wtype is Q.F32:
-        return rng.standard_normal(shape).astype(np.float32)
-    facts = QUANT_TYPES[wtype]
-    n, k = shape
-    blocks = rng.integers(0, 256, (n, k // facts.block, facts.block_bytes), dtype=np.uint8)
-    for offset in F16_FIELDS[wtype]:
-        scales = (rng.standard_normal(blocks.shape[:2]) * 0.02).astype(np.float16)
-        blocks[:, :, offset : offset + 2] = scales.view(np.uint8).reshape(*blocks.shape[:2], 2)
-    return blocks.reshape(n, -1)
 
 
 class EmptyKV:
