@@ -109,6 +109,7 @@ def test_every_compiling_device_declares_one_capability_record():
     runner.py) holding its fused ops, its device-phase fusions and the reduction orders it follows,
     all names the IR knows."""
     from kinetic.codegen.runner import Capabilities
+    from kinetic.ir.ops import Op
     from kinetic.ir.orders import ORDERS
 
     for name, dev in devices.DEVICES.items():
@@ -119,4 +120,5 @@ def test_every_compiling_device_declares_one_capability_record():
         assert isinstance(caps, Capabilities) and name.startswith(caps.name)
         assert caps.reduction_orders and caps.reduction_orders <= set(ORDERS)
     assert devices.DEVICES["cuda"].capabilities().fusions is not None  # CUDA's device phase fuses
-    assert devices.DEVICES["cpu"].capabilities().fusions is None  # the CPU runs the generic graph
+    cpu = devices.DEVICES["cpu"].capabilities().fusions  # the CPU's phase: shared quantize nodes only
+    assert cpu.quantized_matmuls and cpu.forms() == {Op.QUANTIZE}

@@ -7,9 +7,9 @@ writes the .ktc file (weights, tokenizer, chat template, graph, default profile,
 with --sign-key). `--tune` measures the profile's threads and batch on this machine first
 (kinetic.ktc.tune, at most --tune-seconds, default 120) and writes them with `"tuned": true`.
 `--dump-ir DIR` writes the graph after each phase in the IR's text form: `00-lowered.ir`,
-`01-canonicalize.ir`, ...; with `--device X` for a device that has a device phase (CUDA's fusions),
-that phase comes last (`NN-device.ir`: the graph X's runner runs). The .ktc file holds the generic
-graph whatever the device.
+`01-canonicalize.ir`, ...; for a device that has a device phase (`--device cpu`, the default: its
+shared quantize nodes; cuda: its fusions), that phase comes last (`NN-device.ir`: the graph the
+device's runner runs). The .ktc file holds the generic graph whatever the device.
 """
 
 from __future__ import annotations

@@ -12,11 +12,13 @@ from kinetic.passes import PIPELINE
 
 
 def test_dump_ir_writes_each_phase(smollm2_path, tmp_path, capsys):
-    """00-lowered.ir then one file per phase; each parses, verifies, and the summary counts match."""
+    """00-lowered.ir then one file per phase, the CPU's device phase (the default device) last; each
+    parses, verifies, and the summary counts match."""
     (tmp_path / "07-stale.ir").write_text("left from an earlier dump")
     (tmp_path / "notes.txt").write_text("not ours")
     assert main(["compile", str(smollm2_path), "--dump-ir", str(tmp_path)]) == 0
     expected = ["00-lowered.ir"] + [f"{i:02d}-{p.name}.ir" for i, p in enumerate(PIPELINE, start=1)]
+    expected.append(f"{len(PIPELINE) + 1:02d}-device.ir")
     assert sorted(p.name for p in tmp_path.glob("*.ir")) == expected
     assert (tmp_path / "notes.txt").exists()
     summary = capsys.readouterr().out
@@ -26,18 +28,20 @@ def test_dump_ir_writes_each_phase(smollm2_path, tmp_path, capsys):
         phase = name[3:-3]
         line = next(ln for ln in summary.splitlines() if ln.split()[:1] == [phase])
         assert int(line.split()[1]) == len(graph.nodes)
-    first, last = (parse_graph((tmp_path / n).read_text()) for n in (expected[0], expected[-1]))
+    first, last = (parse_graph((tmp_path / n).read_text()) for n in (expected[0], expected[-2]))
     assert len(last.nodes) < len(first.nodes)
+    assert 'quantize(' in (tmp_path / expected[-1]).read_text()
 
 
 def test_dump_ir_and_output_together(smollm2_path, tmp_path, capsys):
-    """-o with --dump-ir writes both: the phase files and a .ktc whose graph is the last phase's."""
+    """-o with --dump-ir writes both: the phase files and a .ktc whose graph is the last pipeline
+    phase's (the generic graph; the CPU's device phase comes after it)."""
     from kinetic.ktc import Kind, KtcFile
 
     out = tmp_path / "model.ktc"
     assert main(["compile", str(smollm2_path), "-o", str(out), "--dump-ir", str(tmp_path / "ir")]) == 0
     assert f"wrote {out}" in capsys.readouterr().out
-    last = sorted((tmp_path / "ir").glob("*.ir"))[-1].read_text()
+    last = (tmp_path / "ir" / f"{len(PIPELINE):02d}-{PIPELINE[-1].name}.ir").read_text()
     assert KtcFile.open(out).text(Kind.GRAPH) == last
 
 

@@ -204,6 +204,19 @@ def test_kept_nodes_are_left_alone(check):
         "%11 = matmul(%5", '%13 = quantize(%5) {format="q8_1", in_producer=true} : q8_1[T,64]\n%11 = matmul(%13'))
 
 
+def test_the_cpu_phase_makes_only_shared_quantize_nodes(check):
+    """The CPU's fusions (codegen/cpu/target.FUSIONS): a quantize node per (row, format) before the
+    q8 matmuls of its exact types, none written in a producer; adds, norms and rotations stay."""
+    from kinetic.codegen.cpu.target import FUSIONS
+
+    expected = NORMED.replace("%7 = matmul(%5", '%13 = quantize(%5) {format="q8_0"} : q8_0[T,64]\n%7 = matmul(%13')
+    expected = expected.replace("%9 = matmul(%5", "%9 = matmul(%13")
+    expected = expected.replace("%11 = matmul(%5", '%14 = quantize(%5) {format="q8_1"} : q8_1[T,64]\n%11 = matmul(%14')
+    check(device_phase(FUSIONS), NORMED, expected)
+    for unchanged in (RESIDUAL.replace("{norm}", "rms_norm"), _rotations(_layer("%7"), False)):
+        check(device_phase(FUSIONS), unchanged, unchanged)
+
+
 def test_device_forms_verify_and_refuse_what_does_not_fit():
     """The device forms' shape rules: a matmul reads quantized rows only in its weight's format, a
     quantize's rows are whole blocks, and an add_rms_norm normalizes whole rows."""
@@ -256,3 +269,31 @@ def test_cuda_device_graph_of_smollm2_equals_the_generic_graph(smollm2_path):
             for g in (graph, device)]
     assert np.array_equal(outs[0].view(np.uint32), outs[1].view(np.uint32))
     assert print_graph(device).count("add_rms_norm(") == 59
+
+
+def test_cpu_device_graph_of_smollm2_equals_the_generic_graph(smollm2_path):
+    """On a real model, the CPU's device phase adds only quantize nodes (one per row and format: q/k/v
+    share one, gate/up one; 4 a layer and the output layer's) and gives the reference interpreter's
+    bits: the logits of a 4-token pass are the generic graph's; the phase is idempotent."""
+    from kinetic.codegen.cpu.lowering import device_graph
+    from kinetic.frontend.gguf_file import open_gguf
+    from kinetic.frontend.lower import lower
+    from kinetic.ir.interpreter import Interpreter
+    from kinetic.ir.rows import PassRows
+    from kinetic.passes import run_pipeline
+    from kinetic.runtime.kv_cache import KVCache, SequenceCaches
+    from kinetic.runtime.weights import GGUFWeights
+
+    gguf = open_gguf(smollm2_path)
+    graph = run_pipeline(lower(gguf))
+    device = device_graph(graph)
+    assert device_graph(device) == device
+    added = [n for n in device.nodes if n.id not in {m.id for m in graph.nodes}]
+    assert {n.op for n in added} == {Op.QUANTIZE} and len(added) == 4 * 30 + 1
+    assert not quantized_in_producer(device)
+    interpreter = Interpreter(GGUFWeights(gguf))
+    rows = PassRows.chain([1, 504, 3493, 314], 0)
+    widths = {n.attrs.layer: n.attrs.n_kv_head * n.attrs.head_dim for n in graph.nodes if n.op is Op.STATE}
+    outs = [interpreter.run(g, rows, SequenceCaches({0: KVCache(widths, 8)})).outputs["logits"]
+            for g in (graph, device)]
+    assert np.array_equal(outs[0].view(np.uint32), outs[1].view(np.uint32))

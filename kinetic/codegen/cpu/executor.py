@@ -7,25 +7,19 @@ reference defines them. Both kernels and reference ops compute each row independ
 still gives each row what it gets alone.
 
 The CPU device opens it (runner.py) only for graphs the compiled step (step.py) cannot run, e.g. an
-f32 KV cache.
+f32 KV cache. It runs the graph each pass hands it, generic or after the CPU's device phase (a
+quantize node's reference keeps its rows as they are: the kernels quantize them, as for any row).
 """
 
 from __future__ import annotations
 
 import numpy as np
-from gguf import GGMLQuantizationType as Q
 
 from kinetic.codegen.cpu.float_matmul_ir import FLOAT_TYPES
-from kinetic.codegen.cpu.matmul import SUPPORTED, float_matmul, quantized_matmul
+from kinetic.codegen.cpu.matmul import float_matmul, quantized_matmul
+from kinetic.codegen.cpu.target import BIT_EXACT
 from kinetic.ir.graph import Node
 from kinetic.ir.interpreter import Interpreter, WeightSource
-
-# Types whose kernels sum in exactly the reference's order (the kernels llama.cpp runs for a decode
-# row on x86: the block-32 vec-dots, the repacked Q2_K / Q4_K / IQ4_NL / MXFP4 gemvs, the Q3_K / Q5_K /
-# Q6_K / IQ4_XS vec-dots), so the CPU device gives bit for bit what the reference interpreter gives
-# (tests/codegen/cpu/test_cpu_executor.py checks the equality).
-BIT_EXACT = frozenset({Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K,
-                       Q.IQ4_NL, Q.IQ4_XS, Q.MXFP4}) & SUPPORTED
 
 # Splitting a matmul's columns over a second thread pays only when the weight is large enough to
 # amortize the hand-off (measured ~15 us per call; see docs/cpu-kernels.md).

@@ -2,10 +2,12 @@
 
 Owns: `LOWERINGS` (Op -> `OpLowering`: the function that turns one node into its tape instructions,
 and the check that refuses a node it cannot lower, with the reason), `unsupported(graph)` ("an op
-not in the table, or a node its row refuses"), and `lower_graph`, which walks a graph through the
-table into a `Plan`. Leaves (inputs, weights, cache handles) produce no instructions: the runtime
-binds them and their readers take their addresses. Does not own the row layout (tape.py), barriers
-and buffers (tape_plan.py), the kernels (step_kernels.py) nor what an op computes (step_ops.py).
+not in the table, or a node its row refuses"), `device_graph`, the graph the compiled step runs
+(after the device phase with the CPU's fusions, target.FUSIONS), and `lower_graph`, which walks
+that graph through the table into a `Plan`. Leaves (inputs, weights, cache handles) produce no
+instructions: the runtime binds them and their readers take their addresses. Does not own the row
+layout (tape.py), barriers and buffers (tape_plan.py), the kernels (step_kernels.py) nor what an
+op computes (step_ops.py).
 
 Adding an op: its kernel (a tape op code in tape.py and its case in step_ops.drive, or a generated
 kernel), then one row here. A node the tape has no kernel for, yet must run (a matmul of a weight
@@ -13,9 +15,12 @@ type without a bit-exact kernel), becomes a Python instruction that runs the ref
 compiled segments. Ops the table lacks or refuses send the whole graph to the op-by-op executor
 (runner.py).
 
-The CPU's own fusions happen here, in how rows are placed, not as IR ops: every matmul reading the
-same row shares one activation quantization of it (one OP_QUANT per input and format), and
-consecutive independent matmuls (q/k/v, gate/up) fall into one barrier phase (tape_plan.py).
+The one fusion the CPU declares is in the IR: the device phase gives the q8 matmuls of the exact
+weight types (target.BIT_EXACT) a `quantize` node, one per row and format shared by every matmul
+that reads it (kinetic/passes/device_fusion.py); its row here is one OP_QUANT, and a matmul reads
+the quantize node's bytes. F16 / BF16 matmuls still round a row once for all of them here (the IR's
+quantize formats are the q8 ones). That consecutive independent matmuls (q/k/v, gate/up) share one
+barrier phase is scheduling, not a fusion (tape_plan.place_barriers).
 """
 
 from __future__ import annotations
@@ -28,16 +33,17 @@ from gguf import GGMLQuantizationType as Q
 
 from kinetic.codegen.common.orders import refused_order
 from kinetic.codegen.cpu import float_matmul_ir, tape, target
-from kinetic.codegen.cpu.executor import BIT_EXACT
 from kinetic.codegen.cpu.quant_blocks import LAYOUTS
 from kinetic.codegen.cpu.step_kernels import StepKernels
 from kinetic.codegen.cpu.tape_plan import Instr, Plan, Ref
+from kinetic.codegen.cpu.target import BIT_EXACT
 from kinetic.errors import KineticError
 from kinetic.ir import numerics
 from kinetic.ir.graph import Graph, Node
 from kinetic.ir.interpreter import Interpreter, WeightSource
-from kinetic.ir.ops import LEAVES, Op
+from kinetic.ir.ops import LEAVES, QUANTIZED_ROWS, Op
 from kinetic.ir.quants import dequantize_rows
+from kinetic.passes.pipeline import lower_for_device
 
 F32 = np.float32
 EMBED_KINDS = {Q.Q8_0: tape.EMBED_Q8_0, Q.F16: tape.EMBED_F16, Q.F32: tape.EMBED_F32}  # tables the tape reads
@@ -57,7 +63,7 @@ class TapeBuilder:
         self.layer_index = {layer: i for i, layer in enumerate(step_layers(graph))}
         self.held: list[np.ndarray] = []  # arrays whose addresses the tape holds
         self.vocab = 1 << 62  # rows of the embedding table the tape reads (set when it reads one)
-        self.quantized: set = set()  # ("q", node id, format) already on the tape
+        self.rounded: set = set()  # ("q", node id, format): a row already rounded for float matmuls
         self.rope_tables: dict = {}  # (n_rot, theta, freq_scale) -> buffer key prefix
 
     def address(self, array: np.ndarray) -> int:
@@ -83,6 +89,11 @@ def value(node: Node) -> Ref:
     return Ref(("v", node.id))
 
 
+def quantized(node: Node) -> tuple:
+    """The byte-arena buffer key of a quantize node's rows."""
+    return ("q", node.inputs[0], node.attrs.format)
+
+
 @dataclass(frozen=True)
 class OpLowering:
     """One row of the table: emit(builder, node, inputs) appends the node's instructions;
@@ -92,11 +103,17 @@ class OpLowering:
     refuse: Callable[[Graph, Node], str | None] = lambda graph, node: None
 
 
+def device_graph(graph: Graph) -> Graph:
+    """The graph the compiled step runs: `graph` after the device phase with the CPU's fusions (ids
+    kept; a quantize node before the q8 matmuls of the exact types). Idempotent."""
+    return lower_for_device(graph, target.FUSIONS)
 
 
 def unsupported(graph: Graph) -> str | None:
     """Why the compiled step cannot run this graph (None: it can): the first node whose op has no
-    row in LOWERINGS, or whose row refuses it, or a reduction in an order no kernel follows."""
+    row in LOWERINGS, or whose row refuses it, or a reduction in an order no kernel follows. The
+    same for the graph and its device_graph: the phase adds only quantize nodes, which every q8
+    format's row lowers."""
     for node in graph.nodes:
         if node.op in LEAVES:
             continue
@@ -117,7 +134,7 @@ def lower_graph(builder: TapeBuilder) -> Plan:
             continue
         if node.op not in LOWERINGS:
             raise KineticError(f"the compiled step has no lowering for {node.op.value}", "Use --device reference.")
-        if len(node.type.shape) == 2:
+        if node.type.dtype == "f32" and len(node.type.shape) == 2:
             plan.f32_sizes[("v", node.id)] = builder.capacity * node.type.shape[1]
         LOWERINGS[node.op].emit(builder, node, [g.node(i) for i in node.inputs])
     return plan
@@ -172,31 +189,45 @@ def _embed(b: TapeBuilder, node: Node, ins: list[Node]) -> None:
 
 def _matmul(b: TapeBuilder, node: Node, ins: list[Node]) -> None:
     x, w = ins
-    if node.attrs.activations == "q8" and w.type.ggml_type in BIT_EXACT:
+    if x.op is Op.QUANTIZE:
         _quantized_matmul(b, node, x, w)
+    elif node.attrs.activations == "q8" and w.type.ggml_type in BIT_EXACT:
+        raise KineticError(f"matmul %{node.id} reads rows no quantize node made",
+                           "Lower the graph through device_graph (the CPU's device phase) first.")
     elif node.attrs.activations == "q8" and w.type.ggml_type in float_matmul_ir.FLOAT_TYPES:
         _float_matmul(b, node, x, w)
     else:  # no bit-exact kernel: the reference, between compiled segments
         b.add_python(_python_matmul(x, w, node), reads=(("v", x.id),), writes=(("v", node.id),))
 
 
+def _refuse_matmul(graph: Graph, node: Node) -> str | None:
+    wtype = graph.node(node.inputs[1]).type.ggml_type
+    reads_rows = graph.node(node.inputs[0]).op is Op.QUANTIZE
+    return f"a matmul of {wtype.name} weights reading quantized rows" if reads_rows and wtype not in BIT_EXACT else None
+
+
+def _quantize(b: TapeBuilder, node: Node, ins: list[Node]) -> None:
+    """x's rows in the format's blocks (int8 values, f32 scales, and block sums where the format has
+    them: Q8_1 per 32, Q8_K per 16), into the byte arena; row-local, split in whole blocks. An
+    in_producer flag (another device's launch plan) changes nothing here: the rows are the same."""
+    x, fmt = ins[0], node.attrs.format
+    k, qkey = _width(node), quantized(node)
+    block = QUANTIZED_ROWS[fmt]
+    e_row = {"q8_1": k // 32 * 4, "q8_k": k // 16 * 4}.get(fmt, 0)  # block sums' bytes a row
+    b.plan.q_sizes[qkey] = (b.capacity * k, b.capacity * (k // block) * 4, b.capacity * e_row)
+    b.add(tape.OP_QUANT, {
+        tape.QUANT_X: value(x), tape.QUANT_WIDTH: k, tape.QUANT_KERNEL: b.kernels.quantize(fmt),
+        tape.QUANT_Q: Ref(qkey, "q"), tape.QUANT_D: Ref(qkey, "d"), tape.QUANT_E: Ref(qkey, "e"),
+        tape.QUANT_BLOCK: block, tape.QUANT_E_ROW: e_row},
+        reads=(("v", x.id),), writes=(qkey,), row_local=True, output_rows=_output_rows(node), width=k, unit=block)
+
+
 def _quantized_matmul(b: TapeBuilder, node: Node, x: Node, w: Node) -> None:
-    """x quantized once to the weight type's activation format (shared by every matmul of that
-    input and format), then the generated kernel on the weight as stored, threads splitting its
-    output columns."""
+    """The generated kernel on the weight as stored, reading the quantize node x's rows (in the
+    weight type's activation format: the verifier holds them to it), threads splitting its output
+    columns."""
     layout = LAYOUTS[w.type.ggml_type]
-    fmt, k, out_rows = layout.activation, x.type.shape[1], _output_rows(node)
-    qkey = ("q", x.id, fmt)
-    if qkey not in b.quantized:
-        b.quantized.add(qkey)
-        block = 256 if fmt == "q8_k" else 32  # values a block: Q8_K's super-block, else 32
-        e_row = {"q8_1": k // 32 * 4, "q8_k": k // 16 * 4}.get(fmt, 0)  # block sums' bytes a row
-        b.plan.q_sizes[qkey] = (b.capacity * k, b.capacity * (k // block) * 4, b.capacity * e_row)
-        b.add(tape.OP_QUANT, {
-            tape.QUANT_X: value(x), tape.QUANT_WIDTH: k, tape.QUANT_KERNEL: b.kernels.quantize(fmt),
-            tape.QUANT_Q: Ref(qkey, "q"), tape.QUANT_D: Ref(qkey, "d"), tape.QUANT_E: Ref(qkey, "e"),
-            tape.QUANT_BLOCK: block, tape.QUANT_E_ROW: e_row},
-            reads=(("v", x.id),), writes=(qkey,), row_local=True, output_rows=out_rows, width=k, unit=block)
+    k, out_rows, qkey = x.type.shape[1], _output_rows(node), quantized(x)
     b.add(tape.OP_MATMUL, {
         tape.MATMUL_KERNEL: b.kernels.matmul(layout.wtype, k),
         tape.MATMUL_WEIGHT: b.address(np.asarray(b.weights.tensor(w.attrs.tensor))),
@@ -214,8 +245,8 @@ def _float_matmul(b: TapeBuilder, node: Node, x: Node, w: Node) -> None:
     if wtype is not Q.F32:
         fmt, row_bytes = wtype.name.lower(), k * float_matmul_ir.ACTIVATION_BYTES[wtype]
         rkey = ("q", x.id, fmt)
-        if rkey not in b.quantized:
-            b.quantized.add(rkey)
+        if rkey not in b.rounded:
+            b.rounded.add(rkey)
             b.plan.q_sizes[rkey] = (0, 0, b.capacity * row_bytes)
             b.add(tape.OP_QUANT, {  # blocks of one value, written through e
                 tape.QUANT_X: value(x), tape.QUANT_WIDTH: k, tape.QUANT_KERNEL: b.kernels.round(fmt),
@@ -332,7 +363,8 @@ def _elementwise(b: TapeBuilder, node: Node, ins: list[Node]) -> None:
 
 LOWERINGS: dict[Op, OpLowering] = {
     Op.EMBED: OpLowering(_embed),
-    Op.MATMUL: OpLowering(_matmul),
+    Op.MATMUL: OpLowering(_matmul, _refuse_matmul),
+    Op.QUANTIZE: OpLowering(_quantize),
     Op.TAKE_ROWS: OpLowering(_take_rows),
     Op.RMS_NORM: OpLowering(_rms_norm, _refuse_rms_norm),
     Op.ROPE: OpLowering(_rope, _refuse_rope),

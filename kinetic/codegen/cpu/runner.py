@@ -3,7 +3,10 @@
 Owns: `open_runner`, the compiled step (step.py: one tape per pass, keys and values written in
 place) for every graph its op-to-kernel table can lower (lowering.unsupported), else the op-by-op
 executor (executor.py: the generated matmul kernels inside the reference interpreter), so the CPU
-runs every graph. Does not own either runner nor the CPU's capabilities (target.py).
+runs every graph. The compiled step lowers the graph it is given through the CPU's device phase
+(lowering.device_graph) when it is built, as CUDA's runner does; a CUDA split's first layers come
+here too (kinetic/devices.py: host_runner). Does not own either runner nor the CPU's capabilities
+(target.py).
 """
 
 from __future__ import annotations

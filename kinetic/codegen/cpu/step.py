@@ -1,21 +1,23 @@
 """The compiled step: a graph turned into one tape that compiled code runs once per forward pass.
 
-Owns: `CompiledStep`, the CPU's in-place runner: building (the graph through the op-to-kernel table
-in lowering.py, then the barrier and buffer plans and the tape rows in tape_plan.py) and running a
-pass (the per-pass tables of pass_tables.py, the compiled segments on every thread through
-step_threads.py, Python ops in between), and `profile()`, where a pass's time went. Python runs
-per pass only the embedding lookup of tables the tape does not read, the per-pass tables and,
-between compiled segments, any op no kernel covers (a matmul of a type without a bit-exact kernel
-goes through the reference), so every file runs. Does not own the row layout (tape.py), what an
-op computes (step_ops.py) nor the kernels (step_kernels.py). `available_cpus` (step_threads.py) is
-read from here too, as the default thread count.
+Owns: `CompiledStep`, the CPU's in-place runner: building (the graph after the CPU's device phase,
+lowering.device_graph, through the op-to-kernel table in lowering.py, then the barrier and buffer
+plans and the tape rows in tape_plan.py) and running a pass (the per-pass tables of pass_tables.py,
+the compiled segments on every thread through step_threads.py, Python ops in between), and
+`profile()`, where a pass's time went. Python runs per pass only the embedding lookup of tables the
+tape does not read, the per-pass tables and, between compiled segments, any op no kernel covers (a
+matmul of a type without a bit-exact kernel goes through the reference), so every file runs. Does
+not own the row layout (tape.py), what an op computes (step_ops.py) nor the kernels
+(step_kernels.py). `available_cpus` (step_threads.py) is read from here too, as the default thread
+count.
 
 Plan of a pass: every thread walks the same tape. Row-local ops (norms, rotary, activations,
-residual adds, activation quantization, KV stores) split the rows, and consecutive row-local ops
-need no barrier between them; matmuls split output columns and attention splits (row, head) pairs,
-so a barrier separates them from what reads their output. Consecutive independent matmuls (q/k/v,
-gate/up) share one phase with no barrier between them, which is what concatenating their weights
-would buy, without copying them. Buffers are reused only across a barrier.
+residual adds, the quantize nodes' activation quantization, KV stores) split the rows, and
+consecutive row-local ops need no barrier between them; matmuls split output columns and attention
+splits (row, head) pairs, so a barrier separates them from what reads their output. Consecutive
+independent matmuls (q/k/v, gate/up, reading one quantize node) share one phase with no barrier
+between them, which is what concatenating their weights would buy, without copying them: scheduling,
+not a fusion (the graph keeps one node per matmul). Buffers are reused only across a barrier.
 
 Exactness: each op repeats the reference's floats for each row on its own (kinetic.ir.numerics), so
 the step gives the reference interpreter's logits bit for bit, for any batch, grouping or thread
@@ -29,7 +31,7 @@ import threading
 import numpy as np
 
 from kinetic.codegen.cpu import tape
-from kinetic.codegen.cpu.lowering import TapeBuilder, lower_graph, step_layers
+from kinetic.codegen.cpu.lowering import TapeBuilder, device_graph, lower_graph, step_layers
 from kinetic.codegen.cpu.native import cycle_count, sched_yield_address
 from kinetic.codegen.cpu.pass_tables import PassTables
 from kinetic.codegen.cpu.step_kernels import StepKernels
@@ -43,12 +45,13 @@ from kinetic.ir.rows import KVView, PassResult, PassRows
 
 
 class CompiledStep:
-    """Runs a graph's forward passes through one compiled tape; writes K/V into the caches in place."""
+    """Runs a graph's forward passes through one compiled tape; writes K/V into the caches in place.
+    `graph` is the generic graph or its device form; `self.graph` is the device form (same ids)."""
 
     in_place = True
 
     def __init__(self, graph: Graph, weights: WeightSource, *, threads: int | None = None, rows: int = 64):
-        self.graph = graph
+        self.graph = graph = device_graph(graph)  # the device phase: ids kept, quantize nodes added
         self.weights = weights
         self.threads = max(1, threads or available_cpus())
         self.reference = Interpreter(weights)  # weights of Python ops, dequantized once

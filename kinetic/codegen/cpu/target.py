@@ -2,8 +2,10 @@
 
 Owns: `CAPABILITIES`, what the CPU declares to the passes and the runtime in the shape every device
 shares (kinetic/codegen/runner.py: the fused ops its op-to-kernel table lowers; no row limit, the
-compiled step grows its buffers), reading the host's CPU features from llvmlite, the list of
-variants (`vnni`, `avx2`, `generic`), and the one primitive every quantized kernel is built on,
+compiled step grows its buffers; its device phase's `FUSIONS`: one quantization of a row per format,
+shared by the matmuls of the `BIT_EXACT` weight types that read it), reading the host's CPU
+features from llvmlite, the list of variants (`vnni`, `avx2`, `generic`), and the one primitive
+every quantized kernel is built on,
 `dot8`: 32 weight bytes times 32 int8 activations -> 8 int32 lanes, lane i holding the exact sum of
 elements 4i..4i+3 (`dot8_acc` adds them to a starting vector, free with `vpdpbusd`).
 
@@ -19,19 +21,30 @@ from dataclasses import dataclass
 from functools import cache
 
 import llvmlite.binding as llvm
+from gguf import GGMLQuantizationType as Q
 
 from kinetic.codegen.cpu.llvm_ir import Function, const_vec, splat
 from kinetic.codegen.runner import Capabilities
 from kinetic.ir.ops import Op
+from kinetic.passes.device_fusion import Fusions
 
+# Types whose kernels sum in exactly the reference's order (the kernels llama.cpp runs for a decode
+# row on x86: the block-32 vec-dots, the repacked Q2_K / Q4_K / IQ4_NL / MXFP4 gemvs, the Q3_K / Q5_K /
+# Q6_K / IQ4_XS vec-dots), so the CPU gives bit for bit what the reference interpreter gives
+# (tests/codegen/cpu/test_cpu_bit_exact.py, test_cpu_executor.py). Their matmuls read q8 rows.
+BIT_EXACT = frozenset({Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K,
+                       Q.IQ4_NL, Q.IQ4_XS, Q.MXFP4})
 # the orders the tape's reductions sum in (kinetic/ir/orders.py), the reference's: generated kernels for
 # the exact and float weight types, the reference between segments for the rest ("dequant_matvec");
 # attention over an f32 cache ("key_chain_f32") is the op-by-op executor's
 REDUCTION_ORDERS = frozenset({"lanes8", "block_chain", "lanes64", "bf16_pairs", "dequant_matvec", "f64_sum",
                               "key_chain_f16"})
+# the device phase makes one quantize node per (row, format) before the q8 matmuls of the exact types
+# (their kernels read it); nothing else: each other op is one tape instruction of its own
+FUSIONS = Fusions(quantized_matmuls=BIT_EXACT)
 # the fused ops of the IR that lowering.LOWERINGS has rows for (a test keeps the two in step)
-CAPABILITIES = Capabilities("cpu", fused_ops=frozenset({Op.SWIGLU, Op.GEGLU}), max_rows=None,
-                            reduction_orders=REDUCTION_ORDERS)
+CAPABILITIES = Capabilities("cpu", fused_ops=frozenset({Op.SWIGLU, Op.GEGLU, Op.QUANTIZE}), max_rows=None,
+                            fusions=FUSIONS, reduction_orders=REDUCTION_ORDERS)
 
 VARIANTS = ("vnni", "avx2", "generic")
 

@@ -1,4 +1,4 @@
-"""Kernels of the types the CPU device trusts (executor.BIT_EXACT) give numerics.matmul bit for bit,
+"""Kernels of the types the CPU device trusts (target.BIT_EXACT) give numerics.matmul bit for bit,
 whatever the row count, tile, thread count and variant, on random and real weights."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from cpu_kernel_helpers import HOST_VARIANTS, random_weight
 from gguf import GGMLQuantizationType as Q
 
 from kinetic import hub
-from kinetic.codegen.cpu.executor import BIT_EXACT
 from kinetic.codegen.cpu.matmul import quantized_matmul
 from kinetic.codegen.cpu.quant_blocks import LAYOUTS
+from kinetic.codegen.cpu.target import BIT_EXACT
 from kinetic.frontend.gguf_file import open_gguf
 from kinetic.ir import numerics
 

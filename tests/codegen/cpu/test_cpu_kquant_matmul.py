@@ -10,9 +10,9 @@ import pytest
 from cpu_kernel_helpers import E8M0_FIELDS, F16_FIELDS, HOST_VARIANTS, random_weight
 from gguf import GGMLQuantizationType as Q
 
-from kinetic.codegen.cpu.executor import BIT_EXACT
 from kinetic.codegen.cpu.matmul import quantized_matmul
 from kinetic.codegen.cpu.quant_blocks import LAYOUTS
+from kinetic.codegen.cpu.target import BIT_EXACT
 from kinetic.ir import numerics
 
 TYPES = [Q.Q2_K, Q.Q3_K, Q.Q5_K, Q.IQ4_XS, Q.IQ4_NL, Q.MXFP4]
@@ -36,7 +36,7 @@ def _reference(x: np.ndarray, raw: np.ndarray, wtype: Q) -> np.ndarray:
 
 
 def test_the_new_types_are_trusted_by_the_cpu_device():
-    """Every type here is in executor.BIT_EXACT (so the compiled step and the CPU executor use its kernel)."""
+    """Every type here is in target.BIT_EXACT (so the compiled step and the CPU executor use its kernel)."""
     assert set(TYPES) <= BIT_EXACT
 
 

@@ -9,10 +9,12 @@ import numpy as np
 import pytest
 
 from kinetic.codegen.cpu import tape
-from kinetic.codegen.cpu.lowering import LOWERINGS, unsupported
+from kinetic.codegen.cpu.executor import CpuInterpreter
+from kinetic.codegen.cpu.lowering import LOWERINGS, device_graph, unsupported
+from kinetic.codegen.cpu.quant_blocks import LAYOUTS
 from kinetic.codegen.cpu.step import CompiledStep
 from kinetic.codegen.cpu.tape_plan import Arenas, Instr, Plan, Ref, encode
-from kinetic.codegen.cpu.target import CAPABILITIES
+from kinetic.codegen.cpu.target import BIT_EXACT, CAPABILITIES
 from kinetic.codegen.runner import Capabilities
 from kinetic.compiler import compile_graph
 from kinetic.frontend.gguf_file import open_gguf
@@ -77,7 +79,58 @@ def test_compiled_tapes_leave_every_unnamed_column_zero():
 
 
 def test_the_cpu_declares_only_fused_ops_its_table_lowers():
-    """CAPABILITIES has the shared shape, and every fused op it declares has a row in LOWERINGS."""
+    """CAPABILITIES has the shared shape, every fused op it declares has a row in LOWERINGS, its
+    device phase makes only forms it declares (quantize nodes), and only for types with a kernel."""
     assert isinstance(CAPABILITIES, Capabilities) and CAPABILITIES.name == "cpu"
     assert CAPABILITIES.fused_ops and CAPABILITIES.fused_ops <= set(LOWERINGS)
     assert CAPABILITIES.max_rows is None
+    fusions = CAPABILITIES.fusions
+    assert fusions.forms() == {Op.QUANTIZE} <= CAPABILITIES.fused_ops
+    assert fusions.quantized_matmuls == BIT_EXACT <= set(LAYOUTS) and not fusions.quantize_in
+
+
+@pytest.mark.parametrize("family", ["llama", "gemma3"])
+def test_the_tapes_quantizations_are_the_device_graphs_quantize_nodes(family):
+    """The step runs the device form of the graph it is given (ids kept); each quantize node is one
+    q8 quantization on the tape, and every q8 matmul kernel reads one of them."""
+    gguf = open_gguf(synthetic_path(family))
+    graph = compile_graph(gguf)
+    step = CompiledStep(graph, GGUFWeights(gguf), threads=2, rows=4)
+    assert step.graph == device_graph(graph) != graph
+    nodes = [n for n in step.graph.nodes if n.op is Op.QUANTIZE]
+    quants = [i for i in step.plan.instrs if i.op == tape.OP_QUANT and i.args[tape.QUANT_BLOCK] > 1]
+    assert nodes and [i.writes for i in quants] == [(("q", n.inputs[0], n.attrs.format),) for n in nodes]
+    q8_matmuls = [i for i in step.plan.instrs if i.op == tape.OP_MATMUL and i.args[tape.MATMUL_D] != 0]
+    assert q8_matmuls and all(i.reads[0] in {q.writes[0] for q in quants} for i in q8_matmuls)
+
+
+def test_the_executor_and_the_reference_run_the_device_graph():
+    """The op-by-op executor and the reference interpreter run the CPU's device form too (a quantize
+    node's reference passes its rows on), with the compiled step's logits on the generic graph."""
+    gguf = open_gguf(synthetic_path("llama"))
+    graph = compile_graph(gguf)
+    device = device_graph(graph)
+    compiled = _logits(Engine(graph, GGUFWeights(gguf), n_ctx=32, device="cpu"))
+    reference = Engine(device, GGUFWeights(gguf), n_ctx=32, device="reference")
+    executor = Engine(device, GGUFWeights(gguf), n_ctx=32, device="reference")
+    executor.runner = CpuInterpreter(GGUFWeights(gguf))
+    assert np.array_equal(_logits(reference), compiled) and np.array_equal(_logits(executor), compiled)
+
+
+def test_quantized_rows_for_a_type_without_a_cpu_kernel_are_refused():
+    """A device graph made for another device's fusions (quantized rows read by an IQ3_S matmul, a
+    type the CPU runs through the reference, which reads f32 rows) is unsupported, naming the type;
+    the same matmul reading f32 rows is lowered."""
+    from kinetic.ir.text import parse_graph
+
+    text = """
+%0 = input() {name="tokens"} : i32[T]
+%1 = param() {tensor="token_embd.weight"} : f32[16,256]
+%2 = embed(%1, %0) : f32[T,256]
+%3 = param() {tensor="w"} : iq3_s[32,256]
+%4 = quantize(%2) {format="q8_k"} : q8_k[T,256]
+%5 = matmul(%4, %3) {activations="q8"} : f32[T,32]
+output out = %5
+"""
+    assert unsupported(parse_graph(text)) == "a matmul of IQ3_S weights reading quantized rows"
+    assert unsupported(parse_graph(text.replace("matmul(%4", "matmul(%2"))) is None
