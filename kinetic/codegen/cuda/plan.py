@@ -1,11 +1,12 @@
 """One pass shape's work on the CUDA runtime: its launches in graph order, its buffers, and the
 staging buffer of everything that changes between passes of that shape.
 
-Owns: `LaunchOrder` (once per model: where each launch runs in the graph's order, and when each
+Owns: `LaunchOrder` (once per model: where each launch runs in the graph's order, and where each
 value is read for the last time) and `Plan` (built once per (rows T, output rows R): one launch per
-node that has kernels, in graph order, buffers reused once a value is dead, the GEMV for one row and
-the GEMM for more; per pass, filling the staging buffer and reading the outputs and the new keys
-and values back). The fused
+node that has kernels, in graph order, the GEMV for one row and the GEMM for more; the values the
+launches write placed in one arena by the shared liveness planner (common/buffers.py), so a dead
+value's bytes serve again; per pass, filling the staging buffer and reading the outputs and the new
+keys and values back). The fused
 launches are read from the graph the device phase made: an add_rms_norm launches where its add
 stands and writes both values, a rope_pair writes its other rotation too, a producer that an
 in-producer quantize reads writes the quantized row that quantize node stands for, and every matmul
@@ -18,9 +19,11 @@ recordings (model.py).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
+from kinetic.codegen.common.buffers import Value, plan_buffers
 from kinetic.codegen.common.tables import pass_mask
 from kinetic.codegen.cuda.backends import ALIGN
 from kinetic.ir.graph import Graph, Node
@@ -35,8 +38,7 @@ F32 = np.float32
 ATTENTION_SCRATCH_BYTES = 64 << 20
 
 
-@dataclass(frozen=True)
-class Launch:
+class Launch(NamedTuple):
     """One kernel launch of a plan; `args` hold device views and numbers, and ("k"|"v", layer) for
     the sequence's cache, filled in when the plan is recorded for a sequence."""
 
@@ -45,15 +47,30 @@ class Launch:
     args: tuple
 
 
+class _Slot:
+    """One buffer a launch reads or writes, while the launches are built: `offset` bytes into the
+    value `value` (an index into the plan's values), `nbytes` long; its `view` of the arena once the
+    planner has placed the values."""
+
+    __slots__ = ("value", "offset", "nbytes", "view")
+
+    def __init__(self, value: int, offset: int, nbytes: int):
+        self.value, self.offset, self.nbytes, self.view = value, offset, nbytes, None
+
+
 @dataclass(frozen=True)
 class LaunchOrder:
-    """What every plan of a graph shares, whatever its shape: per position in the graph's order, the
-    node whose launch runs there (None: none) and the values read there for the last time; and
-    which producers' launches write a quantize node's row (device_fusion.quantized_in_producer)."""
+    """What every plan of a graph shares, whatever its shape: each launch's (position in the graph's
+    order, node); per value, the position it is last read at; which producers' launches write a
+    quantize node's row (device_fusion.quantized_in_producer); the graph's inputs; the rotary
+    tables (n_rot, theta, freq_scale) and attention windows the passes stage."""
 
-    launches: tuple[Node | None, ...]
-    dead_after: tuple[tuple[int, ...], ...]
+    launches: tuple[tuple[int, Node], ...]
+    last_read: dict[int, int]
     quantized_by: dict[int, Node]
+    inputs: tuple[Node, ...]
+    rope_keys: tuple[tuple[int, float, float], ...]
+    windows: tuple[int, ...]
 
     @staticmethod
     def of(graph: Graph, kernels: dict[int, list], skip: frozenset[int]) -> LaunchOrder:
@@ -73,9 +90,14 @@ class LaunchOrder:
         # per position, the values read there: the node's inputs, and those of the launch running there
         reads_at = [set(node.inputs) | set(_launch_reads(graph, launch) if launch else ())
                     for node, launch in zip(graph.nodes, launches, strict=True)]
-        last_use = {j: i for i, reads in enumerate(reads_at) for j in reads}
-        dead_after = tuple(tuple(j for j in reads if last_use[j] == i) for i, reads in enumerate(reads_at))
-        return LaunchOrder(launches, dead_after, quantized_in_producer(graph))
+        last_read = {j: i for i, reads in enumerate(reads_at) for j in reads}
+        mine = [n for n in graph.nodes if n.id not in skip]
+        rope_keys = sorted({(n.attrs.n_rot, float(n.attrs.theta), float(n.attrs.freq_scale))
+                            for n in mine if n.op in (Op.ROPE, Op.ROPE_PAIR)})
+        return LaunchOrder(tuple((i, launch) for i, launch in enumerate(launches) if launch is not None),
+                           last_read, quantized_in_producer(graph),
+                           tuple(n for n in graph.nodes if n.op is Op.INPUT), tuple(rope_keys),
+                           tuple(sorted({n.attrs.window for n in mine if n.op is Op.ATTENTION})))
 
 
 def _launch_reads(graph: Graph, node: Node) -> tuple[int, ...]:
@@ -116,12 +138,9 @@ class Plan:
         split = self.model.split
         if split:
             fields.append(("hidden", 4 * t * int(graph.node(split.boundary).type.shape[-1])))
-        mine = [n for n in graph.nodes if n.id not in self.model.skip]
-        self.rope_keys = sorted({(n.attrs.n_rot, float(n.attrs.theta), float(n.attrs.freq_scale))
-                                 for n in mine if n.op in (Op.ROPE, Op.ROPE_PAIR)})
+        self.rope_keys, self.windows = self.model.order.rope_keys, self.model.order.windows
         for key in self.rope_keys:
             fields += [(("cos", key), 4 * t * (key[0] // 2)), (("sin", key), 4 * t * (key[0] // 2))]
-        self.windows = sorted({n.attrs.window for n in mine if n.op is Op.ATTENTION})
         fields += [(("mask", w), t * self.model.n_ctx) for w in self.windows]
         self.offsets: dict[object, tuple[int, int]] = {}
         at = 0
@@ -138,45 +157,72 @@ class Plan:
         at, nbytes = self.offsets[name]
         return self.staging[at : at + nbytes].view(dtype)
 
-    # -- the launches, with buffers reused once their value is dead
+    # -- the launches, then the arena their values live in
     def _build(self, graph: Graph, backend) -> None:
+        """Every launch in graph order, each value it writes a `_Slot` (taken at the launch's
+        position); then the planner places the slots in one arena and the launches get their views."""
         order, split = self.model.order, self.model.split
         self.quantized_by = order.quantized_by
-        pinned = {nid for _, nid in graph.outputs} | ({split.boundary} if split else set())
         self.kv_at, at = {}, 0
         for _layer, (k_node, v_node, width) in sorted(self.kv_nodes.items()):
             for nid in (k_node, v_node):
                 self.kv_at[nid] = self.kv_rows[at : at + self.n_rows * width * 4]
                 at += self.n_rows * width * 4
         self.rows_of: dict[int, tuple] = {}  # quantize node id -> its row's buffers (xq, xd[, xs])
-        free: dict[int, list] = {}  # bytes -> buffers of that size no live value holds
+        self._values: list[tuple[int, int, int]] = []  # per value: whose (node id), bytes, position written
+        self._slots: list[_Slot] = []
+        for node in order.inputs:
+            name = node.attrs.name
+            self.buffers[node.id] = self.input_view(name) if name in ("tokens", "output_rows") else None
+        if split:
+            self.buffers[split.boundary] = self.input_view("hidden")
+        for self._position, launch in order.launches:
+            self._launches(launch)
+        outputs = {nid for _, nid in graph.outputs}  # read back after the pass: live to its end
+        self._place(backend, outputs, order.last_read)
 
-        def take(nbytes: int):
-            nbytes = max(-(-nbytes // ALIGN) * ALIGN, ALIGN)
-            pool = free.get(nbytes)
-            return pool.pop() if pool else backend.empty(nbytes)
+    def _take(self, owner: int, *parts: int) -> list[_Slot]:
+        """One value of node `owner` (its output, or a quantize node's row), written at the current
+        position and live until `owner` is last read: its parts end to end, each aligned."""
+        value, at, slots = len(self._values), 0, []
+        for nbytes in parts:
+            nbytes = -(-nbytes // ALIGN) * ALIGN or ALIGN
+            slots.append(_Slot(value, at, nbytes))
+            at += nbytes
+        self._values.append((owner, at, self._position))
+        self._slots += slots
+        return slots
 
-        self._take = take
-        for i, node in enumerate(graph.nodes):
-            if split and node.id == split.boundary:
-                self.buffers[node.id] = self.input_view("hidden")
-            elif node.op is Op.INPUT:
-                name = node.attrs.name
-                self.buffers[node.id] = self.input_view(name) if name in ("tokens", "output_rows") else None
-            elif order.launches[i] is not None:
-                self._launches(order.launches[i])
-            for j in order.dead_after[i]:  # values read for the last time: their buffers serve again
-                if j not in pinned and j not in self.kv_at:
-                    for buf in (self.buffers.pop(j, None), *self.rows_of.pop(j, ())):
-                        if buf is not None and graph.node(j).op is not Op.INPUT:
-                            free.setdefault(buf.nbytes, []).append(buf)
+    def _place(self, backend, outputs: set[int], last_read: dict[int, int]) -> None:
+        """The values planned into one arena (common/buffers.py: a value shares bytes only with values
+        dead before its writer runs), and every slot replaced by its view of the arena; of the values'
+        buffers, the outputs' are kept (`read`)."""
+        values = [Value(i, nbytes, first, None if owner in outputs else last_read.get(owner, first))
+                  for i, (owner, nbytes, first) in enumerate(self._values)]
+        plan = plan_buffers(values, align=ALIGN)
+        starts, total = plan.offsets(ALIGN)
+        self.activations = arena = backend.empty(total)  # every value the launches write
+        buffer_of, cut = plan.buffer_of, {}  # cut: (start, bytes) -> the view, cut once
+        for slot in self._slots:
+            key = (starts[buffer_of[slot.value]] + slot.offset, slot.nbytes)
+            if key not in cut:
+                cut[key] = arena[key[0] : key[0] + key[1]]
+            slot.view = cut[key]
+        self.launches = [Launch(kernel, rows, tuple([a.view if type(a) is _Slot else a for a in args]))
+                         for kernel, rows, args in self.launches]
+        kept = {nid: self.buffers[nid] for nid in outputs}
+        self.buffers = {nid: buf.view if type(buf) is _Slot else buf for nid, buf in kept.items()}
+        del self._values, self._slots, self.rows_of
 
     def _output(self, node: Node):
-        """A new buffer for a node's value (its slot of the keys' and values' rows for an attention's k, v)."""
+        """A slot for a node's value (its slot of the keys' and values' rows for an attention's k, v)."""
         if node.id in self.kv_at:
             buf = self.kv_at[node.id]
-        else:
-            buf = self._take(self.count(node) * int(node.type.shape[-1]) * 4)
+        else:  # _take's one-part case, written out: a plan takes one per launched node
+            nbytes = -(-self.count(node) * int(node.type.shape[-1]) * 4 // ALIGN) * ALIGN or ALIGN
+            buf = _Slot(len(self._values), 0, nbytes)
+            self._values.append((node.id, nbytes, self._position))
+            self._slots.append(buf)
         self.buffers[node.id] = buf
         return buf
 
@@ -187,11 +233,12 @@ class Plan:
         return () if q is None or not self.count(q) else self._row_buffers(q)
 
     def _row_buffers(self, q: Node) -> tuple:
-        """A quantize node's row: int8 values, f32 scales (and Q8_1's f32 sums), as quantize.py writes."""
+        """A quantize node's row: int8 values, f32 scales (and Q8_1's f32 sums), as quantize.py writes;
+        live until the quantize node's last reader."""
         n, k, fmt = self.count(q), int(q.type.shape[-1]), q.attrs.format
         block = 256 if fmt == "q8_k" else 32
-        sums = (self._take(n * (k // 32) * 4),) if fmt == "q8_1" else ()
-        acts = (self._take(n * k), self._take(n * (k // block) * 4), *sums)
+        sums = (n * (k // 32) * 4,) if fmt == "q8_1" else ()
+        acts = tuple(self._take(q.id, n * k, n * (k // block) * 4, *sums))
         self.rows_of[q.id] = acts
         return acts
 

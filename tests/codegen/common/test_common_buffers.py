@@ -107,3 +107,49 @@ def test_inconsistent_values_are_refused():
         Value("x", -1, 0, 0)
     with pytest.raises(ValueError, match="share a key"):
         plan_buffers([Value("x", 4, 0, 0), Value("x", 4, 1, 1)])
+
+
+def reference_plan(values: list[Value], align: int = 1) -> BufferPlan:
+    """The module docstring's rule written straight: at each value, scan every free buffer."""
+    sizes: list[int] = []
+    buffer_of = {}
+    live: list[tuple[float, int]] = []  # (last read, buffer) of the values that hold a buffer
+    free: dict[int, float] = {}  # buffer -> when its last value was last read
+    for value in sorted(values, key=lambda v: v.first):  # stable: ties keep the order given
+        for last, buffer in [x for x in live if x[0] < value.first]:
+            live.remove((last, buffer))
+            free[buffer] = last
+        need = -(-value.nbytes // align) * align
+        fits = [b for b in free if sizes[b] >= need]
+        if fits:
+            buffer = min(fits, key=lambda b: (sizes[b], free[b], b))
+        elif free:
+            buffer = min(free, key=lambda b: (-sizes[b], free[b], b))
+        else:
+            buffer = len(sizes)
+            sizes.append(0)
+        free.pop(buffer, None)
+        sizes[buffer] = max(sizes[buffer], need)
+        buffer_of[value.key] = buffer
+        live.append((float("inf") if value.last is None else value.last, buffer))
+    return BufferPlan(buffer_of, tuple(sizes))
+
+
+def values_with_ties(seed: int, n: int = 300) -> list[Value]:
+    """Few distinct sizes and positions, so equal sizes and equal free times meet often."""
+    rng = np.random.default_rng(seed)
+    values = []
+    for i in range(n):
+        first = int(rng.integers(0, 120))
+        last = None if rng.random() < 0.05 else first + int(rng.integers(0, 12))
+        values.append(Value(i, int(rng.choice([0, 64, 256, 300, 1024, 4096])), first, last))
+    return values
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_planner_chooses_as_the_straightforward_scan(seed):
+    """The bisecting planner gives exactly the plan of scanning every free buffer per value (same
+    buffer per value, same sizes), with and without alignment, on random values with many ties."""
+    for values in (random_values(seed), values_with_ties(seed)):
+        for align in (1, 256):
+            assert plan_buffers(values, align=align) == reference_plan(values, align=align)
