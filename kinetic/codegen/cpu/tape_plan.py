@@ -2,10 +2,11 @@
 
 Owns: the instruction record the lowering produces (`Instr`, with `Ref`s to buffers not yet placed,
 collected in a `Plan`), and the three steps that turn a plan into what the driver runs: the barrier
-plan (`place_barriers`, after `align_columns`), the buffer plan (`allocate`: one float32 arena and
-one byte arena, reused by liveness only across a barrier) and the encoding (`encode`: the rows
-split tape, the columns split tape, the float tape and the segments between Python ops). Does not
-own which node becomes which instructions (lowering.py) nor the row layout (tape.py).
+plan (`place_barriers`, after `align_columns`), the buffer plan (`allocate`: the liveness rules of
+one float32 arena and one byte arena, reused only across a barrier) and the encoding (`encode`: the
+rows split tape, the columns split tape, the float tape and the segments between Python ops). Does
+not own which node becomes which instructions (lowering.py), the row layout (tape.py), nor how
+buffers are chosen (kinetic/codegen/common/buffers.py, shared with Vulkan).
 
 Two plans of one tape: rows split (a pass of at least as many rows as threads: row-local ops split
 the rows) and columns split (fewer rows, e.g. decode: row-local ops split columns in UNIT units),
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from kinetic.codegen.common.buffers import Value, plan_buffers
 from kinetic.codegen.cpu import tape
 
 F32 = np.float32
@@ -128,59 +130,47 @@ class Arenas:
 
 
 def allocate(plan: Plan, kept: list[tuple]) -> Arenas:
-    """Constants first (never freed), then each buffer in order of its first phase, in a free slot of
-    its size whose last reader ran in an earlier phase, else at the top. `kept` buffers (the
-    graph's outputs) are never reused."""
-    last_use: dict = {}
-    first_def: dict = {}
+    """Both arenas through the shared planner (kinetic/codegen/common/buffers.py): each buffer a
+    `Value` whose positions are the rows plan's phases, so a buffer is reused only across a barrier.
+    Liveness: from the phase of a buffer's first writer to the last phase that reads or writes it
+    (a buffer written by several instructions lives from the first to the last); `kept` buffers (the
+    graph's outputs, read after the pass) and constants (live before the first phase: the rotary
+    tables an instruction fills, the norm weights and biases) live to the end and are never reused,
+    the constants first in the f32 arena. A quantized buffer's q, d and e parts are one value, each
+    part aligned."""
+    first: dict = {}
+    last: dict = {}
     for ins in plan.instrs:
         for key in ins.writes:
-            first_def.setdefault(key, ins.phase)
+            first.setdefault(key, ins.phase)
         for key in ins.reads + ins.writes:
-            last_use[key] = ins.phase
+            last[key] = ins.phase
     for key in kept:
-        last_use[key] = 1 << 60
-    offsets: dict = {}
-    top = 0
-    for key, values in plan.constants.items():
-        offsets[key] = top
-        top += _aligned(values.size)
-    free: dict[int, list[tuple[int, int]]] = {}
-    qtop = 0
-    qfree: dict[tuple, list[tuple[int, int]]] = {}
-    q_offsets: dict = {}
-    for key in sorted(first_def, key=lambda k: first_def[k]):
-        if key in plan.f32_sizes:
-            size = _aligned(plan.f32_sizes[key])
-            slot = _take(free.setdefault(size, []), first_def[key])
-            if slot is None:
-                slot, top = top, top + size
-            offsets[key] = slot
-            free[size].append((slot, last_use[key]))
-        elif key in plan.q_sizes:
-            sizes = tuple(_aligned(s, BYTE_ALIGN) for s in plan.q_sizes[key])
-            slot = _take(qfree.setdefault(sizes, []), first_def[key])
-            if slot is None:
-                slot, qtop = qtop, qtop + sum(sizes)
-            q_offsets[key] = (slot, slot + sizes[0], slot + sizes[0] + sizes[1])
-            qfree[sizes].append((slot, last_use[key]))
+        last[key] = None
+    constants = [Value(key, 4 * values.size, -1, None) for key, values in plan.constants.items()]
+    f32_values = constants + [Value(key, 4 * plan.f32_sizes[key], phase, last[key])
+                              for key, phase in first.items() if key in plan.f32_sizes]
+    q_parts = {key: tuple(_aligned(s, BYTE_ALIGN) for s in plan.q_sizes[key]) for key in first if key in plan.q_sizes}
+    q_values = [Value(key, sum(parts), first[key], last[key]) for key, parts in q_parts.items()]
+    starts, size = _arena(f32_values, 4 * ALIGN)
+    offsets, top = {key: at // 4 for key, at in starts.items()}, size // 4
+    starts, qtop = _arena(q_values, BYTE_ALIGN)
+    q_offsets = {key: (at, at + q_parts[key][0], at + q_parts[key][0] + q_parts[key][1]) for key, at in starts.items()}
     arena = np.zeros(top + ALIGN, F32)
     for key, values in plan.constants.items():
         arena[offsets[key]: offsets[key] + values.size] = values
     return Arenas(arena, np.zeros(qtop + BYTE_ALIGN, np.uint8), offsets, q_offsets)
 
 
+def _arena(values: list[Value], align: int) -> tuple[dict, int]:
+    """Each value's byte offset in one arena of `values`' buffers laid end to end, and its size."""
+    plan = plan_buffers(values, align)
+    starts, size = plan.offsets(align)
+    return {key: starts[buffer] for key, buffer in plan.buffer_of.items()}, size
+
+
 def _aligned(n: int, align: int = ALIGN) -> int:
     return (n + align - 1) // align * align
-
-
-def _take(slots: list[tuple[int, int]], phase: int) -> int | None:
-    """A slot whose last reader ran in an earlier phase than `phase`."""
-    for i, (slot, last) in enumerate(slots):
-        if last < phase:
-            del slots[i]
-            return slot
-    return None
 
 
 @dataclass

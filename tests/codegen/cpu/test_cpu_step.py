@@ -112,7 +112,9 @@ def test_real_models_thread_count_invariant(name):
     assert np.array_equal(_all_logits(_engine(gguf, graph, threads=2), PROMPT[:6]), one)
 
 
-def test_plan_barriers_and_buffer_reuse_are_sound(synthetic):
+def test_plan_barriers_are_sound(synthetic):
+    """Independent matmuls share a phase; no op reads or writes, in its own phase, what another op of
+    that phase wrote across a different split."""
     gguf, graph = synthetic
     step = _engine(gguf, graph).runner
     instrs = step.plan.instrs
@@ -130,20 +132,38 @@ def test_plan_barriers_and_buffer_reuse_are_sound(synthetic):
             shared = set(a.writes) & (set(b.reads) | set(b.writes)) or set(a.reads) & set(b.writes)
             if shared:
                 assert a.row_local and b.row_local and a.output_rows == b.output_rows
-    # values sharing an arena slot are never live in the same phase
-    live: dict[tuple, tuple[int, int]] = {}
-    for ins in instrs:
+
+
+def test_buffers_that_overlap_in_an_arena_are_never_live_in_one_phase(synthetic):
+    """Two buffers whose bytes overlap (in the f32 arena or the byte arena) have disjoint phase spans,
+    a span running from the first phase that reads or writes a buffer to the last; outputs and
+    constants span the whole pass."""
+    gguf, graph = synthetic
+    step = _engine(gguf, graph).runner
+    plan, end = step.plan, 1 << 60
+    span: dict[tuple, tuple[int, int]] = {}
+    for ins in plan.instrs:
         for key in ins.reads + ins.writes:
-            lo, hi = live.get(key, (ins.phase, ins.phase))
-            live[key] = (min(lo, ins.phase), max(hi, ins.phase))
-    by_slot: dict[int, list[tuple[int, int]]] = {}
-    for key, span in live.items():
-        if key[0] == "v" and key in step.offsets:
-            by_slot.setdefault(step.offsets[key], []).append(span)
-    for spans in by_slot.values():
-        spans.sort()
-        for (_, end), (start, _) in zip(spans, spans[1:], strict=False):
-            assert end < start
+            lo, hi = span.get(key, (ins.phase, ins.phase))
+            span[key] = (min(lo, ins.phase), max(hi, ins.phase))
+    span.update({("v", node_id): (span[("v", node_id)][0], end) for _name, node_id in step.graph.outputs})
+    span.update({key: (-1, end) for key in plan.constants})
+    ranges = {"f32": [], "bytes": []}
+    for key, at in step.offsets.items():
+        floats = plan.constants[key].size if key in plan.constants else plan.f32_sizes[key]
+        ranges["f32"].append((4 * at, 4 * (at + floats), key))
+    for key, (q, _d, e) in step.q_offsets.items():
+        ranges["bytes"].append((q, e + plan.q_sizes[key][2], key))
+    for arena, extent in (("f32", step.arena.nbytes), ("bytes", step.qarena.nbytes)):
+        placed = sorted(r for r in ranges[arena] if r[1] > r[0])
+        assert placed and placed[-1][1] <= extent
+        for i, (_lo, hi, key) in enumerate(placed):
+            for lo2, _hi2, key2 in placed[i + 1:]:
+                if lo2 >= hi:
+                    break
+                (a0, a1), (b0, b1) = span[key], span[key2]
+                assert a1 < b0 or b1 < a0, (arena, key, key2)
+    assert len({at for at, _hi, _key in ranges["f32"]}) < len(ranges["f32"])  # some buffer is reused
 
 
 def test_graphs_it_cannot_run_fall_back_to_the_op_by_op_executor():

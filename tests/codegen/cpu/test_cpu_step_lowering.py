@@ -13,7 +13,7 @@ from kinetic.codegen.cpu.executor import CpuInterpreter
 from kinetic.codegen.cpu.lowering import LOWERINGS, device_graph, unsupported
 from kinetic.codegen.cpu.quant_blocks import LAYOUTS
 from kinetic.codegen.cpu.step import CompiledStep
-from kinetic.codegen.cpu.tape_plan import Arenas, Instr, Plan, Ref, encode
+from kinetic.codegen.cpu.tape_plan import Arenas, Instr, Plan, Ref, allocate, encode
 from kinetic.codegen.cpu.target import BIT_EXACT, CAPABILITIES
 from kinetic.codegen.runner import Capabilities
 from kinetic.compiler import compile_graph
@@ -64,6 +64,25 @@ def test_the_encoder_refuses_an_instruction_that_does_not_fill_its_ops_columns()
     del args[tape.TAKE_WIDTH]
     with pytest.raises(AssertionError, match="take_rows"):
         encode(Plan([Instr(tape.OP_TAKE_ROWS, args)]), arenas)
+
+
+def test_the_arenas_reuse_a_buffer_only_after_its_last_phase_and_never_an_outputs():
+    """allocate: a buffer last read in phase p serves a value written in phase p + 1 or later, never
+    one written in p; an output keeps its buffer; constants come first, filled; a quantized buffer's
+    q, d and e parts are consecutive, each 64-byte aligned."""
+    a, b, c, d, out, q, w = ("v", 1), ("v", 2), ("v", 3), ("v", 4), ("v", 5), ("q", 1, "q8_0"), ("c", "w")
+    plan = Plan([Instr(1, writes=(a,), phase=0), Instr(1, reads=(a,), writes=(b, q), phase=1),
+                 Instr(1, reads=(b, q), writes=(out,), phase=1), Instr(1, reads=(out,), writes=(c,), phase=2),
+                 Instr(1, reads=(c,), writes=(d,), phase=3)],
+                f32_sizes={key: 32 for key in (a, b, c, d, out)}, q_sizes={q: (40, 8, 0)},
+                constants={w: np.arange(5, dtype=np.float32)})
+    arenas = allocate(plan, [out])
+    at = arenas.offsets
+    assert at[w] == 0 and np.array_equal(arenas.arena[:5], np.arange(5))
+    assert len({at[a], at[b], at[out]}) == 3  # live together in phase 1
+    assert at[c] in (at[a], at[b]) and at[d] in (at[a], at[b]) and at[c] != at[d]
+    assert at[out] not in (at[a], at[b], at[c], at[d], at[w])
+    assert arenas.q_offsets[q] == (0, 64, 128)
 
 
 def test_compiled_tapes_leave_every_unnamed_column_zero():
