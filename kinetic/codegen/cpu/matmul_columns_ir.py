@@ -57,16 +57,25 @@ def pair_scratch(fn: Function, layout: Layout, variant: str, k: int) -> tuple[st
     return xs, fn.v(f"alloca i32, i64 {k // 4}, align 32") if row_offset(layout, variant) else None
 
 
-def column_pairs(fn: Function, layout: Layout, variant: str, k: int, first_row: str, xs: str, corr: str | None) -> None:
-    """Columns [n0, n1) for rows [first_row, m), two columns at a time. With one row (decode) all
-    columns run in one sweep; with more, in chunks of ~CHUNK_BYTES so the rows reuse them from L2."""
+def _column_step(fn: Function, layout: Layout, variant: str, k: int, first_row: str,
+                 width: int) -> tuple[int, int, int, int, str]:
+    """What a column sweep of `width` weight rows at a time starts with: blocks per row, bytes per
+    block, bytes per row, the weight offset (row_offset), and the columns a chunk takes (every
+    column with one row, else a multiple of `width` near CHUNK_BYTES)."""
     nb, bb = k // 32, layout.block_bytes
     rb = nb * bb
     offset = row_offset(layout, variant)
     cols = fn.v("sub i64 %n1, %n0")
     all_cols = fn.v(f"select i1 {fn.v(f'icmp sgt i64 {cols}, 0')}, i64 {cols}, i64 1")
     several = fn.v(f"icmp sgt i64 {fn.v(f'sub i64 %m, {first_row}')}, 1")
-    step = fn.v(f"select i1 {several}, i64 {max(2, CHUNK_BYTES // rb // 2 * 2)}, i64 {all_cols}")
+    chunk = max(width, CHUNK_BYTES // rb // width * width)
+    return nb, bb, rb, offset, fn.v(f"select i1 {several}, i64 {chunk}, i64 {all_cols}")
+
+
+def column_pairs(fn: Function, layout: Layout, variant: str, k: int, first_row: str, xs: str, corr: str | None) -> None:
+    """Columns [n0, n1) for rows [first_row, m), two columns at a time. With one row (decode) all
+    columns run in one sweep; with more, in chunks of ~CHUNK_BYTES so the rows reuse them from L2."""
+    nb, bb, rb, offset, step = _column_step(fn, layout, variant, k, first_row, 2)
     has_min = layout.has_min
     ahead = -(-PREFETCH_BYTES // (2 * rb)) * 2 * rb
     dup4 = const_vec("i32", [0, 1, 2, 3] * 2)
@@ -190,13 +199,7 @@ def _pair_dot(fn: Function, variant: str, pb, xl: str, xh: str, start: str | Non
 
 def column_quads(fn: Function, layout: Layout, variant: str, k: int, first_row: str, corr: str | None) -> None:
     """Columns [n0, n1) for rows [first_row, m), four columns at a time (chunks as in `column_pairs`)."""
-    nb, bb = k // 32, layout.block_bytes
-    rb = nb * bb
-    offset = row_offset(layout, variant)
-    cols = fn.v("sub i64 %n1, %n0")
-    all_cols = fn.v(f"select i1 {fn.v(f'icmp sgt i64 {cols}, 0')}, i64 {cols}, i64 1")
-    several = fn.v(f"icmp sgt i64 {fn.v(f'sub i64 %m, {first_row}')}, 1")
-    step = fn.v(f"select i1 {several}, i64 {max(4, CHUNK_BYTES // rb // 4 * 4)}, i64 {all_cols}")
+    nb, bb, rb, offset, step = _column_step(fn, layout, variant, k, first_row, 4)
     dup16 = const_vec("i32", list(range(16)) * 2)
     dup4 = const_vec("i32", [0, 1, 2, 3] * 2)
     ahead = -(-PREFETCH_BYTES // (4 * rb)) * 4 * rb
