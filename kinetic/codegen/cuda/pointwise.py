@@ -36,7 +36,9 @@ ELEMENTWISE = {
     "gelu": (1, "k_gelu(a, table)"),
     "swiglu": (2, "k_mul(k_silu(a), b)"),
     "geglu": (2, "k_mul(k_gelu(a, table), b)"),
+    "add_bias": (2, "k_add(a, b)"),
 }
+BROADCAST = {"add_bias"}  # ops whose second operand is one row [width] that every row reads
 
 
 def elementwise(op: str, width: int, factor: float = 1.0, quantize: str | None = None) -> Kernel:
@@ -48,6 +50,8 @@ def elementwise(op: str, width: int, factor: float = 1.0, quantize: str | None =
         raise ValueError(f"a {quantize} row is whole blocks of {256 if quantize == 'q8_k' else 32} values, not {width}")
     if op not in ELEMENTWISE:
         raise NotImplementedError(f"no CUDA elementwise kernel for {op!r}")
+    if quantize and op in BROADCAST:
+        raise NotImplementedError(f"{op} writing a quantized row")
     n_in, expr = ELEMENTWISE[op]
     name = f"{op}_w{width}"
     if op == "scale":
@@ -60,7 +64,7 @@ def elementwise(op: str, width: int, factor: float = 1.0, quantize: str | None =
         params.append(Param("table", "const u16*"))
     params.append(Param("out", "float*"))
     params += quantized_params(quantize)
-    b_load = "const float b = LD(float, y, at);" if n_in == 2 else ""
+    b_load = f"const float b = LD(float, y, {'i' if op in BROADCAST else 'at'});" if n_in == 2 else ""
     blocks = -(-width // POINTWISE_THREADS)
     if quantize == "q8_k":
         body = _q8_k_body(width, expr, b_load)
@@ -93,23 +97,6 @@ BODY
   }}
 """
     return Kernel(name, "pointwise", POINTWISE_THREADS, blocks, tuple(params), body)
-
-
-def add_bias(width: int) -> Kernel:
-    """out [rows, width] = x + bias [width] on every row (k_add: one f32 rounding a value)."""
-    params = (Param("x", "const float*"), Param("bias", "const float*"), Param("out", "float*"))
-    body = f"""\
-  enum {{ W = {width} }};
-BODY
-  LANES {{
-    const int i = BX * {POINTWISE_THREADS} + TID;
-    if (i < W) {{
-      const long at = (long)BY * W + i;
-      ST(float, out, at, k_add(LD(float, x, at), LD(float, bias, i)));
-    }}
-  }}
-"""
-    return Kernel(f"add_bias_w{width}", "pointwise", POINTWISE_THREADS, -(-width // POINTWISE_THREADS), params, body)
 
 
 def rms_norm(width: int, eps: float, group: int = 0, weighted: bool = True, residual: bool = False,

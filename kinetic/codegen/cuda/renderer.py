@@ -193,7 +193,7 @@ def _elementwise(name: str) -> Callable[[Node, Context], list[Kernel]]:
 
 
 def _add_bias(node: Node, ctx: Context) -> list[Kernel]:
-    return [pointwise.add_bias(ctx.width(node))]
+    return [pointwise.elementwise("add_bias", ctx.width(node))]
 
 
 Render = Callable[[Node, Context], list[Kernel]]
