@@ -112,6 +112,20 @@ def kernel_gemm(prog, xp, acts, raw, wtype: Q):
     return y
 
 
+def elementwise_case(op: str, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray | None, np.ndarray]:
+    """(the second operand an elementwise kernel of `op` reads, or None; the interpreter's value of it
+    on a and b). A broadcast op (add_bias) reads one row, b[0]; its reference reads that row as a
+    weight, so its value here is the one f32 add a value that reference makes."""
+    from kinetic.ir.interpreter import evaluate
+    from kinetic.ir.ops import Op, ScaleAttrs
+
+    with np.errstate(all="ignore"):
+        if op in pointwise.BROADCAST:
+            return b[0], (a + b[0]).astype(np.float32)
+        ref = evaluate(Op(op), [a, b], ScaleAttrs(SCALE_FACTOR) if op == "scale" else None)
+    return (b if pointwise.ELEMENTWISE[op][0] == 2 else None), ref
+
+
 def kernel_elementwise(prog, xp, op: str, a, b=None):
     kernel = pointwise.elementwise(op, a.shape[1], SCALE_FACTOR)
     out = xp.zeros(a.shape, xp.float32)

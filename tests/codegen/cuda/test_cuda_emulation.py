@@ -18,11 +18,11 @@ from cuda_helpers import (
     NORMS,
     QUANTIZE_WIDTHS,
     ROPES,
-    SCALE_FACTOR,
     TYPES,
     attention_inputs,
     cache_with_garbage,
     edge_values,
+    elementwise_case,
     kernel_attention,
     kernel_elementwise,
     kernel_matmul,
@@ -37,7 +37,7 @@ from cuda_helpers import (
 from kinetic.codegen.cuda import pointwise
 from kinetic.ir import numerics
 from kinetic.ir.interpreter import evaluate
-from kinetic.ir.ops import Op, RopeAttrs, ScaleAttrs
+from kinetic.ir.ops import Op, RopeAttrs
 from tests.device_checks import same_bits
 
 
@@ -77,15 +77,12 @@ def test_quantizers_equal_reference(host, fmt):
 @pytest.mark.parametrize("op", sorted(pointwise.ELEMENTWISE))
 def test_elementwise_equals_reference(host, op):
     """Elementwise kernels (ggml's exp polynomial for SiLU, its f16 table for GELU) equal the
-    interpreter's ops bit for bit, edge values included (zeros, subnormals, +-10, overflow)."""
+    interpreter's ops bit for bit, edge values included (zeros, subnormals, +-10, overflow); a
+    broadcast op (add_bias) reads one row as its second operand."""
     rng = np.random.default_rng(4)
     a = edge_values(rng, 3, ELEMENTWISE_WIDTH)
-    b = (rng.standard_normal(a.shape) * 4).astype(np.float32)
-    two = pointwise.ELEMENTWISE[op][0] == 2
-    got = kernel_elementwise(host, np, op, a, b if two else None)
-    with np.errstate(all="ignore"):
-        ref = evaluate(Op(op), [a, b], ScaleAttrs(SCALE_FACTOR) if op == "scale" else None)
-    assert same_bits(got, ref)
+    b, ref = elementwise_case(op, a, (rng.standard_normal(a.shape) * 4).astype(np.float32))
+    assert same_bits(kernel_elementwise(host, np, op, a, b), ref)
 
 
 @pytest.mark.parametrize("width,eps,group,weighted", NORMS)

@@ -14,12 +14,12 @@ from cuda_helpers import (
     KV_STORE_WIDTHS,
     NORMS,
     ROPES,
-    SCALE_FACTOR,
     TAKE_ROWS_WIDTHS,
     TYPES,
     attention_inputs,
     cache_with_garbage,
     edge_values,
+    elementwise_case,
     f16_rounding_cases,
     kernel_attention,
     kernel_elementwise,
@@ -40,7 +40,7 @@ from gguf import GGMLQuantizationType as Q
 from kinetic.codegen.cuda import device, pointwise
 from kinetic.ir import numerics
 from kinetic.ir.interpreter import evaluate
-from kinetic.ir.ops import Op, RopeAttrs, ScaleAttrs
+from kinetic.ir.ops import Op, RopeAttrs
 from kinetic.ir.quants import dequantize_rows
 from tests.device_checks import same_bits
 
@@ -76,13 +76,12 @@ def test_gpu_gemv_equals_reference(gpu, cp, wtype):
 
 @pytest.mark.parametrize("op", sorted(pointwise.ELEMENTWISE))
 def test_gpu_elementwise_equals_reference(gpu, cp, op):
-    """Elementwise kernels on the GPU equal the interpreter bit for bit, edge values included."""
+    """Elementwise kernels on the GPU equal the interpreter bit for bit, edge values included (a
+    broadcast op reads one row as its second operand)."""
     rng = np.random.default_rng(31)
     a = edge_values(rng, 3, ELEMENTWISE_WIDTH)
-    b = (rng.standard_normal(a.shape) * 4).astype(np.float32)
-    got = cp.asnumpy(kernel_elementwise(gpu, cp, op, a, b if pointwise.ELEMENTWISE[op][0] == 2 else None))
-    with np.errstate(all="ignore"):
-        assert same_bits(got, evaluate(Op(op), [a, b], ScaleAttrs(SCALE_FACTOR) if op == "scale" else None))
+    b, ref = elementwise_case(op, a, (rng.standard_normal(a.shape) * 4).astype(np.float32))
+    assert same_bits(cp.asnumpy(kernel_elementwise(gpu, cp, op, a, b)), ref)
 
 
 @pytest.mark.parametrize("width,eps,group,weighted", NORMS)
