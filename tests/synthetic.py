@@ -3,12 +3,27 @@ changed metadata), with the `gguf` package's reader and writer."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import gguf
 import numpy as np
 
 SYNTHETIC = Path(__file__).parent / "data" / "synthetic"
+
+
+def synthetic_files() -> list[str]:
+    """Every synthetic file of a registered family: <arch>/ and its other shapes, <arch>-<shape>/ (the
+    family is the json's "arch", so hyphenated architectures such as hunyuan-dense work)."""
+    from kinetic.frontend.families import supported_architectures
+
+    archs = supported_architectures()
+    return sorted(d.name for d in SYNTHETIC.iterdir()
+                  if d.is_dir() and json.loads((d / f"{d.name}.json").read_text())["arch"] in archs)
+
+
+def synthetic_arch(name: str) -> str:
+    return json.loads((SYNTHETIC / name / f"{name}.json").read_text())["arch"]
 
 
 def synthetic_path(arch: str) -> Path:

@@ -15,21 +15,20 @@ from kinetic.frontend.lower import lower
 from kinetic.ir.rows import PassRows
 from kinetic.runtime.engine import Engine
 from kinetic.runtime.weights import GGUFWeights
-from tests.synthetic import SYNTHETIC, rewrite_gguf, synthetic_path
-
-
-def synthetic_files() -> list[str]:
-    """Every synthetic file of a registered family: <arch>/ and the other shapes, <arch>-<shape>/."""
-    archs = supported_architectures()
-    return sorted(d.name for d in SYNTHETIC.iterdir()
-                  if d.is_dir() and json.loads((d / f"{d.name}.json").read_text())["arch"] in archs)
+from tests.synthetic import SYNTHETIC, rewrite_gguf, synthetic_arch, synthetic_files, synthetic_path
 
 
 def test_every_family_has_a_synthetic_file():
-    """Completeness: each registered architecture has a synthetic GGUF with llama.cpp's outputs."""
+    """Completeness: each registered architecture has the shared synthetic GGUF with llama.cpp's outputs
+    and at least one file of another shape (a family is checked on several shapes, not on one file);
+    every such file is run by the llama.cpp comparison here and by every device in
+    test_family_devices.py, which both take their files from synthetic_files()."""
+    files = synthetic_files()
     for arch in supported_architectures():
         assert synthetic_path(arch).is_file(), f"no synthetic file for {arch}"
         assert (SYNTHETIC / arch / f"{arch}.npz").is_file()
+        shapes = [name for name in files if synthetic_arch(name) == arch]
+        assert len(shapes) >= 2, f"{arch} has no synthetic file of another shape (scripts/synth_shapes.py)"
 
 
 @pytest.mark.parametrize("name", synthetic_files())

@@ -1,4 +1,4 @@
-"""Every device runs every synthetic file of a family with a device gate (qwen2 so far) as the
+"""Every device runs every synthetic file of every registered family (each shape) as the
 reference interpreter does: the same logits bit for bit, a row in a pass equal to the row alone, and
 drafted decoding equal to plain. A device whose kernels do not cover a file (a weight type without a
 kernel) or that is not available here is skipped with its reason."""
@@ -17,9 +17,9 @@ from kinetic.ir.rows import PassRows
 from kinetic.runtime.engine import Engine
 from kinetic.runtime.weights import GGUFWeights
 from tests.device_checks import REPEATING, FixedCosts, check_tree_rows_equal_paths, greedy, same_bits, same_cache
-from tests.synthetic import SYNTHETIC, synthetic_path
+from tests.synthetic import SYNTHETIC, synthetic_files, synthetic_path
 
-FILES = sorted(d.name for d in SYNTHETIC.iterdir() if d.name.split("-")[0] == "qwen2")
+FILES = synthetic_files()
 DEVICES = ("cpu", "cuda-emulated", "vulkan")
 N_CTX = 64
 
