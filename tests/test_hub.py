@@ -117,21 +117,6 @@ def test_unknown_names_and_folders_are_refused(models, tmp_path):
 # -- pull ----------------------------------------------------------------------------------------------
 
 
-def test_hugging_face_name_when_the_network_is_unreachable(models, monkeypatch):
-    """org/repo[:quant] answers that the network is unreachable, with a hint to use a path."""
-    monkeypatch.setattr(hub, "_huggingface_reachable", lambda: False)
-    with pytest.raises(KineticError, match="network is unreachable") as err:
-        hub.pull("bartowski/SmolLM2-135M-Instruct-GGUF:Q4_K_M")
-    assert "give its path" in err.value.hint
-
-
-def test_hugging_face_name_when_the_network_is_there(models, monkeypatch):
-    """With a network, the answer is that Hugging Face downloads are not supported yet."""
-    monkeypatch.setattr(hub, "_huggingface_reachable", lambda: True)
-    with pytest.raises(KineticError, match="not supported yet"):
-        hub.pull("org/repo")
-
-
 def test_unknown_pull_name(models):
     """A name that is neither known nor org/repo is refused, listing the known names."""
     with pytest.raises(KineticError, match="unknown model 'nope'") as err:

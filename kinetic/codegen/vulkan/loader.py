@@ -38,6 +38,7 @@ class PhysicalDevice:
     name: str
     type: str  # as Capabilities.device_type: "discrete", "integrated", "virtual", "cpu", "other"
     api_version: tuple[int, int, int]
+    device_memory: int | None = None  # bytes of its device-local memory heaps (kinetic doctor, fit)
 
     @property
     def is_cpu(self) -> bool:
@@ -63,10 +64,16 @@ def physical_devices() -> list[PhysicalDevice]:
         for i, handle in enumerate(handles):
             props = vk.vkGetPhysicalDeviceProperties(handle)
             found.append(PhysicalDevice(i, props.deviceName, DEVICE_TYPES.get(props.deviceType, "other"),
-                                        _version(props.apiVersion)))
+                                        _version(props.apiVersion), _device_local_bytes(vk, handle)))
         return found
     finally:
         vk.vkDestroyInstance(instance, None)
+
+
+def _device_local_bytes(vk, handle) -> int:
+    heaps = vk.vkGetPhysicalDeviceMemoryProperties(handle)
+    return sum(heaps.memoryHeaps[i].size for i in range(heaps.memoryHeapCount)
+               if heaps.memoryHeaps[i].flags & vk.VK_MEMORY_HEAP_DEVICE_LOCAL_BIT)
 
 
 def preferred_device(devices: list[PhysicalDevice]) -> PhysicalDevice | None:

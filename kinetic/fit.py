@@ -1,0 +1,138 @@
+"""Whether a model fits this machine: the largest context its memory holds, and how many layers a
+GPU holds.
+
+Owns: the memory estimate, from the file's header only (docs/models.md, "fit", states it):
+
+    need(context) = weights + context * kv_per_token + working
+    kv_per_token  = n_layer * n_kv_head * head_dim * 2 (keys and values) * 2 bytes (f16 cache)
+    working       = 128 rows * (n_vocab + 4 * n_embd + 2 * n_ff) * 4 bytes + 256 MiB
+
+`weights` is the bytes of the file's tensors (mapped as they are); the KV cache is what the engine
+allocates (every layer holds the whole context, f16 by default); `working` is one prompt pass of 128
+rows (logits, activations) plus the process itself (Python, compiled kernels, tokenizer: 200 to
+300 MiB measured on the reference models). The largest context is the most whole 256-token steps
+that fit, capped at the model's training context. On a GPU, the last layers go there (Kinetic runs
+the first ones on the CPU when a model is split): the embeddings, output and working buffers first,
+then as many layers, each its weights plus its share of the KV cache at the context planned.
+
+Does not own measuring memory (kinetic.machine) or finding models (kinetic.stores).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from kinetic.errors import KineticError
+
+KV_ITEM_BYTES = 2  # f16 keys and values
+PASS_ROWS = 128  # prompt rows per pass, the engine's default batch (kinetic.limits)
+PROCESS_BYTES = 256 * 1024**2
+CONTEXT_STEP = 256
+DEFAULT_CONTEXT_CAP = 32768  # the default context: the model's own, capped here (and by memory)
+
+
+@dataclass(frozen=True)
+class Shape:
+    """The header facts the estimate needs."""
+
+    n_layer: int
+    n_kv_head: int
+    head_dim: int
+    n_embd: int
+    n_ff: int
+    n_vocab: int
+    context_length: int | None  # the training context
+    weights: int  # bytes of every tensor
+    layer_weights: tuple[int, ...]  # bytes of each block's tensors (blk.N.*)
+
+    @property
+    def kv_per_token(self) -> int:
+        return self.n_layer * self.n_kv_head * self.head_dim * 2 * KV_ITEM_BYTES
+
+    @property
+    def working(self) -> int:
+        return PASS_ROWS * (self.n_vocab + 4 * self.n_embd + 2 * self.n_ff) * 4 + PROCESS_BYTES
+
+    @property
+    def other_weights(self) -> int:
+        """Bytes outside the blocks: embeddings, output norm and head."""
+        return self.weights - sum(self.layer_weights)
+
+
+@dataclass(frozen=True)
+class Fit:
+    max_context: int  # 0: the weights and working buffers alone do not fit
+    context: int  # the context planned: the model's own, capped at 32768 and at max_context
+    gpu_layers: int | None  # None: no GPU to plan for
+    n_layer: int
+
+    @property
+    def runs_on(self) -> str:
+        if self.gpu_layers is None or self.gpu_layers == 0:
+            return "CPU" if self.max_context else "does not fit"
+        if self.gpu_layers == self.n_layer:
+            return "GPU"
+        return f"GPU {self.gpu_layers}/{self.n_layer} layers, CPU the rest"
+
+
+def read_shape(path: str | os.PathLike) -> Shape:
+    """The estimate's inputs from a GGUF file's header (checked as loading checks them)."""
+    from kinetic.frontend import hparams
+    from kinetic.frontend.gguf_file import open_gguf
+
+    gguf = open_gguf(path)
+    d = hparams.decoder(gguf, default_eps=1e-5)
+    n_ff = gguf.metadata.get(f"{gguf.architecture}.feed_forward_length", 4 * d.n_embd)
+    n_vocab = gguf.metadata.array_length("tokenizer.ggml.tokens") or 0
+    per_layer = [0] * d.n_layer
+    for name, tensor in gguf.tensors.items():
+        parts = name.split(".")
+        if parts[0] == "blk" and len(parts) > 1 and parts[1].isdigit() and int(parts[1]) < d.n_layer:
+            per_layer[int(parts[1])] += tensor.nbytes
+    context = gguf.metadata.get(f"{gguf.architecture}.context_length")
+    return Shape(n_layer=d.n_layer, n_kv_head=d.n_kv_head, head_dim=d.head_dim, n_embd=d.n_embd,
+                 n_ff=n_ff if isinstance(n_ff, int) else max(n_ff), n_vocab=n_vocab,
+                 context_length=context if isinstance(context, int) and context > 0 else None,
+                 weights=sum(t.nbytes for t in gguf.tensors.values()), layer_weights=tuple(per_layer))
+
+
+def max_context(shape: Shape, memory: int) -> int:
+    """The largest context (whole 256-token steps, at most the training context) whose weights, KV
+    cache and working buffers fit in `memory` bytes; 0 when not even one step does."""
+    room = memory - shape.weights - shape.working
+    if room <= 0:
+        return 0
+    tokens = room // shape.kv_per_token // CONTEXT_STEP * CONTEXT_STEP
+    cap = shape.context_length or tokens
+    return min(tokens, cap)
+
+
+def gpu_layers(shape: Shape, gpu_memory: int, context: int) -> int:
+    """How many of the last layers fit on a GPU with `gpu_memory` bytes at `context` tokens."""
+    room = gpu_memory - shape.other_weights - shape.working
+    kv_per_layer = shape.kv_per_token // shape.n_layer * context
+    placed = 0
+    for weights in reversed(shape.layer_weights):
+        if room < weights + kv_per_layer:
+            break
+        room -= weights + kv_per_layer
+        placed += 1
+    return placed
+
+
+def plan(shape: Shape, *, memory: int, gpu_memory: int | None) -> Fit:
+    """Where a model runs given `memory` bytes of RAM and, when there is a GPU, its free bytes."""
+    largest = max_context(shape, memory)
+    own = min(shape.context_length or DEFAULT_CONTEXT_CAP, DEFAULT_CONTEXT_CAP)
+    context = min(own, largest) if largest else min(own, CONTEXT_STEP)
+    layers = None if gpu_memory is None else gpu_layers(shape, gpu_memory, context)
+    return Fit(max_context=largest, context=context, gpu_layers=layers, n_layer=shape.n_layer)
+
+
+def shape_or_reason(path: str | os.PathLike) -> tuple[Shape | None, str | None]:
+    """The shape, or why the file cannot be planned for (a KineticError's message)."""
+    try:
+        return read_shape(path), None
+    except KineticError as exc:
+        return None, exc.message
