@@ -31,8 +31,9 @@ def synthetic_path(arch: str) -> Path:
 
 
 def rewrite_gguf(src: Path, dst: Path, *, rename: dict[str, str] | None = None, drop: set[str] = frozenset(),
-                 extra: dict[str, np.ndarray] | None = None, set_kv: dict[str, str] | None = None) -> Path:
-    """Copy src to dst with tensors renamed or dropped, f32 tensors added, string metadata replaced."""
+                 extra: dict[str, np.ndarray] | None = None, set_kv: dict[str, object] | None = None) -> Path:
+    """Copy src to dst with tensors renamed or dropped, f32 tensors added, metadata replaced or added
+    (a str, bool, int (int32), float (float32) or a list of one of those)."""
     rename, extra, set_kv = rename or {}, extra or {}, set_kv or {}
     reader = gguf.GGUFReader(src)
     arch = set_kv.get("general.architecture") or reader.fields["general.architecture"].contents()
@@ -41,14 +42,14 @@ def rewrite_gguf(src: Path, dst: Path, *, rename: dict[str, str] | None = None, 
         if key.startswith("GGUF.") or key in ("general.architecture", "general.alignment"):
             continue
         if key in set_kv:
-            writer.add_string(key, set_kv[key])
+            _add_value(writer, key, set_kv[key])
             continue
         vtype = field.types[0]
         sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
         writer.add_key_value(key, field.contents(), vtype, sub_type=sub)
     for key, value in set_kv.items():
         if key not in reader.fields and key != "general.architecture":
-            writer.add_string(key, value)
+            _add_value(writer, key, value)
     for t in reader.tensors:
         if t.name in drop:
             continue
@@ -60,3 +61,16 @@ def rewrite_gguf(src: Path, dst: Path, *, rename: dict[str, str] | None = None, 
     writer.write_tensors_to_file()
     writer.close()
     return dst
+
+
+def _value_type(value: object) -> gguf.GGUFValueType:
+    kinds = ((str, gguf.GGUFValueType.STRING), (bool, gguf.GGUFValueType.BOOL), (int, gguf.GGUFValueType.INT32),
+             (float, gguf.GGUFValueType.FLOAT32))
+    return next(t for kind, t in kinds if isinstance(value, kind))
+
+
+def _add_value(writer: gguf.GGUFWriter, key: str, value: object) -> None:
+    if isinstance(value, list):
+        writer.add_key_value(key, value, gguf.GGUFValueType.ARRAY, sub_type=_value_type(value[0]))
+    else:
+        writer.add_key_value(key, value, _value_type(value))

@@ -13,7 +13,8 @@ template_pool.py, template_worker.py, template_sandbox.py) and reading a model's
     model_info.py       ModelInfo: what a file holds, from its header only (`kinetic info`)
     hparams.py          `key(...)`, `rope(...)`: hyperparameters read through their checked entries
     blocks.py           Blocks: embed, rms_norm, linear, attention, ffn, head (keyword builders)
-    families/           one descriptor per architecture (llama, gemma3, qwen2) and the registry
+    layers.py           decoder(...): the llama-like embed/layers/head loop most families are
+    families/           one descriptor per architecture (llama, gemma3, qwen2, qwen3, ...) and the registry
     lower.py            lower(gguf): family -> verified Graph, every tensor placed
     tokenizer/          llama.cpp's tokenizers read from the file (BPE, SentencePiece, WordPiece)
     chat.py             ChatTemplate: messages -> prompt text, rendered within a budget

@@ -17,9 +17,13 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+import numpy as np
+from gguf import GGMLQuantizationType
+
 from kinetic.errors import KineticError, ModelFileError
 from kinetic.frontend import hparams as hp
-from kinetic.frontend.gguf_file import GGUFFile
+from kinetic.frontend.gguf_file import GGUFFile, TensorInfo
+from kinetic.frontend.rope_scaling import RopeOverrides
 from kinetic.frontend.tokenizer.vocab import check_vocab
 from kinetic.ir.graph import GraphBuilder
 from kinetic.ir.ops import (
@@ -41,12 +45,16 @@ class Act(enum.Enum):
     GELU = "gelu"
 
 
+QK_NORMS = ("head", "full")  # Blocks.attention's qk_norm: per head, or over the whole projection
+
+
 @dataclass(frozen=True)
 class Options:
     """Lowering choices that change numerics (see kinetic/ir/numerics/)."""
 
     activations: str = "q8"  # "q8": ggml's 8-bit activation quantization; "f32": float path
     kv_dtype: str = "f16"
+    rope: RopeOverrides = RopeOverrides()  # llama.cpp's --rope-* / --yarn-* settings (rope_scaling.py)
 
 
 @dataclass
@@ -57,6 +65,8 @@ class Blocks:
     b: GraphBuilder = field(default_factory=GraphBuilder)
     used: set[str] = field(default_factory=set)
     n_vocab: int | None = None  # rows of the embedding table, once embed() has read it
+    # layer -> (k, v, state) of its attention: what a later layer that shares its KV cache reads (gemma4)
+    kv_nodes: dict[int, tuple[int, int, int]] = field(default_factory=dict)
 
     # -- weights -----------------------------------------------------------------------------------
 
@@ -66,6 +76,22 @@ class Blocks:
     def weight(self, name: str, ne: tuple[int | None, ...], why: str) -> int:
         """The tensor as a param node, refused unless its GGUF shape `ne` (row length first) is the
         expected one; None in `ne` accepts any size there (it is checked against the others later)."""
+        info = self._checked_tensor(name, ne, why)
+        return self.b.param(name, param_type(info.type, info.shape))
+
+    def constant(self, name: str, *, why: str) -> float:
+        """The one value of an F32 tensor of shape [1], read now as a number: a per-layer scale that
+        llama.cpp multiplies in with ggml_mul, which rounds as a scale by that number does (gemma4's
+        layer_output_scale)."""
+        info = self._checked_tensor(name, (1,), why)
+        value = self.gguf.array(name) if info.type == GGMLQuantizationType.F32 else None
+        if value is None or not np.isfinite(value[0]):
+            shown = info.type.name if value is None else f"the value {value[0]}"
+            raise ModelFileError(self.gguf.path.name, f"tensor {name}", f"holds {shown}", f"one finite F32 ({why})")
+        return float(value[0])
+
+    def _checked_tensor(self, name: str, ne: tuple[int | None, ...], why: str) -> TensorInfo:
+        """The tensor's entry, marked used, refused unless it exists and has the shape `ne`."""
         info = self.gguf.tensors.get(name)
         if info is None:
             raise KineticError(
@@ -81,7 +107,7 @@ class Blocks:
             raise ModelFileError(self.gguf.path.name, f"tensor {name}", f"has shape {list(info.ne)}",
                                  f"no dimension above {hp.MAX_WIDTH}")
         self.used.add(name)
-        return self.b.param(name, param_type(info.type, info.shape))
+        return info
 
     def width(self, x: int) -> int:
         """The row width of an activation f32 [T, width]."""
@@ -109,14 +135,16 @@ class Blocks:
     def input(self, name: str) -> int:
         return self.node(Op.INPUT, (), InputAttrs(name))
 
-    def embed(self, table: str, tokens: int) -> int:
-        """Rows of the embedding table: [embedding_length, vocab], with a row for every token the
-        tokenizer can produce and as many as <arch>.vocab_size says when the file says."""
-        n_embd = hp.key(self.gguf, "embedding_length")
+    def embed(self, table: str, tokens: int, *, width: int | None = None) -> int:
+        """Rows of the embedding table: [embedding_length (or `width`), vocab], with a row for every
+        token the tokenizer can produce and as many as <arch>.vocab_size says when the file says; a
+        second table (gemma4's per-layer embeddings) has as many rows as the first."""
+        n_embd = width or hp.key(self.gguf, "embedding_length")
+        rows = self.n_vocab or hp.key(self.gguf, "vocab_size", None)
         info = self.gguf.tensors.get(table)
-        self.n_vocab = info.ne[-1] if info is not None else None
-        param = self.weight(table, (n_embd, hp.key(self.gguf, "vocab_size", None)),
-                            f"embedding_length {n_embd} by the vocabulary")
+        if self.n_vocab is None:
+            self.n_vocab = info.ne[-1] if info is not None else None
+        param = self.weight(table, (n_embd, rows), f"{'' if width else 'embedding_length '}{n_embd} by the vocabulary")
         self._check_tokenizer_fits(table)
         return self.node(Op.EMBED, (param, tokens))
 
@@ -161,19 +189,30 @@ class Blocks:
         n_head: int,
         n_kv_head: int,
         head_dim: int,
-        rope: RopeAttrs,
+        rope: RopeAttrs | None,
         scale: float,
         window: int = 0,
+        qk_norm: str | None = None,
         qk_norm_eps: float | None = None,
+        qk_norm_after_rope: bool = False,
         q_prescale: bool = False,
         bias: bool = False,
+        v_norm_eps: float | None = None,
+        v_from_k: bool = False,
     ) -> int:
         """Self-attention of one layer over its KV cache, output projection included.
 
+        qk_norm: None, "head" (q and k RMS-normed per head: attn_q_norm/attn_k_norm hold head_dim
+        values; qwen3, gemma3) or "full" (over the whole projection: n_head*head_dim and
+        n_kv_head*head_dim values; olmo2), with qk_norm_eps; before rotary, or after it with
+        qk_norm_after_rope (hunyuan-dense).
         q_prescale multiplies q by `scale` after rotary and runs attention with scale 1 (Gemma's
         graph does this; it changes how q rounds to the f16 cache type, so it is kept as written).
         bias: q, k and v each add their bias (attn_q.bias ...) after the projection, as llama.cpp's
         build_qkv does (ggml_add, before rotary).
+        v_norm_eps: v is RMS-normed per head without a weight (gemma4's ggml_rms_norm of Vcur).
+        v_from_k: the layer has no attn_v; the values are the key projection, before k's norm and
+        rotary (gemma4's layers without v_proj).
         """
         p = f"blk.{layer}."
         width, q_width, kv_width = self.width(x), n_head * head_dim, n_kv_head * head_dim
@@ -185,26 +224,46 @@ class Blocks:
                         bias=bias_of("q"))
         kv_why = f"{width} in, {n_kv_head} KV heads x {head_dim} out"
         k = self.linear(x, p + "attn_k.weight", n_out=kv_width, why=kv_why, bias=bias_of("k"))
-        v = self.linear(x, p + "attn_v.weight", n_out=kv_width, why=kv_why, bias=bias_of("v"))
-        if qk_norm_eps is not None:
-            q = self.rms_norm(q, p + "attn_q_norm.weight", eps=qk_norm_eps, group=head_dim)
-            k = self.rms_norm(k, p + "attn_k_norm.weight", eps=qk_norm_eps, group=head_dim)
-        q = self.node(Op.ROPE, (q, positions), rope)
-        k_rope = RopeAttrs(**{**rope.__dict__, "n_head": n_kv_head})
-        k = self.node(Op.ROPE, (k, positions), k_rope)
+        v = k if v_from_k else self.linear(x, p + "attn_v.weight", n_out=kv_width, why=kv_why, bias=bias_of("v"))
+        if v_norm_eps is not None:
+            v = self.rms_norm(v, None, eps=v_norm_eps, group=head_dim)
+        if not qk_norm_after_rope:
+            q, k = self._qk_norm(q, k, layer=layer, kind=qk_norm, eps=qk_norm_eps, head_dim=head_dim)
+        if rope is not None:  # None: no rotary in this layer (exaone4's global layers, NoPE granite)
+            if rope.freq_factors:  # read into the attributes by hp.rope: the file's tensor has its place
+                self._checked_tensor("rope_freqs.weight", (len(rope.freq_factors),), "rotary frequency factors")
+            q = self.node(Op.ROPE, (q, positions), rope)
+            k_rope = RopeAttrs(**{**rope.__dict__, "n_head": n_kv_head})
+            k = self.node(Op.ROPE, (k, positions), k_rope)
+        if qk_norm_after_rope:
+            q, k = self._qk_norm(q, k, layer=layer, kind=qk_norm, eps=qk_norm_eps, head_dim=head_dim)
         if q_prescale:
             q, scale = self.scale(q, scale), 1.0
         state = self.node(
             Op.STATE, (), StateAttrs(f"kv.{layer}", layer, n_kv_head, head_dim), TensorType("kv", ())
         )
         attrs = AttentionAttrs(n_head, n_kv_head, head_dim, scale, window, 0.0, self.options.kv_dtype)
+        self.kv_nodes[layer] = (k, v, state)
         out = self.node(Op.ATTENTION, (q, k, v, state), attrs)
         return self.linear(out, p + "attn_output.weight", n_out=width, why=f"{q_width} in, the width {width} out")
 
-    def ffn(self, x: int, *, layer: int, act: Act) -> int:
-        """Gated feed-forward: down(act(gate(x)) * up(x)), gate and up [width, n_ff], down [n_ff, width]."""
+    def _qk_norm(self, q: int, k: int, *, layer: int, kind: str | None, eps: float | None,
+                 head_dim: int) -> tuple[int, int]:
+        """q and k RMS-normed as `kind` says (see attention); None leaves them as they are."""
+        if kind is None:
+            return q, k
+        if kind not in QK_NORMS or eps is None:
+            raise ValueError(f"qk_norm {kind!r} with eps {eps}: expected one of {QK_NORMS} and an eps")
+        group = head_dim if kind == "head" else 0  # 0: the whole row
         p = f"blk.{layer}."
-        width, n_ff = self.width(x), hp.key(self.gguf, "feed_forward_length", None)
+        return (self.rms_norm(q, p + "attn_q_norm.weight", eps=eps, group=group),
+                self.rms_norm(k, p + "attn_k_norm.weight", eps=eps, group=group))
+
+    def ffn(self, x: int, *, layer: int, act: Act, n_ff: int | None = None) -> int:
+        """Gated feed-forward: down(act(gate(x)) * up(x)), gate and up [width, n_ff], down [n_ff, width];
+        n_ff is the file's feed_forward_length unless given (a family that reads it per layer)."""
+        p = f"blk.{layer}."
+        width, n_ff = self.width(x), n_ff or hp.key(self.gguf, "feed_forward_length", None)
         why = f"{width} in, feed_forward_length {n_ff} out" if n_ff else f"{width} in"
         gate = self.linear(x, p + "ffn_gate.weight", n_out=n_ff, why=why)
         n_ff = self.width(gate)

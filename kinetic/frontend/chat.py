@@ -28,8 +28,8 @@ from typing import Any
 from kinetic.errors import KineticError
 from kinetic.frontend.template_pool import DEFAULT_BUDGET, POOL, Cancel, RenderBudget, RenderCancelled
 
-__all__ = ["CHATML_TEMPLATE", "ChatTemplate", "DEFAULT_BUDGET", "MAX_TEMPLATE_BYTES", "RenderBudget",
-           "RenderCancelled", "read_template_file"]
+__all__ = ["BUILTIN_TEMPLATES", "CHATML_TEMPLATE", "ChatTemplate", "DEFAULT_BUDGET", "MAX_TEMPLATE_BYTES",
+           "RenderBudget", "RenderCancelled", "read_template_file"]
 
 # What llama.cpp renders when the file has no template (common/chat.cpp's ChatML source).
 CHATML_TEMPLATE = (
@@ -40,6 +40,9 @@ CHATML_TEMPLATE = (
     "  {{- '<|im_start|>assistant\\n' -}}\n"
     "{%- endif -%}\n"
 )
+
+# The templates llama.cpp's --chat-template NAME can name here (its other names are not built in).
+BUILTIN_TEMPLATES = {"chatml": CHATML_TEMPLATE}
 
 MAX_TEMPLATE_BYTES = 1024 * 1024  # real templates are a few KiB to a few tens of KiB
 _FIX_HINT = "Check the chat template (or pass --chat-template-file with a corrected one)."

@@ -5,7 +5,7 @@ Owns: KEYS, the table of `<arch>.*` keys Kinetic reads (each key's type and rang
 reads one and refuses anything else (wrong type, an array where one value belongs, out of range,
 NaN) with a ModelFileError naming the key, what it holds and what was expected; the relations
 between the values (head counts dividing the width and each other, rotary dimensions within a head)
-in `decoder()` and `rope()`; and the refusal of rotary scaling types the interpreter does not apply.
+in `decoder()`; and `rope()`, the entry to a layer's rotary parameters (rope_scaling.py resolves them).
 Does not own the tensors' shapes (blocks.py checks them against these values) or the tokenizer's
 keys (tokenizer/vocab.py). A key missing from KEYS is a programming error: add it with its range.
 
@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from kinetic.errors import KineticError, ModelFileError
+from kinetic.errors import ModelFileError
 from kinetic.frontend.gguf_file import GGUFFile
 from kinetic.ir.ops import RopeAttrs
 
@@ -45,13 +45,15 @@ class Spec:
     def expected(self) -> str:
         if self.kind is str:
             return "a string"
+        if self.kind is bool:
+            return "true or false"
         what, low, high = ("an integer", f"{self.low}", f"{self.high}") if self.kind is int else \
             ("a finite number", f"{self.low:g}", f"{self.high:g}")
         return f"{what} above {low} and at most {high}" if self.positive else f"{what} from {low} to {high}"
 
     def accepts(self, value: Any) -> bool:
-        if self.kind is str:
-            return isinstance(value, str)
+        if self.kind in (str, bool):
+            return isinstance(value, self.kind)
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             return False
         if self.kind is int and not isinstance(value, int):
@@ -76,8 +78,26 @@ KEYS: dict[str, Spec] = {
     "rope.dimension_count": Spec(int, 2, MAX_HEAD_SIZE),
     "rope.freq_base": Spec(float, 0.0, MAX_FLOAT, positive=True),
     "rope.freq_base_swa": Spec(float, 0.0, MAX_FLOAT, positive=True),
+    # gemma4: per-layer head counts and sizes, its sliding-window pattern, the final logit cap, and the
+    # features Kinetic refuses for now (per-layer embeddings, layers that share another's KV cache)
+    "attention.key_length_swa": Spec(int, 1, MAX_HEAD_SIZE),
+    "attention.value_length_swa": Spec(int, 1, MAX_HEAD_SIZE),
+    "attention.sliding_window_pattern": Spec(bool),  # per layer: true = sliding window
+    "rope.dimension_count_swa": Spec(int, 2, MAX_HEAD_SIZE),
+    "final_logit_softcapping": Spec(float, 0.0, MAX_FLOAT),  # 0 = off
+    "embedding_length_per_layer_input": Spec(int, 0, MAX_WIDTH),
+    "attention.shared_kv_layers": Spec(int, 0, MAX_LAYERS),
     "rope.scaling.type": Spec(str),
     "rope.scaling.factor": Spec(float, 0.0, MAX_FLOAT),
+    "rope.scale_linear": Spec(float, 0.0, MAX_FLOAT),  # the older name of rope.scaling.factor
+    "rope.scaling.attn_factor": Spec(float, 0.0, MAX_FLOAT, positive=True),
+    "rope.scaling.original_context_length": Spec(int, 0, MAX_CONTEXT),  # YaRN's; 0 = context_length
+    "rope.scaling.finetuned": Spec(bool),  # granite: false means no rotary at all
+    "embedding_scale": Spec(float, 0.0, MAX_FLOAT),  # granite multipliers; 0 = off (llama.cpp's default)
+    "residual_scale": Spec(float, 0.0, MAX_FLOAT),
+    "attention.scale": Spec(float, 0.0, MAX_FLOAT),
+    "logit_scale": Spec(float, 0.0, MAX_FLOAT, positive=True),  # the logits are divided by it
+    "rope.scaling.alpha": Spec(float, 0.0, MAX_FLOAT),  # hunyuan: NTK alpha, folded into the base
 }
 
 
@@ -130,22 +150,61 @@ def key(gguf: GGUFFile, suffix: str, default: Any = _MISSING) -> Any:
     return float(value) if spec.kind is float else value
 
 
-def rope(gguf: GGUFFile, *, n_head: int, head_dim: int, neox: bool, theta: float | None = None) -> RopeAttrs:
-    """The rotary configuration; linear scaling is applied, other scaling types are refused."""
-    n_rot = key(gguf, "rope.dimension_count", head_dim)
-    if n_rot % 2 or n_rot > head_dim:
-        raise _refuse(gguf, "rope.dimension_count", n_rot, f"an even number from 2 to the head size ({head_dim})")
-    base = theta if theta is not None else key(gguf, "rope.freq_base", 10000.0)
-    scaling = key(gguf, "rope.scaling.type", "none")
-    factor = key(gguf, "rope.scaling.factor", 0.0)
-    if "rope_freqs.weight" in gguf.tensors:
-        scaling = "llama3"
-    if scaling in ("none", "") or (scaling == "linear" and factor in (0.0, 1.0)):
-        return RopeAttrs(n_head, head_dim, n_rot, base, neox)
-    if scaling == "linear":
-        return RopeAttrs(n_head, head_dim, n_rot, base, neox, freq_scale=1.0 / factor)
-    raise KineticError(f"{scaling} rotary scaling is not supported yet",
-                       "Use a model without rotary scaling, or run it with llama.cpp for now.")
+def per_layer(gguf: GGUFFile, suffix: str, *, n_layer: int, default: Any = _MISSING) -> tuple[Any, ...]:
+    """`<architecture>.<suffix>` for each of n_layer layers: one value for every layer, or an array of
+    exactly n_layer values, each checked against KEYS[suffix] as key() checks one."""
+    name = f"{gguf.architecture}.{suffix}"
+    value = gguf.metadata.get(name, _MISSING)
+    if not hasattr(value, "__len__") or isinstance(value, str):
+        return (key(gguf, suffix, default),) * n_layer
+    spec, values = KEYS[suffix], list(value.tolist() if hasattr(value, "tolist") else value)
+    if len(values) != n_layer:
+        raise _refuse(gguf, suffix, value, f"one value, or an array of one per layer ({n_layer})")
+    for il, item in enumerate(values):
+        if not spec.accepts(item):
+            raise ModelFileError(gguf.path.name, f"{name}[{il}]", f"is {_show(item)}", spec.expected())
+    return tuple(float(v) if spec.kind is float else v for v in values)
+
+
+@dataclass(frozen=True)
+class Heads:
+    """One layer's attention heads: query heads, KV heads, and the size of each."""
+
+    n_head: int
+    n_kv_head: int
+    head_dim: int
+
+
+def heads_per_layer(gguf: GGUFFile, *, n_layer: int, key_length: tuple[int, ...],
+                    value_length: tuple[int, ...]) -> tuple[Heads, ...]:
+    """Each layer's heads, for files whose head counts (attention.head_count, head_count_kv) may be
+    arrays and whose head size may differ between layers (given per layer by the family): the KV heads
+    divide the heads, and keys and values have one size."""
+    n_head = per_layer(gguf, "attention.head_count", n_layer=n_layer)
+    n_kv_head = per_layer(gguf, "attention.head_count_kv", n_layer=n_layer, default=None)
+    layers = []
+    for il in range(n_layer):
+        kv = n_kv_head[il] or n_head[il]
+        if n_head[il] % kv:
+            raise _refuse(gguf, "attention.head_count_kv", kv, f"a divisor of attention.head_count ({n_head[il]}) "
+                          f"in layer {il}")
+        if value_length[il] != key_length[il]:
+            raise _refuse(gguf, "attention.value_length", value_length[il], f"the key length ({key_length[il]}) in "
+                          f"layer {il}: Kinetic's attention reads keys and values of one size")
+        layers.append(Heads(n_head=n_head[il], n_kv_head=kv, head_dim=key_length[il]))
+    return tuple(layers)
+
+
+def rope(gguf: GGUFFile, *, n_head: int, head_dim: int, neox: bool, theta: float | None = None,
+         swa: bool = False, freq_factors: bool = True) -> RopeAttrs:
+    """The rotary configuration of a layer with llama.cpp's scaling (none, linear, YaRN, the file's
+    rope_freqs factors) and the command line's overrides; an unknown scaling type is refused by name.
+    `theta`: a base in place of rope.freq_base; `swa`: a sliding-window layer (its own base, no linear
+    or YaRN scale); `freq_factors`: whether the layer reads rope_freqs. See rope_scaling.py."""
+    from kinetic.frontend.rope_scaling import rope_attrs  # it reads its keys through this module
+
+    return rope_attrs(gguf, n_head=n_head, head_dim=head_dim, neox=neox, theta=theta, swa=swa,
+                      freq_factors=freq_factors)
 
 
 def _refuse(gguf: GGUFFile, suffix: str, value: Any, expected: str) -> ModelFileError:

@@ -9,13 +9,15 @@ from __future__ import annotations
 from kinetic.frontend.blocks import Blocks, Options
 from kinetic.frontend.families import family_for
 from kinetic.frontend.gguf_file import GGUFFile
+from kinetic.frontend.rope_scaling import overriding
 from kinetic.ir.graph import Graph
 
 
 def lower(gguf: GGUFFile, options: Options | None = None) -> Graph:
     family = family_for(gguf.architecture)
     blocks = Blocks(gguf, family.name, options or Options())
-    logits = family.build(blocks)
+    with overriding(blocks.options.rope):  # every hp.rope call of the family sees the rotary overrides
+        logits = family.build(blocks)
     blocks.check_all_used()
     blocks.b.output("logits", logits)
     blocks.b.meta.extend([("family", family.name), ("architecture", gguf.architecture)])

@@ -20,7 +20,7 @@ from gguf import GGUFValueType
 from kinetic.errors import KineticError
 from kinetic.frontend.gguf_file import GGUFFile, open_gguf
 
-TOKENIZER_MODELS = frozenset({"gpt2", "llama"})
+TOKENIZER_MODELS = frozenset({"gpt2", "gemma4", "llama"})
 
 
 def supported_architectures() -> frozenset[str]:
@@ -128,11 +128,9 @@ def _tokenizer_info(gguf: GGUFFile) -> TokenizerInfo:
     pre = _str(meta, "tokenizer.ggml.pre")
     known_pre = pre or "default"  # llama.cpp reads a missing pre-tokenizer as "default"
     supported = model in TOKENIZER_MODELS and (model != "gpt2" or known_pre in supported_pre_tokenizers())
-    add_bos = meta.get("tokenizer.ggml.add_bos_token")
-    if not isinstance(add_bos, bool):
-        from kinetic.frontend.tokenizer.vocab import default_add_bos
+    from kinetic.frontend.tokenizer.vocab import effective_add_bos
 
-        add_bos = default_add_bos(model, known_pre)
+    add_bos = effective_add_bos(model, known_pre, meta.get("tokenizer.ggml.add_bos_token"))
     bos_id = _int(meta, "tokenizer.ggml.bos_token_id")
     eos_id = _int(meta, "tokenizer.ggml.eos_token_id")
     tokens = meta.array_length("tokenizer.ggml.tokens")

@@ -24,6 +24,7 @@ from dataclasses import dataclass, fields
 
 from kinetic.ir import orders
 from kinetic.ir import reference as ref
+from kinetic.ir.numerics.rotary import Rotary
 from kinetic.ir.quants import QUANT_TYPES
 from kinetic.ir.types import R, T, TensorType, f32, i32
 
@@ -37,6 +38,7 @@ class Op(enum.Enum):
     EMBED = "embed"  # rows of a (possibly quantized) table
     MATMUL = "matmul"  # x @ w.T with w stored [n_out, n_in]
     TAKE_ROWS = "take_rows"  # select rows of x by index
+    COLUMNS = "columns"  # a range of each row's values, x[:, start:start+count] (gemma4's per-layer inputs)
     # normalization and position
     RMS_NORM = "rms_norm"
     ROPE = "rope"
@@ -121,17 +123,23 @@ class RopeAttrs:
     theta: float  # frequency base
     neox: bool  # NeoX layout (halves) instead of interleaved pairs
     freq_scale: float = 1.0  # linear scaling: positions multiplied by this
-    # YaRN (0 = off): original context, extrapolation mix, attention factor, beta fast/slow
+    # YaRN (ext_factor 0 = off): original context, extrapolation mix, beta fast/slow; attn_factor is the
+    # magnitude ggml_rope_ext multiplies cos and sin by (any scaling; YaRN multiplies its own too)
     yarn_orig_ctx: int = 0
     yarn_ext_factor: float = 0.0
     yarn_attn_factor: float = 1.0
     yarn_beta_fast: float = 32.0
     yarn_beta_slow: float = 1.0
-    # llama3 scaling (factor 0 = off)
-    llama3_factor: float = 0.0
-    llama3_low_freq_factor: float = 1.0
-    llama3_high_freq_factor: float = 4.0
-    llama3_orig_ctx: int = 8192
+    # per pair, dividing its angle: the file's rope_freqs tensor (llama3 scaling, Gemma 4's proportional
+    # rotary), n_rot/2 positive values; () = none. Values, not a tensor input: a device's cos/sin tables
+    # are host tables keyed by them, and a stored graph carries them in its text
+    freq_factors: tuple[float, ...] = ()
+
+    @property
+    def rotary(self) -> Rotary:
+        """The parameters that fix this node's cos/sin table (a device keeps one table per value)."""
+        return Rotary(self.n_rot, self.theta, self.freq_scale, self.yarn_ext_factor, self.yarn_attn_factor,
+                      self.yarn_orig_ctx, self.yarn_beta_fast, self.yarn_beta_slow, tuple(self.freq_factors))
 
 
 @dataclass(frozen=True)
@@ -155,6 +163,12 @@ class ScaleAttrs:
 class QuantizeAttrs:
     format: str  # "q8_0", "q8_1" or "q8_k": the format of the weights' dots that read it (QUANT_TYPES)
     in_producer: bool = False  # its input's launch writes it too (no launch of its own)
+
+
+@dataclass(frozen=True)
+class ColumnsAttrs:
+    start: int  # the first column taken
+    count: int  # how many
 
 
 @dataclass(frozen=True)
@@ -220,6 +234,14 @@ def _infer_take_rows(ins, a) -> TensorType:
     return f32(idx.shape[0], width)
 
 
+def _infer_columns(ins, a: ColumnsAttrs) -> TensorType:
+    _n_inputs(ins, 1, Op.COLUMNS)
+    rows, width = _activation(ins[0], "columns input")
+    _check(a.start >= 0 and a.count > 0 and a.start + a.count <= width,
+           f"columns {a.start}..{a.start + a.count - 1} are not within the {width} of {ins[0]}")
+    return f32(rows, a.count)
+
+
 def _infer_rms_norm(ins, a: RmsNormAttrs) -> TensorType:
     _check(len(ins) in (1, 2), f"rms_norm takes x and an optional weight, got {len(ins)} inputs")
     rows, width = _activation(ins[0], "rms_norm input")
@@ -238,6 +260,11 @@ def _infer_rope(ins, a: RopeAttrs) -> TensorType:
     _check(width == a.n_head * a.head_dim, f"rope width {width} != {a.n_head} heads x {a.head_dim}")
     _check(0 < a.n_rot <= a.head_dim and a.n_rot % 2 == 0, f"rope n_rot {a.n_rot} invalid")
     _check(pos.dtype == "i32" and pos.shape == (rows,), f"rope positions must be i32[{rows}], got {pos}")
+    _check(not a.freq_factors or len(a.freq_factors) == a.n_rot // 2,
+           f"rope needs {a.n_rot // 2} freq factors (one per rotated pair), got {len(a.freq_factors)}")
+    _check(all(f > 0 for f in a.freq_factors), "rope freq factors must be positive")
+    _check(a.freq_scale > 0 and (not a.yarn_ext_factor or a.yarn_orig_ctx > 0),
+           "rope needs a positive freq_scale, and YaRN its original context")
     return x
 
 
@@ -337,6 +364,7 @@ OPS: dict[Op, OpSpec] = {
     Op.EMBED: _spec(EmbedAttrs, _infer_embed, ref.embed),
     Op.MATMUL: _spec(MatmulAttrs, _infer_matmul, ref.matmul, Group.REDUCE, order=orders.matmul_order),
     Op.TAKE_ROWS: _spec(NoAttrs, _infer_take_rows, ref.take_rows),
+    Op.COLUMNS: _spec(ColumnsAttrs, _infer_columns, ref.columns),
     Op.RMS_NORM: _spec(RmsNormAttrs, _infer_rms_norm, ref.rms_norm, Group.REDUCE, order=orders.rms_norm_order),
     Op.ROPE: _spec(RopeAttrs, _infer_rope, ref.rope),
     Op.ATTENTION: _spec(AttentionAttrs, _infer_attention, ref.attention, Group.REDUCE,

@@ -94,6 +94,12 @@ def take_rows(ev: Evaluation, node: Node, x: list) -> np.ndarray:
     return x[0][x[1]]
 
 
+def columns(ev: Evaluation, node: Node, x: list) -> np.ndarray:
+    """Columns start .. start + count - 1 of every row of x[0], their bits as they are."""
+    a = node.attrs
+    return np.ascontiguousarray(x[0][:, a.start: a.start + a.count])
+
+
 def rms_norm(ev: Evaluation, node: Node, x: list) -> np.ndarray:
     """RMS norm of each row (or each group of `group` values), times the weight if there is one."""
     a = node.attrs
@@ -108,11 +114,9 @@ def rope(ev: Evaluation, node: Node, x: list) -> np.ndarray:
     """Rotary position embedding of each head's first n_rot values (NeoX halves or interleaved pairs)."""
     a = node.attrs
     values, positions = x
-    if a.yarn_ext_factor or a.llama3_factor:
-        raise NotImplementedError("the reference interpreter applies only linear rotary scaling so far")
     rows = values.shape[0]
     heads = values.reshape(rows, a.n_head, a.head_dim).copy()
-    cos, sin = numerics.rope_cos_sin(positions, a.n_rot, a.theta, a.freq_scale)
+    cos, sin = numerics.rope_cos_sin(positions, a.rotary)  # with its scaling (numerics/rotary.py)
     cos, sin = cos[:, None, :], sin[:, None, :]
     rot = heads[:, :, : a.n_rot]
     if a.neox:

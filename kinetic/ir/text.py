@@ -38,7 +38,8 @@ _NODE = re.compile(
     r"(?P<attrs>\{.*\})?\s*:\s*(?P<type>[a-z0-9_]+\[[^\]]*\])"
 )
 _NAMED = re.compile(r"(?P<kind>meta|output)\s+(?P<key>\"(?:[^\"\\]|\\.)*\"|[^\s=]+)\s*=\s*(?P<value>.+)")
-_ATTR = re.compile(r'\s*(?P<key>[a-z_][a-z0-9_]*)\s*=\s*(?P<value>"(?:[^"\\]|\\.)*"|[^,}\s"]+)\s*(?P<end>[,}])')
+_ATTR = re.compile(r'\s*(?P<key>[a-z_][a-z0-9_]*)\s*=\s*(?P<value>"(?:[^"\\]|\\.)*"|\[[^\]]*\]|[^,}\s"\[]+)\s*'
+                   r'(?P<end>[,}])')
 _OPS_BY_NAME = {op.value: op for op in Op}
 
 
@@ -80,6 +81,8 @@ def _print_value(value: object) -> str:
         return repr(value)
     if isinstance(value, str):
         return _print_string(value)
+    if isinstance(value, tuple) and all(isinstance(v, float) for v in value):
+        return "[" + ", ".join(repr(v) for v in value) + "]"
     raise TypeError(f"attribute value {value!r} has no text form")
 
 
@@ -200,6 +203,8 @@ def _parse_value(literal: str, annotation: str, key: str, line_no: int) -> objec
             return int(literal)
         if annotation == "float":
             return float(literal)
+        if annotation == "tuple[float, ...]" and literal.startswith("[") and literal.endswith("]"):
+            return tuple(float(v) for v in literal[1:-1].split(",") if v.strip())
     except (KeyError, ValueError):
         raise IRParseError(line_no, f"attribute {key} must be {annotation}, got {literal}") from None
     raise IRParseError(line_no, f"attribute {key} has type {annotation}, which has no text form")

@@ -7,8 +7,7 @@ Anyone can edit an unsigned .ktc file and recompute its hashes, so a stored grap
 * the graph verifies (kinetic.ir.graph.verify: every other node's type follows from its inputs);
 * every integer attribute is a count, size or index, so none is negative (the specs compare products
   such as n_head * head_dim, which two negative values pass), attention has at least one head of at
-  least one value, every float attribute is finite, and no rotary node asks for a scaling Kinetic does
-  not run (YaRN, llama3);
+  least one value, every float attribute (rotary frequency factors included) is finite;
 * each KV-cache state node is the only one of its layer, has type kv[], is read by an attention and
   has the head count and head size of every attention that reads it (the cache is allocated from
   the state node, the kernels write what the attention says);
@@ -79,9 +78,8 @@ def _check_attributes(path: Path, graph: Graph) -> None:
                 raise _graph_error(path, f"gives %{node.id} = {node.op.value} the attribute {name}={value}")
         if node.op is Op.ATTENTION and min(node.attrs.n_head, node.attrs.n_kv_head, node.attrs.head_dim) < 1:
             raise _graph_error(path, f"gives attention %{node.id} no heads or empty heads")
-        if node.op is Op.ROPE and (node.attrs.yarn_ext_factor or node.attrs.llama3_factor):
-            raise _graph_error(path, f"asks %{node.id} for YaRN or llama3 rotary scaling, which Kinetic does not "
-                               "run yet")
+        if node.op in (Op.ROPE, Op.ROPE_PAIR) and not all(map(math.isfinite, node.attrs.freq_factors)):
+            raise _graph_error(path, f"gives %{node.id} = {node.op.value} a frequency factor that is not finite")
 
 
 def _check_states(path: Path, graph: Graph) -> None:

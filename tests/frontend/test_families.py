@@ -77,11 +77,14 @@ def test_unknown_architecture_is_refused(tmp_path):
         lower(open_gguf(path))
 
 
-def test_yarn_scaling_is_refused(tmp_path):
-    """Rotary scaling the interpreter does not apply is refused with the seed's message."""
-    path = rewrite_gguf(synthetic_path("llama"), tmp_path / "yarn.gguf", set_kv={"llama.rope.scaling.type": "yarn"})
-    with pytest.raises(KineticError, match="yarn rotary scaling is not supported yet"):
+def test_unknown_rotary_scaling_is_refused_by_name(tmp_path):
+    """A rotary scaling type Kinetic does not apply (phi3's longrope) is refused with its name and the
+    types that are supported."""
+    path = rewrite_gguf(synthetic_path("llama"), tmp_path / "longrope.gguf",
+                        set_kv={"llama.rope.scaling.type": "longrope"})
+    with pytest.raises(KineticError, match="'longrope' rotary scaling .* is not supported") as refused:
         lower(open_gguf(path))
+    assert "none, linear, yarn" in refused.value.hint
 
 
 def test_synthetic_metadata_is_what_the_json_says():

@@ -81,11 +81,12 @@ def test_rewritten_file_still_loads(tmp_path, arch):
 
 def test_every_key_has_a_sane_range():
     """Every hyperparameter spec accepts a typical value and refuses the wrong type, NaN and its bounds' outside."""
-    typical = {int: 4, float: 1e-5, str: "none"}
+    typical = {int: 4, float: 1e-5, str: "none", bool: True}
     for name, spec in KEYS.items():
         assert spec.accepts(typical[spec.kind]), name
-        assert not spec.accepts(True) and not spec.accepts([4]), name
-        if spec.kind is not str:
+        assert not spec.accepts(False if spec.kind is str else "true") and not spec.accepts([4]), name
+        assert spec.kind is bool or not spec.accepts(True), name
+        if spec.kind not in (str, bool):
             assert not spec.accepts(float("nan")) and not spec.accepts(spec.high * 2) and not spec.accepts(-1), name
 
 

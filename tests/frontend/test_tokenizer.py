@@ -69,7 +69,8 @@ def test_properties(tokenizers):
     assert (smol.bos_id, smol.eos_id, smol.add_bos, smol.vocab_size) == (1, 2, False, 49152)
     assert (gemma.bos_id, gemma.eos_id, gemma.add_bos, gemma.vocab_size) == (2, 1, True, 262144)
     assert {0, 2} <= smol.eot_ids and smol.token_text(2) == "<|im_end|>"
-    assert gemma.eot_ids == {1, 106} and gemma.token_text(106) == "<end_of_turn>"
+    assert gemma.eot_ids == {1, 106, 212} and gemma.token_text(106) == "<end_of_turn>"
+    assert gemma.token_text(212) == "</s>"  # llama.cpp b1-0c1e570's EOG set on this file: 1, 106, 212
 
 
 def _extra_texts() -> list[str]:

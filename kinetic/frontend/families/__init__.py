@@ -6,13 +6,31 @@ Adding a family is one file in this folder plus one line in FAMILIES.
 from __future__ import annotations
 
 from kinetic.errors import KineticError
-from kinetic.frontend.families import gemma3, llama, qwen2
+from kinetic.frontend.families import (
+    ernie4_5,
+    exaone4,
+    gemma3,
+    gemma4,
+    granite,
+    hunyuan_dense,
+    llama,
+    olmo2,
+    qwen2,
+    qwen3,
+)
 from kinetic.frontend.families.base import Family
 
 FAMILIES: tuple[Family, ...] = (
     llama.FAMILY,
     gemma3.FAMILY,
+    gemma4.FAMILY,
     qwen2.FAMILY,
+    qwen3.FAMILY,
+    ernie4_5.FAMILY,
+    hunyuan_dense.FAMILY,
+    granite.FAMILY,
+    olmo2.FAMILY,
+    exaone4.FAMILY,
 )
 
 _BY_ARCH = {arch: f for f in FAMILIES for arch in f.architectures}

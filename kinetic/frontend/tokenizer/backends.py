@@ -1,7 +1,8 @@
-"""The three ways a text fragment becomes ids, once special tokens are split out of it.
+"""The ways a text fragment becomes ids, once special tokens are split out of it.
 
-Owns: byte-level BPE (`gpt2`) and SentencePiece (`llama`) built on the `tokenizers` library, and
-WordPiece (`bert`) in plain Python; the disk cache for the SentencePiece merge table.
+Owns: byte-level BPE (`gpt2`), SentencePiece-style BPE (`gemma4`) and SentencePiece (`llama`) built
+on the `tokenizers` library, and WordPiece (`bert`) in plain Python; the disk cache for the
+SentencePiece merge table.
 Does not own: special tokens, BOS/EOS, detokenizing (core.py).
 
 A fragment here never contains a special token llama.cpp would have split out first.
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 import unicodedata
 from pathlib import Path
@@ -32,13 +34,14 @@ class _HFBackend:
         self.hf = hf
 
     def encode(self, fragments: list[str]) -> list[int]:
-        # Always the batch encoder, even for one fragment: it runs without the GIL (Tokenizer.encode
-        # holds it throughout, so a long prompt tokenized on a server's worker thread froze the
-        # event loop for seconds) and skips the offsets nobody reads, about twice as fast.
-        out: list[int] = []
-        for enc in self.hf.encode_batch_fast(fragments, add_special_tokens=False):
-            out.extend(enc.ids)
-        return out
+        return [i for ids in self.encode_each(fragments) for i in ids]
+
+    def encode_each(self, fragments: list[str]) -> list[list[int]]:
+        """The ids of each fragment. Always the batch encoder, even for one fragment: it runs
+        without the GIL (Tokenizer.encode holds it throughout, so a long prompt tokenized on a
+        server's worker thread froze the event loop for seconds) and skips the offsets nobody
+        reads, about twice as fast."""
+        return [enc.ids for enc in self.hf.encode_batch_fast(fragments, add_special_tokens=False)]
 
 
 def build_bpe(vocab: Vocab) -> _HFBackend:
@@ -48,25 +51,66 @@ def build_bpe(vocab: Vocab) -> _HFBackend:
     after the first character; the first of duplicate pairs keeps its rank. A merge whose parts or
     result are not tokens cannot yield a token and is left out (`tokenizers` refuses it).
     """
-    ids = vocab.token_to_id
-    merges: list[tuple[str, str]] = []
-    seen: set[tuple[str, str]] = set()
-    for line in vocab.merges:
-        cut = line.find(" ", 1)
-        if cut < 0:
-            continue
-        pair = (line[:cut], line[cut + 1 :])
-        if pair in seen or pair[0] not in ids or pair[1] not in ids or pair[0] + pair[1] not in ids:
-            continue
-        seen.add(pair)
-        merges.append(pair)
     assert vocab.pre is not None
-    hf = Tokenizer(models.BPE(dict(ids), merges, ignore_merges=vocab.pre.ignore_merges))
+    hf = Tokenizer(_bpe_model(vocab, dict(vocab.token_to_id), ignore_merges=vocab.pre.ignore_merges))
     splits = [pre_tokenizers.Split(Regex(r), behavior="isolated") for r in vocab.pre.regexes]
     hf.pre_tokenizer = pre_tokenizers.Sequence(
         [*splits, pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]
     )
     return _HFBackend(hf)
+
+
+def _bpe_model(vocab: Vocab, ids: dict[str, int], **options) -> models.BPE:
+    """A `tokenizers` BPE over `ids` with the file's merges in rank order, as llama.cpp splits them.
+
+    A merge whose parts or result are not tokens cannot yield a token and is left out (`tokenizers`
+    refuses it), as is a repeated pair (llama.cpp keeps its first rank). Checking every merge costs
+    about a second on Gemma 4's half a million, so `tokenizers` is first handed them unchecked and
+    the list is filtered only if it refuses them or holds a repeat.
+    """
+    pairs = [(line[:cut], line[cut + 1 :]) for line in vocab.merges for cut in (line.find(" ", 1),) if cut > 0]
+    if len(pairs) == len(vocab.merges) and len(set(pairs)) == len(pairs):
+        try:
+            return models.BPE(ids, pairs, **options)
+        except Exception:  # `tokenizers` raises a plain Exception for a merge outside the vocabulary
+            pass
+    usable: dict[tuple[str, str], None] = {}
+    for a, b in pairs:
+        if a in ids and b in ids and a + b in ids:
+            usable.setdefault((a, b))
+    return models.BPE(ids, list(usable), **options)
+
+
+class SpmStyleBpe:
+    """BPE over raw UTF-8 with U+2581 for spaces (llama.cpp's "gemma4" pre-tokenizer).
+
+    Spaces become U+2581, the text splits into runs of newlines and runs of anything else, and each
+    run is merged by the file's ranks from single characters (`tokenizers` does the merging). A
+    character with no token becomes its bytes' <0xNN> tokens; llama.cpp drops a byte whose token
+    the vocabulary lacks, which `tokenizers` would not (it falls back to all bytes or none), so every
+    missing byte token is given a stand-in id past the vocabulary that `encode` drops. A run of
+    newlines that is itself a token is taken whole (`whole_newline_runs`), as llama.cpp does since
+    its merges may not reach it; that check, and the newline split, are the Python part here.
+    """
+
+    def __init__(self, vocab: Vocab):
+        ids = dict(vocab.token_to_id)
+        self.n_tokens = len(vocab.tokens)
+        for b in range(256):
+            ids.setdefault(f"<0x{b:02X}>", self.n_tokens + b)
+        self.hf = _HFBackend(Tokenizer(_bpe_model(vocab, ids, byte_fallback=True)))
+        assert vocab.pre is not None
+        self.split = re.compile("|".join(vocab.pre.regexes))
+        self.whole = {t: i for t, i in vocab.token_to_id.items() if t and not t.strip("\n")} \
+            if vocab.pre.whole_newline_runs else {}
+
+    def encode(self, fragments: list[str]) -> list[int]:
+        runs = [run for fragment in fragments for run in self.split.findall(fragment.replace(" ", "\u2581"))]
+        merged = iter(self.hf.encode_each([run for run in runs if run not in self.whole]))
+        out: list[int] = []
+        for run in runs:
+            out.extend([self.whole[run]] if run in self.whole else next(merged))
+        return [i for i in out if i < self.n_tokens]
 
 
 # -- SentencePiece ---------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ import codecs
 from pathlib import Path
 
 from kinetic.frontend.tokenizer import backends
-from kinetic.frontend.tokenizer.vocab import Attr, Vocab, read_vocab
+from kinetic.frontend.tokenizer.vocab import BPE_MODELS, Attr, Vocab, read_vocab
 
 _SPECIAL = Attr.CONTROL | Attr.UNKNOWN
 _C_SPACE = " \t\n\v\f\r"  # C isspace(), which llama.cpp's strip flags use
@@ -33,11 +33,13 @@ _BYTES_OF = _byte_decoder()
 
 
 class Tokenizer:
-    """Byte-level BPE, SentencePiece or WordPiece tokenizer read from a GGUF file."""
+    """BPE (byte-level or SentencePiece-style), SentencePiece or WordPiece tokenizer read from a GGUF file."""
 
     def __init__(self, vocab: Vocab, cache_dir: Path | None = None):
         self.vocab = vocab
-        if vocab.model == "gpt2":
+        if vocab.pre is not None and vocab.pre.escape_whitespaces:
+            self._backend = backends.SpmStyleBpe(vocab)
+        elif vocab.model in BPE_MODELS:
             self._backend = backends.build_bpe(vocab)
         elif vocab.model == "llama":
             self._backend = backends.build_spm(vocab, cache_dir)
@@ -171,15 +173,15 @@ class Tokenizer:
         return cached
 
     def _make_piece(self, token_id: int) -> bytes:
-        text, attr, model = self.vocab.tokens[token_id], self.vocab.attrs[token_id], self.vocab.model
+        text, attr, byte_level = self.vocab.tokens[token_id], self.vocab.attrs[token_id], self.vocab.byte_level
         if attr & (_SPECIAL | Attr.USER_DEFINED):
             return text.encode("utf-8")
         if attr & Attr.NORMAL:
-            if model == "gpt2":
+            if byte_level:
                 return bytes(_BYTES_OF.get(c, 0) for c in text) if all(c in _BYTES_OF for c in text) \
                     else _unmapped(text)
             return text.replace("\u2581", " ").encode("utf-8")
-        if attr & Attr.BYTE and model != "gpt2":
+        if attr & Attr.BYTE and not byte_level:
             return bytes([int(text[3:5], 16)])
         return b""  # unused and undefined tokens print nothing
 

@@ -1,4 +1,4 @@
-"""Pre-tokenizers of byte-level BPE vocabularies: which regexes split the text, and a few flags.
+"""Pre-tokenizers of BPE vocabularies: which regexes split the text, and a few flags.
 
 Owns: the table from a GGUF `tokenizer.ggml.pre` name to llama.cpp's behaviour for that name.
 Does not own: applying the regexes (the `tokenizers` library does, see backends.py).
@@ -37,6 +37,8 @@ HUNYUAN_DENSE = (
     r"[!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+"
     r"| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
 )
+# SentencePiece-style BPE (Gemma 4, Sarvam): the only split is between newline runs and the rest.
+NEWLINE_RUNS = r"[^\n]+|[\n]+"
 # What llama.cpp uses for "default" (and, with a warning, for a file that names no pre-tokenizer).
 DEFAULT = (r"[\p{P}\$\+<=>\^~\|]+", GPT2, r"\p{N}+", r"[0-9][0-9][0-9]")
 
@@ -49,11 +51,19 @@ class PreTokenizer:
     clean_spaces: bool = True  # llama.cpp's clean_up_tokenization_spaces when detokenizing
     ignore_merges: bool = False  # a whole pre-token found in the vocabulary is taken as is
     add_bos: bool = False  # default when the file has no tokenizer.ggml.add_bos_token
+    # SentencePiece-style BPE (Gemma 4): spaces become U+2581 before splitting, merges run on raw
+    # UTF-8 (no GPT-2 byte map), a piece with no token falls back to <0xNN> byte tokens, and a
+    # NORMAL token's U+2581 prints as a space (llama.cpp's escape_whitespaces, byte_encode off).
+    escape_whitespaces: bool = False
+    whole_newline_runs: bool = False  # a piece of only newlines that is a token is taken whole
+    force_add_bos: bool = False  # BOS is added even where the file says add_bos_token = false
 
 
 _LLAMA3_KIND = PreTokenizer((LLAMA3,), ignore_merges=True, add_bos=True)
 _QWEN2_KIND = PreTokenizer((QWEN2,), clean_spaces=False)
 _STARCODER_KIND = PreTokenizer((r"\p{N}", GPT2))
+_GEMMA4_KIND = PreTokenizer((NEWLINE_RUNS,), add_bos=True, escape_whitespaces=True, whole_newline_runs=True,
+                            force_add_bos=True)
 
 PRE_TOKENIZERS: dict[str, PreTokenizer] = {
     "default": PreTokenizer(DEFAULT),
@@ -80,6 +90,10 @@ PRE_TOKENIZERS: dict[str, PreTokenizer] = {
     "phi-2": PreTokenizer((GPT2,)),
     "exaone4": PreTokenizer((GPT2,)),
     "hunyuan-dense": PreTokenizer(HUNYUAN_DENSE, clean_spaces=False),
+    # LLAMA_VOCAB_PRE_TYPE_GEMMA4: also what tokenizer.ggml.model "gemma4" always uses
+    "gemma4": _GEMMA4_KIND,
+    "granite-embed-multi-311m": _GEMMA4_KIND,
+    "sarvam-moe": PreTokenizer((NEWLINE_RUNS,), clean_spaces=False, escape_whitespaces=True),
 }
 
 

@@ -2,8 +2,9 @@
 
 Owns: reading `tokenizer.ggml.*` into plain Python data (token texts, attributes, scores, merges,
 special ids, add-BOS/EOS flags) and deciding, as llama.cpp does, which tokens end generation and
-which are matched in raw text. Every value is typed before it is read (`check_vocab`, which loading
-also runs without decoding the strings): the tokens and merges are arrays of strings, the token
+which are matched in raw text (a "gemma4" vocabulary is BPE with the "gemma4" pre-tokenizer and
+always adds BOS, as llama.cpp runs it). Every value is typed before it is read (`check_vocab`, which
+loading also runs without decoding the strings): the tokens and merges are arrays of strings, the token
 types integers and the scores numbers (no NaN), one per token, the model, pre-tokenizer and chat
 template strings, flags booleans, special ids integers; anything else is a ModelFileError naming the
 key. A special id outside the vocabulary falls back to the default, as llama.cpp's does (with a
@@ -60,11 +61,15 @@ _TYPE_TO_ATTR = {
 }
 
 # Token texts llama.cpp treats as end of generation (and forces to CONTROL), from
-# llama_vocab::impl::load in src/llama-vocab.cpp.
+# llama_vocab::impl::load in src/llama-vocab.cpp (b1-0c1e570).
 EOG_TEXTS = frozenset({
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<end_of_turn>", "<|endoftext|>",
-    "<|eom_id|>", "<EOT>", "_<EOT>", "<|end_of_text|>", "<end_of_utterance>",
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
+    "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
+    "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
+    "<\uff5cend\u2581of\u2581sentence\uff5c>", "[e~[",
 })
+# Where one of these ends generation, "</s>" is an ordinary token (Gemma 4, PLaMo), same source.
+NORMAL_S_MARKERS = ("<|tool_response>", "<|plamo:eos|>")
 # Fill-in-the-middle tokens that also end generation (pad, repo, file separator), same source.
 FIM_EOG_TEXTS = {
     "tokenizer.ggml.fim_pad_token_id": ("<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>"),
@@ -81,14 +86,17 @@ _DEFAULTS: dict[str, dict[str, Any]] = {
     "llama": {"bos": 1, "eos": 2, "unk": 0, "sep": None, "add_bos": True, "add_space_prefix": True},
     "gpt2": {"bos": 11, "eos": 11, "unk": None, "sep": None, "add_bos": False, "add_space_prefix": False},
     "bert": {"bos": 101, "eos": None, "unk": 100, "sep": 102, "add_bos": True, "add_space_prefix": False},
+    # BPE with the "gemma4" pre-tokenizer whatever the file's tokenizer.ggml.pre says
+    "gemma4": {"bos": None, "eos": None, "unk": None, "sep": None, "add_bos": True, "add_space_prefix": False},
 }
+BPE_MODELS = ("gpt2", "gemma4")  # vocabularies with merges and a pre-tokenizer
 
 
 @dataclass
 class Vocab:
     """Everything the tokenizer needs from the file, already fixed up the way llama.cpp does."""
 
-    model: str  # "gpt2" (byte-level BPE), "llama" (SentencePiece BPE), "bert" (WordPiece)
+    model: str  # "gpt2" (byte-level BPE), "gemma4" (SentencePiece-style BPE), "llama" (SentencePiece), "bert"
     pre_name: str
     pre: PreTokenizer | None
     tokens: list[str]
@@ -107,6 +115,11 @@ class Vocab:
     token_to_id: dict[str, int] = field(default_factory=dict)
 
     @property
+    def byte_level(self) -> bool:
+        """Token texts are GPT-2's byte-to-character map (not U+2581 for spaces and raw UTF-8)."""
+        return self.model in BPE_MODELS and not (self.pre is not None and self.pre.escape_whitespaces)
+
+    @property
     def specials_for_matching(self) -> list[int]:
         """Control, user-defined and unknown tokens, longest text first (llama.cpp's special cache)."""
         match = Attr.CONTROL | Attr.USER_DEFINED | Attr.UNKNOWN
@@ -114,13 +127,29 @@ class Vocab:
         return sorted(ids, key=lambda i: -len(self.tokens[i].encode("utf-8")))
 
 
+def pre_tokenizer_name(model: str | None, file_pre: str | None) -> str:
+    """The pre-tokenizer llama.cpp runs: "gemma4" for a gemma4 vocabulary whatever the file says,
+    otherwise the file's tokenizer.ggml.pre, "default" where it has none."""
+    return "gemma4" if model == "gemma4" else file_pre or "default"
+
+
 def default_add_bos(model: str | None, pre_name: str | None) -> bool:
-    """llama.cpp's add_bos when the file does not say: the pre-tokenizer's for byte-level BPE, the
-    vocabulary type's otherwise (False for an unknown one)."""
-    if model == "gpt2":
-        pre = PRE_TOKENIZERS.get(pre_name or "default")
+    """llama.cpp's add_bos when the file does not say: the pre-tokenizer's for BPE, the vocabulary
+    type's otherwise (False for an unknown one)."""
+    if model in BPE_MODELS:
+        pre = PRE_TOKENIZERS.get(pre_tokenizer_name(model, pre_name))
         return bool(pre is not None and pre.add_bos)
     return bool(_DEFAULTS.get(model, {}).get("add_bos", False))
+
+
+def effective_add_bos(model: str | None, pre_name: str | None, file_value) -> bool:
+    """Whether llama.cpp adds BOS: the file's add_bos_token (a bool) or the default, forced on for
+    the gemma4 pre-tokenizer (its workaround for Gemma 4 files that say false)."""
+    pre = PRE_TOKENIZERS.get(pre_tokenizer_name(model, pre_name))
+    forced = model in BPE_MODELS and pre is not None and pre.force_add_bos
+    if isinstance(file_value, (bool, np.bool_)):
+        return forced or bool(file_value)
+    return forced or default_add_bos(model, pre_name)
 
 
 def read_vocab(meta) -> Vocab:
@@ -130,7 +159,8 @@ def read_vocab(meta) -> Vocab:
     if model not in _DEFAULTS:
         raise KineticError(
             f'unsupported tokenizer model "{model}"',
-            "Kinetic reads gpt2 (byte-level BPE), llama (SentencePiece) and bert (WordPiece) vocabularies.",
+            "Kinetic reads gpt2 (byte-level BPE), gemma4 (SentencePiece-style BPE), llama (SentencePiece) "
+            "and bert (WordPiece) vocabularies.",
         )
     if not n:
         raise KineticError("the file has no tokenizer.ggml.tokens", "The GGUF file has no vocabulary.")
@@ -139,10 +169,10 @@ def read_vocab(meta) -> Vocab:
     attrs = [Attr.NORMAL] * n if types is None else [_TYPE_TO_ATTR.get(t, Attr.UNDEFINED) for t in _list(types)]
     scores = meta.get("tokenizer.ggml.scores")
     defaults = _DEFAULTS[model]
-    pre_name = meta.get("tokenizer.ggml.pre") or "default"
-    pre = pre_tokenizer(pre_name) if model == "gpt2" else None
-    merges = list(meta.get("tokenizer.ggml.merges") or []) if model == "gpt2" else []
-    if model == "gpt2" and meta.get("tokenizer.ggml.merges") is None:
+    pre_name = pre_tokenizer_name(model, meta.get("tokenizer.ggml.pre"))
+    pre = pre_tokenizer(pre_name) if model in BPE_MODELS else None
+    merges = list(meta.get("tokenizer.ggml.merges") or []) if model in BPE_MODELS else []
+    if model in BPE_MODELS and meta.get("tokenizer.ggml.merges") is None:
         raise KineticError("the BPE vocabulary has no tokenizer.ggml.merges", "The GGUF file is incomplete.")
 
     def special(key: str, default: int | None) -> int | None:
@@ -165,7 +195,7 @@ def read_vocab(meta) -> Vocab:
         eos_id=special("eos", defaults["eos"]),
         unk_id=special("unknown", defaults["unk"]),
         sep_id=special("seperator", special("separator", defaults["sep"])),
-        add_bos=flag("add_bos_token", default_add_bos(model, pre_name)),
+        add_bos=effective_add_bos(model, pre_name, meta.get("tokenizer.ggml.add_bos_token")),
         add_eos=flag("add_eos_token", False),
         add_space_prefix=flag("add_space_prefix", defaults["add_space_prefix"]),
         clean_spaces=pre.clean_spaces if pre else model == "bert",
@@ -296,10 +326,16 @@ def _fix_up(vocab: Vocab, meta) -> None:
             eog.add(value)
     if vocab.eos_id is not None:
         eog.add(vocab.eos_id)
-    # gpt-oss (o200k_harmony): <|end|> ends a message, not generation.
-    if {"<|return|>", "<|call|>", "<|end|>"} <= ids.keys():
-        eog.discard(ids["<|end|>"])
-        vocab.attrs[ids["<|end|>"]] = Attr.USER_DEFINED
+    eog_ids = {vocab.tokens[i]: i for i in sorted(eog, reverse=True)}  # text -> lowest such EOG id
+    # gpt-oss (o200k_harmony) and solar-open: <|end|> ends a message, not generation.
+    if "<|end|>" in eog_ids and ("<|return|>" in eog_ids or "<|flush|>" in eog_ids) and (
+        "<|call|>" in eog_ids or "<|calls|>" in eog_ids
+    ):
+        eog.discard(eog_ids["<|end|>"])
+        vocab.attrs[eog_ids["<|end|>"]] = Attr.USER_DEFINED
+    if "</s>" in eog_ids and any(t in eog_ids for t in NORMAL_S_MARKERS):
+        eog.discard(eog_ids["</s>"])
+        vocab.attrs[eog_ids["</s>"]] = Attr.NORMAL
     vocab.eog_ids = eog
     _strip_flags(vocab, meta)
 
