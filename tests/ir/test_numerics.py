@@ -232,7 +232,7 @@ def test_f16_dot_order():
 def test_rope_angles_advance_by_float32_products_of_powf():
     step = nx.powf(10000.0, -2.0 / 64)
     assert step == F32(np.power(10000.0, -2 / 64))  # glibc powf is correctly rounded here
-    ang = nx.rope_angles(np.array([0, 3]), 64, 10000.0, 1.0)
+    ang = nx.rope_angles(np.array([0, 3]), nx.Rotary(64, 10000.0))
     assert ang.shape == (2, 32)
     assert np.all(ang[0] == 0)
     expect, cur = [], F32(3)
@@ -243,7 +243,7 @@ def test_rope_angles_advance_by_float32_products_of_powf():
 
 
 def test_rope_rotation_is_fused():
-    cos, sin = nx.rope_cos_sin(np.array([0]), 4, 10000.0, 1.0)
+    cos, sin = nx.rope_cos_sin(np.array([0]), nx.Rotary(4, 10000.0))
     assert cos.tolist() == [[1, 1]] and sin.tolist() == [[0, 0]]
     x0 = np.array([1 + 2.0 ** -23], F32)
     x1 = np.array([1.0], F32)

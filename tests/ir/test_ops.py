@@ -42,6 +42,18 @@ def test_add_bias_takes_a_vector_of_the_row_width():
             infer_type(Op.ADD_BIAS, [x, bias], ops.NoAttrs())
 
 
+def test_columns_takes_a_range_within_the_row():
+    """columns(x f32[T,n]) {start, count} is f32[T,count] when the range lies within the row, and its
+    value is those columns; a range past the row's end, or empty, is refused."""
+    x = f32("T", 8)
+    assert infer_type(Op.COLUMNS, [x], ops.ColumnsAttrs(2, 6)) == f32("T", 6)
+    for start, count in ((3, 6), (0, 0), (-1, 2)):
+        with pytest.raises(VerifyError, match="not within the 8"):
+            infer_type(Op.COLUMNS, [x], ops.ColumnsAttrs(start, count))
+    values = np.arange(16, dtype=np.float32).reshape(2, 8)
+    assert np.array_equal(evaluate(Op.COLUMNS, [values], ops.ColumnsAttrs(5, 3)), values[:, 5:8])
+
+
 def test_leaves_that_carry_their_type_are_not_inferred():
     """A weight's or a cache's type is the node's own: asking to infer it raises."""
     with pytest.raises(VerifyError, match="carry their type"):

@@ -1,5 +1,5 @@
 """Reference numerics shared by the interpreter: activation quantization, matmul, norms, rotary,
-activations, attention. A package of six modules, re-exported here, so `numerics.X` names them all.
+activations, attention. A package of seven modules, re-exported here, so `numerics.X` names them all.
 
 The default semantics is ggml's CPU backend (llama.cpp b1-0c1e570, x86-64 with AVX2/FMA/AVX-512F and
 AVX512-BF16, GCC) as it runs one decode row, reproduced bit for bit where docs/numerics.md says so; facts read
@@ -18,7 +18,8 @@ from ggml's sources, no code copied. In short:
   are a float32 product of the dequantized operands (same integers, another summation order).
 * RMS norm sums squares in float64 and scales in float32.
 * Rotary: theta_scale = powf(base, -2/n_rot) and cosf/sinf from the C library, angles advanced by
-  float32 products, the rotation fused as fma(x0, cos, -(x1*sin)) / fma(x0, sin, x1*cos).
+  float32 products, divided by a rope_freqs factor, scaled linearly or by YaRN's ramp and magnitude;
+  the rotation fused as fma(x0, cos, -(x1*sin)) / fma(x0, sin, x1*cos).
 * SiLU uses ggml's vectorized exp (ggml_v_expf); GELU is ggml's f16 table built with tanhf, with
   x <= -10 -> 0 and x >= 10 -> x.
 * Attention is ggml's CPU flash attention for one query row: q rounded to the cache type,
@@ -31,7 +32,8 @@ keeps plain float32 matmuls of dequantized weights.
 
 Modules: floats (the C library's float functions, a true fma), activations (Q8_0 / Q8_1 / Q8_K and
 f16 / bf16 rounding of activation rows), weights (a weight decoded once for its dot), dots (the
-quantized and float dot products, `matmul`), pointwise (rms_norm, rotary, GELU, SiLU, softcap),
+quantized and float dot products, `matmul`), pointwise (rms_norm, GELU, SiLU, softcap),
+rotary (angles with every scaling, cos/sin, rotation),
 attention (dot_f16, attention_online).
 """
 
@@ -47,7 +49,7 @@ from kinetic.ir.numerics.activations import (
 )
 from kinetic.ir.numerics.attention import attention_online, dot_f16
 from kinetic.ir.numerics.dots import FLOAT_CHUNK, float_dot, matmul
-from kinetic.ir.numerics.floats import _LIBM, F32, fma_f32, libm_f32, powf
+from kinetic.ir.numerics.floats import _LIBM, F32, fma_f32, libm_f32, logf, powf
 from kinetic.ir.numerics.pointwise import (
     GELU_COEF_A,
     SQRT_2_OVER_PI,
@@ -55,18 +57,17 @@ from kinetic.ir.numerics.pointwise import (
     gelu_ggml,
     gelu_table,
     rms_norm,
-    rope_angles,
-    rope_cos_sin,
-    rope_rotate,
     silu,
     softcap,
 )
+from kinetic.ir.numerics.rotary import Rotary, rope_angles, rope_cos_sin, rope_mscale, rope_rotate, yarn_corr_dims
 from kinetic.ir.numerics.weights import LANE_TYPES, DequantizedWeight, block_minimums
 
 __all__ = [
     "F32", "FLOAT_CHUNK", "FLOAT_WEIGHTS", "GELU_COEF_A", "LANE_TYPES", "Q8_0_USERS", "Q8_1_USERS",
     "SQRT_2_OVER_PI", "DequantizedWeight", "_LIBM", "activation_format", "attention_online",
     "block_minimums", "dot_f16", "expf_ggml", "float_dot", "fma_f32", "gelu_ggml", "gelu_table",
-    "libm_f32", "matmul", "powf", "q8_1_sums", "quantize_q8_0", "quantize_q8_k", "quantized_activations",
-    "rms_norm", "rope_angles", "rope_cos_sin", "rope_rotate", "silu", "softcap",
+    "libm_f32", "logf", "matmul", "powf", "q8_1_sums", "quantize_q8_0", "quantize_q8_k", "quantized_activations",
+    "Rotary", "rms_norm", "rope_angles", "rope_cos_sin", "rope_mscale", "rope_rotate", "silu", "softcap",
+    "yarn_corr_dims",
 ]

@@ -1,9 +1,7 @@
-"""Row-local ops as ggml's CPU computes them: RMS norm, rotary, GELU, SiLU (with ggml's vectorized
-exp) and soft-capping.
+"""Row-local ops as ggml's CPU computes them: RMS norm, GELU, SiLU (with ggml's vectorized exp) and
+soft-capping (rotary is rotary.py's).
 
-Owns: rms_norm (squares summed in float64, scaled in float32); rotary angles and their cos/sin
-(theta_scale = powf(base, -2/n_rot) and cosf/sinf from the C library, angles advanced by float32
-products) and the rotation, contracted to fma(x0, cos, -(x1*sin)) / fma(x0, sin, x1*cos); GELU from
+Owns: rms_norm (squares summed in float64, scaled in float32); GELU from
 ggml's f16 table built with tanhf, x <= -10 -> 0 and x >= 10 -> x; SiLU as x / (1 + ggml_v_expf(-x));
 softcap as cap * tanhf(x / cap).
 """
@@ -12,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kinetic.ir.numerics.floats import F32, fma_f32, libm_f32, powf
+from kinetic.ir.numerics.floats import F32, fma_f32, libm_f32
 
 
 def rms_norm(x: np.ndarray, eps: float, group: int = 0) -> np.ndarray:
@@ -22,47 +20,6 @@ def rms_norm(x: np.ndarray, eps: float, group: int = 0) -> np.ndarray:
     mean = (np.square(xg).astype(np.float64).sum(axis=2) / g).astype(np.float32)
     scale = (np.float32(1) / np.sqrt(mean + np.float32(eps))).astype(np.float32)
     return (xg * scale[:, :, None]).reshape(rows, width)
-
-
-_ROPE_CACHE: dict[tuple, dict[int, tuple[np.ndarray, np.ndarray]]] = {}
-
-
-def rope_angles(positions: np.ndarray, n_rot: int, theta: float, freq_scale: float) -> np.ndarray:
-    """f32 [rows, n_rot/2] angles as ggml's rope cache builds them (ops.cpp, ggml_rope_cache_init):
-    theta_scale = powf(base, -2/n_rot) from the C library, the angle starts at the position (f32)
-    and is multiplied by theta_scale in float32 for each pair, then by freq_scale."""
-    step = powf(theta, F32(-2.0) / F32(n_rot))
-    out = np.empty((len(positions), n_rot // 2), F32)
-    cur = np.asarray(positions).astype(F32)
-    for i in range(n_rot // 2):
-        out[:, i] = F32(freq_scale) * cur
-        cur = (cur * step).astype(F32)
-    return out
-
-
-def rope_cos_sin(positions: np.ndarray, n_rot: int, theta: float, freq_scale: float,
-                 mscale: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
-    """cos and sin f32 [rows, n_rot/2] of the rope angles, by the C library's cosf/sinf (ggml's
-    rope_yarn without the YaRN ramp), times mscale; cached per position."""
-    cache = _ROPE_CACHE.setdefault((float(theta), int(n_rot), float(freq_scale), float(mscale)), {})
-    missing = sorted({int(p) for p in positions} - cache.keys())
-    if missing:
-        ang = rope_angles(np.array(missing), n_rot, theta, freq_scale)
-        cos = (libm_f32("cosf", ang) * F32(mscale)).astype(F32)
-        sin = (libm_f32("sinf", ang) * F32(mscale)).astype(F32)
-        for i, p in enumerate(missing):
-            cache[p] = (cos[i], sin[i])
-    cos = np.stack([cache[int(p)][0] for p in positions]) if len(positions) else np.zeros((0, n_rot // 2), F32)
-    sin = np.stack([cache[int(p)][1] for p in positions]) if len(positions) else np.zeros((0, n_rot // 2), F32)
-    return cos, sin
-
-
-def rope_rotate(x0: np.ndarray, x1: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """One rotary pair as ggml's rotate_pairs computes it once the compiler has contracted it
-    (GCC, -march with FMA): y0 = fma(x0, cos, -(x1*sin)), y1 = fma(x0, sin, x1*cos)."""
-    y0 = fma_f32(x0, cos, -(x1 * sin).astype(F32))
-    y1 = fma_f32(x0, sin, (x1 * cos).astype(F32))
-    return y0, y1
 
 
 _GELU_TABLE: list[np.ndarray] = []
