@@ -55,20 +55,25 @@ class Model:
                  chat_template_file: str | os.PathLike | None = None, options: Options | None = None,
                  device: str = "cpu", threads: int | None = None, draft: bool = True,
                  gpu_layers: int | None = None, template_budget: RenderBudget | None = None,
-                 require_signature: str | bytes | None = None):
+                 require_signature: str | bytes | None = None, chat_template: str | None = None):
         """`require_signature`: a public key (64 hex digits, a file holding them, or 32 bytes); only a
-        .ktc file it signed loads. Without it, $KINETIC_REQUIRE_SIGNATURE when set (docs/security.md)."""
+        .ktc file it signed loads. Without it, $KINETIC_REQUIRE_SIGNATURE when set (docs/security.md).
+        `chat_template`: a built-in template's name (kinetic.frontend.chat.BUILTIN_TEMPLATES), as
+        llama.cpp's --chat-template NAME, in place of the file's template."""
+        _check_template_name(chat_template)
         threads = check_threads(threads)
         signer = required_signer(require_signature)
         self.path: Path = hub.resolve_model(path_or_name)
         # a .ktc file: checked (its graph against its weights), its graph and profile used (kinetic/ktc/load.py)
         self.ktc = load_if_ktc(self.path, require_signer=signer)
         self.gguf = self.ktc.gguf if self.ktc else open_gguf(self.path)
+        self.options = options or Options()  # what a receipt records of how the graph was lowered
         self.graph = self.ktc.graph(options) if self.ktc else compile_graph(self.gguf, options)
         run = self.ktc.engine_settings(device, threads) if self.ktc else {"threads": threads}
         self.engine = Engine(self.graph, GGUFWeights(self.gguf), n_ctx=n_ctx, device=device, gpu_layers=gpu_layers,
                              **run)
         self._chat_template_file = chat_template_file
+        self._chat_template_name = chat_template
         self._template_budget = template_budget  # None: chat.DEFAULT_BUDGET (2 s, 16 MiB out, 512 MiB memory)
         self._tokenizer = None
         self._template = None
@@ -116,10 +121,15 @@ class Model:
         """The ChatTemplate apply_chat_template renders with (--chat-template-file, else the file's, else
         ChatML), loaded on first use; the server reads its source for reasoning and tool-call markers."""
         if self._template is None:
-            from kinetic.frontend.chat import DEFAULT_BUDGET, ChatTemplate
+            from kinetic.frontend.chat import BUILTIN_TEMPLATES, DEFAULT_BUDGET, ChatTemplate
 
-            self._template = ChatTemplate.from_gguf(self.gguf, override_path=self._chat_template_file,
-                                                    budget=self._template_budget or DEFAULT_BUDGET)
+            budget, name = self._template_budget or DEFAULT_BUDGET, self._chat_template_name
+            if name is not None:  # the built-in templates name no BOS or EOS token
+                self._template = ChatTemplate(BUILTIN_TEMPLATES[name], origin=f"built-in {name} template",
+                                              budget=budget)
+            else:
+                self._template = ChatTemplate.from_gguf(self.gguf, override_path=self._chat_template_file,
+                                                        budget=budget)
         return self._template
 
     # -- generation ----------------------------------------------------------------------------------
@@ -233,6 +243,14 @@ def _texts(generation: Generation) -> Iterator[str]:
     for event in generation:
         if isinstance(event, Piece) and event.text:
             yield event.text
+
+
+def _check_template_name(name: str | None) -> None:
+    from kinetic.frontend.chat import BUILTIN_TEMPLATES
+
+    if name is not None and name not in BUILTIN_TEMPLATES:
+        raise KineticError(f"no built-in chat template named {name!r}",
+                           f"Built in: {', '.join(BUILTIN_TEMPLATES)}; or pass a Jinja file with --chat-template-file.")
 
 
 def _checked_limit(max_tokens) -> int | None:

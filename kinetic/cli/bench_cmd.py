@@ -10,7 +10,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from kinetic.devices import DEVICES, device_choices, device_help
+from kinetic.cli.llama_flags import BENCH, add_llama_flags
+from kinetic.cli.runtime_options import add_device_args, choose_device
+from kinetic.devices import DEVICES
 from kinetic.errors import KineticError
 
 
@@ -25,7 +27,8 @@ def add_parser(sub) -> None:
         "llama.cpp's llama-bench on the same file, then the edit request through llama-server with its "
         "speculative decoding (--llama-spec), and prints a card with both.",
     )
-    p.add_argument("model", help="a .gguf or .ktc file or a downloaded model's name")
+    p.add_argument("model", nargs="?", help="a .gguf or .ktc file or a downloaded model's name")
+    p.add_argument("-m", "--model", dest="model_flag", metavar="MODEL", help="the model, as llama-bench takes it")
     p.add_argument(
         "-t",
         "--threads",
@@ -58,12 +61,7 @@ def add_parser(sub) -> None:
         metavar="N",
         help="generated tokens of the tg test; 0 skips it [default: 128]",
     )
-    p.add_argument(
-        "--device",
-        choices=device_choices(),
-        default="auto",
-        help=f"{device_help()} [default: auto]",
-    )
+    add_device_args(p)
     p.add_argument(
         "--off",
         metavar="LIST",
@@ -87,13 +85,16 @@ def add_parser(sub) -> None:
     )
     p.add_argument("--json", action="store_true", help="print the results as one JSON object")
     p.add_argument("--edit-tokens", type=int, default=256, metavar="N", help=argparse.SUPPRESS)  # tests: a short edit
+    add_llama_flags(p, BENCH)
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from kinetic import bench, bench_llama
 
+    args.model = args.model_flag or args.model
     _check(args)
+    args.device = choose_device(args)
     off = bench.parse_off(args.off)
     exe = bench_llama.find_llama_bench(args.compare) if args.compare is not None else None
     result = bench.run_bench(
@@ -135,6 +136,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> None:
+    if not args.model:
+        raise KineticError("no model given", "Usage: kinetic bench MODEL; see `kinetic bench --help`.")
     if args.threads is not None and args.threads < 1:
         raise KineticError(f"-t must be at least 1, not {args.threads}", "Give a thread count such as -t 4.")
     if args.repetitions < 1:

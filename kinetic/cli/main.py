@@ -1,7 +1,9 @@
 """The `kinetic` command: parses the command line and dispatches to one module per subcommand.
 
 Each subcommand is a module in kinetic/cli/ with `add_parser(subparsers)` and `run(args) -> int`,
-listed once in COMMANDS. Exit codes: 0 success, 1 the command failed, 2 invalid command line.
+listed once in COMMANDS. A copy or link of the executable named llama-server, llama-cli or
+llama-completion runs as serve, chat (run when given a prompt) and run (`AS_LLAMA`).
+Exit codes: 0 success, 1 the command failed, 2 invalid command line.
 Every error prints `kinetic: MESSAGE` and then a line saying what to do; no traceback reaches the
 user unless KINETIC_DEBUG is set.
 """
@@ -17,9 +19,14 @@ from kinetic import __version__
 from kinetic.errors import KineticError
 
 # Subcommand modules, in the order `kinetic --help` lists them.
-COMMANDS = ("run", "serve", "compile", "info", "pull", "bench", "perplexity", "verify", "verify-receipt", "keygen")
+COMMANDS = ("run", "chat", "serve", "compile", "info", "pull", "models", "fit", "doctor", "bench", "perplexity",
+            "verify", "verify-receipt", "keygen")
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+# llama.cpp's program names -> the command a copy of kinetic under that name runs. llama-cli runs
+# `run` (which becomes a chat when it has no prompt and stdin is a terminal, as llama-cli does).
+AS_LLAMA = {"llama-server": "serve", "llama-cli": "run", "llama-completion": "run"}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -40,7 +47,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def program_command(program: str) -> str | None:
+    """The command a program name stands for (llama-server -> serve; `.exe` and paths ignored)."""
+    name = os.path.basename(program)
+    name = name[:-4] if name.lower().endswith(".exe") else name
+    return AS_LLAMA.get(name)
+
+
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:
+        argv = sys.argv[1:]
+        command = program_command(sys.argv[0])
+        if command is not None:
+            argv = [command, *argv]
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra:

@@ -1,8 +1,8 @@
 """`kinetic serve MODEL`: the OpenAI, llama-server and Ollama APIs over HTTP (docs/server.md).
 
 Prints one line once it listens, `Serving NAME on the CPU at http://127.0.0.1:8080/v1`, and runs
-until Ctrl+C. llama-server's command line works: its flags for what Kinetic does by itself are
-accepted and ignored, and the few with no equivalent stop with a line saying what to use.
+until Ctrl+C. llama-server's command line works: llama.cpp's flags are read from the one table
+(llama_flags.py) that run, chat and bench read too.
 The sampler flags set the server's default sampling (over the model file's recommendations).
 """
 
@@ -13,53 +13,21 @@ import logging
 import sys
 from dataclasses import replace
 
-from kinetic.cli.run_cmd import (
+from kinetic.cli.llama_flags import SERVE, add_llama_flags
+from kinetic.cli.rope_options import add_rope_arguments
+from kinetic.cli.runtime_options import (
+    add_context_arg,
     add_device_args,
     add_off_arg,
-    add_sampling_args,
     add_signature_arg,
-    device_choice,
-    parse_off,
-    sampling_changes,
+    add_template_arg,
+    check_runtime_args,
+    load_model,
 )
-from kinetic.devices import DEVICE_NAMES, resolve_device
+from kinetic.cli.sampling_options import add_sampling_args, sampling_changes
+from kinetic.devices import DEVICE_NAMES
 from kinetic.errors import KineticError
-
-# llama-server flags Kinetic takes and ignores: (flags, takes a value)
-_IGNORED = (
-    (("-b", "--batch-size"), True),
-    (("-ub", "--ubatch-size"), True),
-    (("-tb", "--threads-batch"), True), (("--threads-http",), True), (("-to", "--timeout"), True),
-    (("--cache-reuse",), True), (("--jinja",), False), (("--metrics",), False), (("--slots",), False),
-    (("--no-webui",), False), (("-cb", "--cont-batching"), False), (("-nocb", "--no-cont-batching"), False),
-    (("--no-warmup",), False), (("--mlock",), False), (("--mmap",), False), (("--no-mmap",), False),
-)
-
-# llama-server flags with no equivalent: what to do instead
-_REFUSED = (
-    (("-hf", "--hf-repo", "-mu", "--model-url"), "download with kinetic pull <org>/<repo>, then serve it by name"),
-    (("-sm", "--split-mode", "-ts", "--tensor-split", "-mg", "--main-gpu", "-ot", "--override-tensor"),
-     "Kinetic runs the model wholly on one device; choose it with --device"),
-    (("--ssl-key-file", "--ssl-cert-file"), "the server speaks plain HTTP; put a TLS proxy in front"),
-    (("--api-key-file",), "pass the key itself with --api-key"),
-    (("--grammar", "--grammar-file", "-j", "--json-schema"), "constrained output is requested per request, "
-                                                             "through grammar and response_format"),
-    (("-md", "--model-draft", "--draft", "--draft-max", "--draft-min", "-ngld"),
-     "speculative decoding needs no draft model"),
-    (("--chat-template",), "built-in template names are not supported; pass a Jinja file with --chat-template-file"),
-    (("--mmproj",), "vision models are not supported yet"),
-    (("--lora", "--lora-scaled"), "LoRA adapters are not supported yet"),
-    (("--embedding", "--embeddings", "--reranking"), "embedding and reranking models are not supported yet"),
-)
-
-
-class _Refuse(argparse.Action):
-    def __init__(self, option_strings, dest, what: str = "", **kwargs):
-        super().__init__(option_strings, dest, nargs="?", **kwargs)
-        self.what = what
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        parser.error(f"{option_string} is a llama.cpp flag: {self.what}")
+from kinetic.runtime.scheduler import DEFAULT_SLOTS
 
 
 def add_parser(sub) -> None:
@@ -75,39 +43,38 @@ def add_parser(sub) -> None:
     p.add_argument("-a", "--alias", metavar="NAME", help="model name the API reports [default: the file's name]")
     p.add_argument("--api-key", metavar="KEY", help="require Authorization: Bearer KEY (or X-Api-Key: KEY) on "
                                                     "every route but /health")
-    p.add_argument("-c", "--ctx-size", type=int, default=4096, metavar="N", help="context size per request, prompt "
-                                                                                 "and answer [default: 4096]")
+    from kinetic.server.options import add_server_args
+
+    add_server_args(p)  # --allowed-origins, --sign-key (kinetic/server/options.py)
+    add_context_arg(p)
     p.add_argument("-t", "--threads", type=int, metavar="N", help="CPU threads [default: every logical CPU]")
     add_device_args(p)
-    p.add_argument("--chat-template-file", metavar="FILE", help="use this Jinja chat template")
+    add_template_arg(p)
     p.add_argument("--template-timeout", type=float, default=2.0, metavar="SECONDS",
                    help="wall-clock budget of one chat template render (docs/chat-templates.md) [default: 2]")
-    p.add_argument("-np", "--parallel", type=int, default=1, metavar="N",
-                   help="accepted; requests take turns on the engine for now [default: 1]")
+    p.add_argument("-np", "--parallel", type=int, metavar="N",
+                   help="slots: requests answered at once, sharing each pass, each answer what it is alone "
+                        f"(docs/server.md) [default: {DEFAULT_SLOTS}, fewer if their caches do not fit in memory]")
     add_off_arg(p)
     add_signature_arg(p)
     add_sampling_args(p)
-    for flags, takes_value in _IGNORED:
-        kind = {"nargs": 1} if takes_value else {"action": "store_true"}
-        p.add_argument(*flags, dest=f"ignored_{flags[-1].lstrip('-')}", help=argparse.SUPPRESS, **kind)
-    p.add_argument("-fa", "--flash-attn", nargs="?", choices=("on", "off", "auto"), help=argparse.SUPPRESS)
-    for flags, what in _REFUSED:
-        p.add_argument(*flags, action=_Refuse, what=what, help=argparse.SUPPRESS)
+    add_rope_arguments(p)  # llama.cpp's --rope-* / --yarn-* (rope_options.py); load_model applies them
+    add_llama_flags(p, SERVE)
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from kinetic.frontend.chat import RenderBudget
-    from kinetic.model import Model
     from kinetic.server.app import create_app
     from kinetic.server.http import bind, serve
-    from kinetic.server.options import DEFAULT_PORT, OLLAMA_PORT, ServerOptions
+    from kinetic.server.options import DEFAULT_PORT, OLLAMA_PORT, ServerOptions, server_settings
     from kinetic.server.security import is_loopback
 
     spec = args.model_flag or args.model
     if not spec:
         raise KineticError("no model given", "Usage: kinetic serve MODEL; see `kinetic serve --help`.")
-    for flag, value in (("-c", args.ctx_size), ("-t", args.threads), ("--parallel", args.parallel)):
+    check_runtime_args(args)
+    for flag, value in (("-t", args.threads), ("--parallel", args.parallel)):
         if value is not None and value <= 0:
             raise KineticError(f"{flag} must be positive, not {value}", "See `kinetic serve --help`.")
     port = args.port if args.port is not None else (OLLAMA_PORT if args.ollama else DEFAULT_PORT)
@@ -118,19 +85,15 @@ def run(args: argparse.Namespace) -> int:
                            "Example: --template-timeout 2")
     budget = RenderBudget(timeout_s=args.template_timeout)
     changes = sampling_changes(args)
-    off = parse_off(args.off)
     logging.basicConfig(level=logging.WARNING, format="kinetic: %(message)s")
     if not is_loopback(args.host):
         sys.stderr.write(f"kinetic: listening on {args.host} lets anyone who can reach this address use the model"
                          + ("" if args.api_key else "; pair it with --api-key") + "\n")
     sock = bind(args.host, port)
-    args.device = resolve_device(device_choice(args))  # auto: the device it picks (lines say why others were skipped)
-    model = Model(spec, n_ctx=args.ctx_size, chat_template_file=args.chat_template_file, device=args.device,
-                  threads=args.threads, draft="rad1" not in off, gpu_layers=args.gpu_layers, template_budget=budget,
-                  require_signature=args.require_signature)
+    model = load_model(args, spec, template_budget=budget)  # sets args.device: auto's pick
     options = ServerOptions(alias=args.alias, host=args.host, port=sock.getsockname()[1], api_key=args.api_key,
                             parallel=args.parallel, sampling=replace(model.sampling_defaults(), **changes),
-                            device_name=DEVICE_NAMES[args.device])
+                            device_name=DEVICE_NAMES[args.device], **server_settings(args))
     app = create_app(model, options)
     host = f"[{args.host}]" if ":" in args.host else args.host
     print(f"Serving {app.state.kinetic.name} on {options.device_name} at http://{host}:{options.port}/v1", flush=True)

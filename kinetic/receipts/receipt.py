@@ -21,6 +21,7 @@ from typing import Any
 from kinetic.devices import DEVICE_NAMES
 from kinetic.errors import KineticError
 from kinetic.frontend.blocks import Options
+from kinetic.frontend.rope_scaling import RopeOverrides
 from kinetic.outputs import Inputs, write_output
 from kinetic.receipts.hashing import build_hash, file_blake3, token_hash
 from kinetic.receipts.strict_json import MAX_RECEIPT_BYTES, JsonRefused, loads_strict
@@ -43,13 +44,20 @@ def device_class_of(device: str) -> str:
 def device_settings(n_ctx: int, options: Options | None = None) -> dict[str, Any]:
     """The load settings that can change the bits or the length of an answer. Threads and the prompt
     batch are not among them: threads split rows, never a sum, and every row's sums are the same in
-    any batch (docs/numerics.md), so neither changes a bit."""
+    any batch (docs/numerics.md), so neither changes a bit. Rotary overrides (--rope-*, --yarn-*)
+    are recorded under "rope" only when some are given, as {field: value} of RopeOverrides."""
     options = options or Options()
-    return {"ctx-size": n_ctx, "activations": options.activations, "kv-type": options.kv_dtype}
+    settings = {"ctx-size": n_ctx, "activations": options.activations, "kv-type": options.kv_dtype}
+    rope = {f.name: getattr(options.rope, f.name) for f in fields(RopeOverrides)
+            if getattr(options.rope, f.name) is not None}
+    if rope:
+        settings["rope"] = rope
+    return settings
 
 
 def options_from_settings(settings: dict[str, Any]) -> Options:
-    return Options(activations=settings["activations"], kv_dtype=settings["kv-type"])
+    return Options(activations=settings["activations"], kv_dtype=settings["kv-type"],
+                   rope=RopeOverrides(**settings.get("rope", {})))
 
 
 def tokens_record(ids: list[int]) -> dict[str, Any]:
@@ -70,6 +78,7 @@ class Answer:
     finish: str  # "stop" or "length"
     text: str
     output_ids: list[int]
+    options: Options | None = None  # how the graph was lowered (Model.options); None: the defaults
 
 
 def make_receipt(answer: Answer, signing_key=None) -> dict[str, Any]:
@@ -84,7 +93,7 @@ def make_receipt(answer: Answer, signing_key=None) -> dict[str, Any]:
         "kinetic": {"version": __version__, "build": build_hash()},
         "model": {"file": path.name, "path": str(path), "size": path.stat().st_size, "blake3": file_blake3(path)},
         "device": {"class": device_class_of(answer.device), "name": DEVICE_NAMES.get(answer.device, answer.device),
-                   "settings": device_settings(answer.n_ctx)},
+                   "settings": device_settings(answer.n_ctx, answer.options)},
         "input": answer.input,
         "prompt": tokens_record(answer.prompt_ids),
         "sampling": {**answer.sampling.as_dict(), "max_tokens": answer.max_tokens, "stop": []},
@@ -192,11 +201,28 @@ def _check_values(receipt: dict[str, Any], path: Path) -> None:
     for name, choices in _DEVICE_CHOICES.items():
         if settings[name] not in choices:
             raise KineticError(f"{path}: device.settings.{name} is {settings[name]!r}, not one of {choices}", _HINT)
+    _check_rope(settings.get("rope", {}), path)
     if receipt["output"]["finish"] not in _FINISHES:
         raise KineticError(f"{path}: output.finish is {receipt['output']['finish']!r}, not one of {_FINISHES}",
                            _HINT)
     if receipt["model"]["size"] < 0:
         raise KineticError(f"{path}: model.size is negative", _HINT)
+
+
+def _check_rope(rope: Any, path: Path) -> None:
+    """device.settings.rope, when present: an object of RopeOverrides' fields with their types and ranges
+    (the overrides' own validation)."""
+    kinds = {f.name: f.type for f in fields(RopeOverrides)}
+    if not isinstance(rope, dict) or not set(rope) <= set(kinds):
+        raise KineticError(f"{path}: device.settings.rope is not an object of {sorted(kinds)}", _HINT)
+    for name, value in rope.items():
+        want = str if "str" in str(kinds[name]) else int if "int" in str(kinds[name]) else (int, float)
+        if isinstance(value, bool) or not isinstance(value, want):
+            raise KineticError(f"{path}: device.settings.rope.{name} is {value!r}, not a {kinds[name]}", _HINT)
+    try:
+        RopeOverrides(**rope)
+    except KineticError as exc:
+        raise KineticError(f"{path}: device.settings.rope: {exc.message}", _HINT) from None
 
 
 def _check_shape(value: Any, shape: Any, path: Path, where: str) -> None:

@@ -108,10 +108,12 @@ def test_info_by_short_name(name, request):
     assert "architecture" in proc.stdout
 
 
-@pytest.mark.parametrize("flags", [["--device", "cuda"], ["-ngl", "99"], ["--gpu-layers", "12"]])
+@pytest.mark.parametrize("flags", [["--device", "cuda"], ["--device", "cuda", "-ngl", "99"],
+                                   ["--device", "cuda", "--gpu-layers", "12"]])
 def test_cuda_without_a_gpu_fails_with_the_reason(smollm2_path, flags):
-    """--device cuda (and -ngl N > 0, which asks for it as llama.cpp's does) fails here with the reason
-    (no driver, no GPU) and a hint, never a traceback. On a GPU it runs (tests/codegen/cuda)."""
+    """--device cuda (with or without -ngl N) fails here with the reason (no driver, no GPU) and a hint,
+    never a traceback; -ngl alone runs on the CPU instead (test_defaults.py). On a GPU it runs
+    (tests/codegen/cuda)."""
     from kinetic.codegen.cuda.device import unavailable_reason
 
     if unavailable_reason() is None:

@@ -246,3 +246,28 @@ def test_a_receipt_made_with_drafting_verifies_identical(made, capsys, monkeypat
     monkeypatch.undo()
     code, out, err = verify(capsys, path)
     assert code == 0 and "identical" in out, err
+
+
+def test_rotary_overrides_are_recorded_and_rerun(made, capsys):
+    """An answer made with --rope-freq-scale records it under device.settings.rope, and verify-receipt
+    reruns with it (identical); the same receipt with the override removed no longer reruns identical."""
+    out = made["folder"] / "rope.json"
+    assert main(["run", str(model_path("smollm2-135m")), "--prompt-ids", "504,3575,282", "--temp", "0", "-n", "6",
+                 "--rope-freq-scale", "0.25", "--receipt", str(out)]) == 0
+    receipt = load(out)
+    assert receipt["device"]["settings"]["rope"] == {"freq_scale": 0.25}
+    code, text, _ = verify(capsys, out)
+    assert code == 0 and "identical, 6 of 6" in text, text
+    dropped = changed(made, "unsigned", lambda r: None)
+    dropped.write_text(json.dumps({**receipt, "device": {**receipt["device"], "settings": {
+        k: v for k, v in receipt["device"]["settings"].items() if k != "rope"}}}))
+    code, text, _ = verify(capsys, dropped)
+    assert code != 0 and "identical, 6 of 6" not in text, text
+
+
+def test_a_malformed_rope_setting_is_refused_by_name(made, capsys):
+    """device.settings.rope with an unknown field or a bad value is refused naming it."""
+    for rope in ({"warp": 2}, {"freq_scale": "fast"}, {"freq_scale": -1.0}, [1]):
+        bad = changed(made, "unsigned", lambda r, rope=rope: r["device"]["settings"].update(rope=rope))
+        code, _, err = verify(capsys, bad)
+        assert code == 1 and "device.settings.rope" in err, err
