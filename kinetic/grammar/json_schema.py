@@ -13,9 +13,10 @@ keywords are ignored, as JSON Schema says; validation keywords that cannot be he
 GrammarError naming them and where they are.
 Does not own: matching (matcher.py), tool-call formats (tool_calls.py).
 
-Output shape: a value has no whitespace around it; inside objects and arrays `space` (none, one
-space, or one or two newlines and up to 20 spaces or tabs, as llama.cpp) may follow `{ [ , :` and
-each member; the object's properties come in the schema's order.
+Output shape: a value has no whitespace around it; inside objects and arrays `space` (none or one
+space: compact JSON, a subset of what llama.cpp allows) may follow `{ [ , :` and a key and come
+before `} ]`, at the places llama.cpp's grammars put it; the object's properties come in the
+schema's order.
 """
 
 from __future__ import annotations
@@ -307,15 +308,15 @@ class SchemaRules:
             if not isinstance(prefix, list) or "minItems" in schema or "maxItems" in schema:
                 raise self.error(where, "'prefixItems' must be a list, and cannot be combined with minItems/maxItems")
             parts = [self.visit(s, f"{name}-{i}", f"{where}/prefixItems/{i}") for i, s in enumerate(prefix)]
-            seq = f' "," {space} '.join(f"{p} {space}" for p in parts)
+            seq = f' "," {space} '.join(parts)
             if items not in (None, False):
                 extra = self.visit(items, f"{name}-item", f"{where}/items")
-                seq += f' ("," {space} {extra} {space})*'
-            return f'"[" {space} {seq} "]"'
+                seq += f' ("," {space} {extra})*'
+            return f'"[" {space} {seq} {space} "]"'
         if items in (None, True, {}) and low == 0 and high is None:
             return self.primitive("array")
         item = self.visit(items if items is not None else True, f"{name}-item", f"{where}/items")
-        return f'"[" {space} {repetition(f"{item} {space}", low, high, f"{chr(34)},{chr(34)} {space}")} "]"'
+        return f'"[" {space} {repetition(item, low, high, f"{chr(34)},{chr(34)} {space}")} {space} "]"'
 
     def _object(self, schema: dict, name: str, where: str) -> str:
         props = schema.get("properties", {})
@@ -341,7 +342,7 @@ class SchemaRules:
             value = self.visit(extra, f"{name}-additional-value", f"{where}/additionalProperties")
             key_rule = self._key_not_in(list(props), name)
             extra_kv = self.add_rule(f"{name}-additional-kv", f'{key_rule} {space} ":" {space} {value}')
-        return f'"{{" {space} {self.members(entries, extra_kv, name)} "}}"'
+        return f'"{{" {space} {self.members(entries, extra_kv, name)} {space} "}}"'
 
     def members(self, entries: list[tuple[str, bool]], extra_kv: str | None, name: str,
                 separator: str | None = None) -> str:
@@ -352,16 +353,16 @@ class SchemaRules:
         sep = separator if separator is not None else f'"," {space}'
         after, first = "", ""
         if extra_kv is not None:
-            after = self.add_rule(f"{name}-more", f"({sep} {extra_kv} {space})*")
-            first = f"({extra_kv} {space} {after})?"
+            after = self.add_rule(f"{name}-more", f"({sep} {extra_kv})*")
+            first = f"({extra_kv} {after})?"
         for i in range(len(entries) - 1, -1, -1):
             kv, is_required = entries[i]
             if is_required:
-                new_after = f"{sep} {kv} {space} {after}".strip()
-                new_first = f"{kv} {space} {after}".strip()
+                new_after = f"{sep} {kv} {after}".strip()
+                new_first = f"{kv} {after}".strip()
             else:
-                new_after = f"({sep} {kv} {space})? {after}".strip()
-                new_first = f"{kv} {space} {after}".strip() + f" | {first or chr(34) * 2}"
+                new_after = f"({sep} {kv})? {after}".strip()
+                new_first = f"{kv} {after}".strip() + f" | {first or chr(34) * 2}"
             after = self.add_rule(f"{name}-after-{i}", new_after)
             first = self.add_rule(f"{name}-from-{i}", new_first)
         return first

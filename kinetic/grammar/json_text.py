@@ -1,6 +1,6 @@
 """GBNF text builders for JSON: the primitive rules, literals, repetitions and integer ranges.
 
-Owns: the text of the rules every JSON grammar shares (as llama.cpp writes them: `space`, `char`,
+Owns: the text of the rules every JSON grammar shares (as llama.cpp writes them, but `space` compact: `char`,
 `string`, `number` with at most 16 integral and 16 decimal digits, `value`, `object`, `array`, the
 date / time / uuid formats), GBNF literals, `repetition` and `integer_range` (decimal strings
 without leading zeros between two bounds).
@@ -14,7 +14,13 @@ import math
 BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
 
 PRIMITIVES: dict[str, tuple[str, tuple[str, ...]]] = {
-    "space": ('| " " | "\\n"{1,2} [ \\t]{0,20}', ()),
+    # Whitespace inside JSON: none or one space, the first two of llama.cpp's alternatives (it also allows
+    # "\n"{1,2} [ \t]{0,20}); a small model held to JSON pads with newlines when they are allowed (SmolLM2's
+    # forced tool calls: 50.0 tokens each with them, 35.0 without; docs/grammar.md).
+    "space": ('| " "', ()),
+    # Between a tool call's markers and its JSON (<tool_call>\n{...}\n</tool_call>, after </think>): llama.cpp's
+    # whole `space`, since templates teach newlines there.
+    "markup-space": ('| " " | "\\n"{1,2} [ \\t]{0,20}', ()),
     "char": ('[^"\\\\\\x7F\\x00-\\x1F] | [\\\\] (["\\\\bfnrt] | "u" [0-9a-fA-F]{4})', ()),
     "string": ('"\\"" char* "\\""', ("char",)),
     "integral-part": ("[0] | [1-9] [0-9]{0,15}", ()),
@@ -26,9 +32,9 @@ PRIMITIVES: dict[str, tuple[str, tuple[str, ...]]] = {
     "null": ('"null"', ()),
     "value": ("object | array | string | number | boolean | null",
               ("object", "array", "string", "number", "boolean", "null")),
-    "object": ('"{" space (string space ":" space value space ("," space string space ":" space value space)*)? "}"',
+    "object": ('"{" space (string ":" space value ("," space string ":" space value)*)? space "}"',
                ("space", "string", "value")),
-    "array": ('"[" space (value space ("," space value space)*)? "]"', ("space", "value")),
+    "array": ('"[" space (value ("," space value)*)? space "]"', ("space", "value")),
     "uuid": ('"\\"" [0-9a-fA-F]{8} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{4} "-" '
              '[0-9a-fA-F]{12} "\\""', ()),
     "date": ('[0-9]{4} "-" ("0" [1-9] | "1" [0-2]) "-" ("0" [1-9] | [12] [0-9] | "3" [01])', ()),

@@ -84,7 +84,7 @@ def _json_call(rules: SchemaRules, name: str, params: Any, index: int, args_key:
     space = rules.primitive("space")
     return rules.add_rule(
         f"call{index}",
-        f'"{{" {space} "\\"name\\"" {space} ":" {space} {literal(json.dumps(name, ensure_ascii=False))} {space} '
+        f'"{{" {space} "\\"name\\"" {space} ":" {space} {literal(json.dumps(name, ensure_ascii=False))} '
         f'"," {space} {literal(json.dumps(args_key))} {space} ":" {space} {args} {space} "}}"')
 
 
@@ -137,7 +137,7 @@ def tool_call_grammar(tools: Any, style: str | None, parallel: bool = False, *, 
         raise GrammarError(f"think must be None, 'optional' or 'open', not {think!r}")
     functions = _functions(tools, only)
     rules = SchemaRules(python_literals=style == "lfm2")
-    space = rules.primitive("space")
+    space = rules.primitive("markup-space")  # between markers and calls; compact `space` inside the JSON
     if style == "qwen35":
         value = text_without(rules, ["</parameter>", "<parameter=", "</function>", "</tool_call>"], "value")
         calls = [_xml_call(rules, n, p, i, value) for i, (n, p) in enumerate(functions)]
@@ -153,9 +153,10 @@ def tool_call_grammar(tools: Any, style: str | None, parallel: bool = False, *, 
     elif style == "qwen35":
         body = f"{call} ({space} {call})*" if parallel else call
     elif style == "llama3":
-        body = f'{call} | "[" {space} {call} {space} ("," {space} {call} {space})* "]"' if parallel else call
+        gap = rules.primitive("space")
+        body = f'{call} | "[" {gap} {call} ("," {gap} {call})* {gap} "]"' if parallel else call
     else:
-        items = f'{call} ("," {space} {call})*' if parallel else call
+        items = f'{call} ("," {rules.primitive("space")} {call})*' if parallel else call
         body = f'"[TOOL_CALLS][" {items} "]"' if style == "mistral" else \
             f'"<|tool_call_start|>[" {items} "]<|tool_call_end|>"'
     if think is not None:

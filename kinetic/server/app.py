@@ -11,7 +11,7 @@ from __future__ import annotations
 from litestar import Litestar
 from litestar.middleware import DefineMiddleware
 
-from kinetic.server import llama_api, ollama_api, openai_api
+from kinetic.server import anthropic_api, llama_api, ollama_api, openai_api, page, responses_api
 from kinetic.server.errors import EXCEPTION_HANDLERS
 from kinetic.server.fit import TokenBound
 from kinetic.server.offload import CpuPool, ReleaseAfterLarge
@@ -23,13 +23,14 @@ from kinetic.server.worker import EngineWorker
 def create_app(model, options: ServerOptions | None = None) -> Litestar:
     options = options or ServerOptions()
     defaults = options.sampling or model.sampling_defaults()
-    worker = EngineWorker(model, max_queued=options.max_queued)
+    worker = EngineWorker(model, max_queued=options.max_queued, slots=options.parallel)
     _ = model.chat_template  # loaded now: a broken template fails at start, not on every request
     state = ServerState(model=model, worker=worker, options=options, name=options.alias or model.path.stem,
                         defaults=defaults, cpu=CpuPool(options.cpu_workers, options.max_preparing),
                         token_bound=TokenBound.of(model.tokenizer))
     app = Litestar(
-        route_handlers=[*openai_api.ROUTES, *llama_api.ROUTES, *ollama_api.ROUTES],
+        route_handlers=[*openai_api.ROUTES, *llama_api.ROUTES, *ollama_api.ROUTES, *anthropic_api.ROUTES,
+                        *responses_api.ROUTES, *page.ROUTES],
         exception_handlers=EXCEPTION_HANDLERS,
         middleware=[ReleaseAfterLarge, DefineMiddleware(Guard, options=options)],
         on_startup=[lambda: worker.start()],

@@ -23,13 +23,13 @@ from kinetic.grammar import (
     GrammarError,
     GrammarMatcher,
     TokenVocab,
-    json_object_grammar,
     json_schema_grammar,
     parse_gbnf,
     tool_call_grammar,
 )
 from kinetic.server.body import Fields
 from kinetic.server.errors import ApiError
+from kinetic.server.generic_tools import generic_schema
 
 MATCHERS_KEPT = 16  # compiled grammars kept; each keeps the automaton states and masks it has built
 
@@ -42,19 +42,33 @@ class GrammarSpec:
     field: str
     key: str
     build: Callable[[], Grammar]
+    schema: object = None  # the JSON Schema it holds to, when it is one (the generic tool fallback reuses it)
 
 
 def _gbnf(field: str, text: str) -> GrammarSpec:
     return GrammarSpec(field, "gbnf:" + text, lambda: parse_gbnf(text))
 
 
+ANY_OBJECT = {"type": "object"}
+
+
 def _schema(field: str, schema) -> GrammarSpec:
+    """A JSON Schema's grammar; an empty schema means any JSON object, as llama.cpp reads it
+    (tools/server: "an absent or empty schema means any object"), on every route."""
+    if isinstance(schema, dict) and not schema:
+        schema = ANY_OBJECT
     key = schema if isinstance(schema, str) else json.dumps(schema, sort_keys=True, ensure_ascii=False)
-    return GrammarSpec(field, "schema:" + key, lambda: json_schema_grammar(schema))
+    return GrammarSpec(field, "schema:" + key, lambda: json_schema_grammar(schema), schema=_parsed(schema))
 
 
-def _any_json(field: str, object_only: bool = False) -> GrammarSpec:
-    return GrammarSpec(field, f"json:{object_only}", lambda: json_object_grammar(object_only))
+def _parsed(schema):
+    """A schema sent as JSON text, as an object where it parses (compiling reports it otherwise)."""
+    if not isinstance(schema, str):
+        return schema
+    try:
+        return json.loads(schema)
+    except (json.JSONDecodeError, RecursionError):
+        return schema
 
 
 def _only_one(specs: list[GrammarSpec], what: str) -> GrammarSpec | None:
@@ -79,21 +93,18 @@ def _extensions(f: Fields) -> list[GrammarSpec]:
 
 
 def openai_grammar(f: Fields) -> GrammarSpec | None:
-    """response_format {"type": "json_object"} (any JSON value, as llama.cpp; with "schema", that
-    schema), {"type": "json_schema", "json_schema": {"schema": ...}}, or llama-server's grammar and
-    json_schema fields; at most one of them."""
+    """response_format {"type": "json_object"} (a JSON object, as llama.cpp and OpenAI; with
+    "schema", that schema), {"type": "json_schema", "json_schema": {"schema": ...}} (a missing or
+    empty schema: any object), or llama-server's grammar and json_schema fields; at most one."""
     specs = []
     fmt = f.obj("response_format")
     if fmt is not None:
         kind = fmt.get("type")
         if kind == "json_object":
-            schema = fmt.get("schema")
-            specs.append(_any_json("response_format") if schema is None else _schema("response_format", schema))
+            specs.append(_schema("response_format", fmt.get("schema") or {}))
         elif kind == "json_schema":
             wrapper = Fields(fmt, "response_format.").obj("json_schema") or {}
-            schema = wrapper.get("schema")
-            # llama-server reads a missing schema as {}: any JSON value
-            specs.append(_any_json("response_format") if schema is None else _schema("response_format", schema))
+            specs.append(_schema("response_format", wrapper.get("schema") or {}))
         elif kind != "text":
             raise ApiError(400, "response_format.type must be text, json_object or json_schema", "response_format")
     return _only_one(specs + _extensions(f), "grammar, json_schema and response_format")
@@ -110,7 +121,7 @@ def ollama_grammar(f: Fields) -> GrammarSpec | None:
     if fmt is None or fmt == "":
         return None
     if fmt == "json":
-        return _any_json("format", object_only=True)
+        return _schema("format", ANY_OBJECT)
     if not isinstance(fmt, dict):
         raise f.bad("format", '"json" or a JSON Schema object')
     return _schema("format", fmt)
@@ -121,6 +132,18 @@ def tool_grammar(tools: list[dict], style: str, parallel: bool, only: str | None
     key = json.dumps([style, parallel, only, think, tools], sort_keys=True, ensure_ascii=False)
     return GrammarSpec("tool_choice", "tools:" + key,
                        lambda: tool_call_grammar(tools, style, parallel, only=only, think=think))
+
+
+def generic_tool_grammar(tools: list[dict], parallel: bool, response: GrammarSpec | None) -> GrammarSpec:
+    """The generic fallback's reply: a tool call or a response (generic_tools.py); a response_format
+    or json_schema the request set holds the response. A GBNF grammar cannot be combined (400)."""
+    if response is not None and response.schema is None:
+        raise ApiError(400, f"{response.field} (a GBNF grammar) cannot be combined with tools on a chat template "
+                            "without a tool-call format: the reply is held to JSON naming a tool call or a response",
+                       param=response.field)
+    schema = generic_schema(tools, parallel=parallel, response=None if response is None else response.schema)
+    key = json.dumps(schema, sort_keys=True, ensure_ascii=False)
+    return GrammarSpec("tools", "generic:" + key, lambda: json_schema_grammar(schema), schema=schema)
 
 
 class GrammarCache:

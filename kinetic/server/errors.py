@@ -2,8 +2,13 @@
 
 Owns: ApiError (a status, a message naming the field, the field) and the three error shapes:
 OpenAI's {"error": {"message", "type", "param", "code"}}, llama-server's {"error": {"code",
-"message", "type"}} and Ollama's {"error": "..."}. A prompt longer than the context is
-llama-server's exceed_context_size_error, with n_prompt_tokens and n_ctx, in the first two shapes.
+"message", "type"}} and Ollama's {"error": "..."}. A prompt longer than the context
+(ContextExceeded) is written as each API's own clients recognise it: OpenAI's code
+context_length_exceeded with OpenAI's wording ("This model's maximum context length is N tokens",
+the phrase litellm and LangChain match) on the OpenAI routes, llama-server's
+exceed_context_size_error with n_prompt_tokens and n_ctx on its routes, Ollama's message on /api.
+/v1/messages answers in Anthropic's shape, {"type": "error", "error": {"type", "message"}}, its
+context overflow in Anthropic's words ("prompt is too long: N tokens > M maximum").
 Any exception reaching Litestar becomes a JSON body with the right status; an unexpected one is
 logged here with its traceback and answered 500 without it. Nothing a client sends reaches the
 client as a Python traceback.
@@ -30,6 +35,15 @@ ERROR_TYPES = {
 LLAMA_PATHS = frozenset({"/completion", "/completions", "/tokenize", "/detokenize", "/props", "/slots", "/metrics",
                          "/health", "/embedding", "/embeddings", "/infill", "/apply-template"})
 
+# Anthropic's Messages API (anthropic_api.py) answers {"type": "error", "error": {"type", "message"}}.
+ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+                   404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error", 500: "api_error",
+                   503: "overloaded_error"}
+
+
+def is_anthropic(path: str) -> bool:
+    return path == "/v1/messages" or path.startswith("/v1/messages/")
+
 
 class ApiError(Exception):
     """A request the server will not serve: HTTP status, message, and the field at fault. `kind`
@@ -44,14 +58,44 @@ class ApiError(Exception):
         self.kind = kind
         self.extra = extra or {}
 
+    def body(self, path: str) -> dict:
+        """The error as the API `path` belongs to writes it."""
+        return error_body(path, self.status, self.message, self.param, self.kind, self.extra)
 
-def context_exceeded(n_prompt_tokens: int, n_ctx: int, at_least: bool = False) -> ApiError:
-    """llama-server's refusal of a prompt the context cannot hold; `at_least`: counted from the
-    prompt's length in bytes, before tokenizing (fit.py)."""
-    count = f"at least {n_prompt_tokens}" if at_least else str(n_prompt_tokens)
-    return ApiError(400, f"the request ({count} tokens) exceeds the available context size ({n_ctx} tokens); send "
-                         "a shorter prompt or start the server with a larger -c", param="prompt",
-                    kind="exceed_context_size_error", extra={"n_prompt_tokens": n_prompt_tokens, "n_ctx": n_ctx})
+
+class ContextExceeded(ApiError):
+    """A prompt the context cannot hold (it must leave room for one generated token), written in each
+    API's own shape by `body`; `at_least`: counted from the prompt's length in bytes, before
+    tokenizing (fit.py)."""
+
+    def __init__(self, n_prompt_tokens: int, n_ctx: int, at_least: bool = False):
+        count = f"at least {n_prompt_tokens}" if at_least else str(n_prompt_tokens)
+        super().__init__(400, f"the request ({count} tokens) exceeds the available context size ({n_ctx} tokens); "
+                              "send a shorter prompt or start the server with a larger -c", param="prompt",
+                         kind="exceed_context_size_error", extra={"n_prompt_tokens": n_prompt_tokens, "n_ctx": n_ctx})
+        self.count = count
+        self.n_ctx = n_ctx
+
+    def body(self, path: str) -> dict:
+        if path.startswith("/api/"):  # Ollama's words when a prompt cannot be shortened to fit
+            return {"error": f"the prompt is longer than the context length currently available to the model "
+                             f"({self.count} tokens, context {self.n_ctx}); shorten the prompt or raise num_ctx"}
+        if path in LLAMA_PATHS:
+            return super().body(path)
+        if is_anthropic(path):  # Anthropic's words, which its clients (Claude Code) look for
+            return {"type": "error", "error": {"type": "invalid_request_error",
+                                               "message": f"prompt is too long: {self.count} tokens > {self.n_ctx} "
+                                                          "maximum (start the server with a larger -c)"}}
+        return {"error": {"message": f"This model's maximum context length is {self.n_ctx} tokens. However, your "
+                                     f"request has {self.count} prompt tokens, with no room left for an answer. "
+                                     "Please reduce the length of the messages or start the server with a larger -c.",
+                          "type": "invalid_request_error", "param": "prompt" if path.endswith("/completions")
+                          and "chat" not in path else "messages", "code": "context_length_exceeded",
+                          **self.extra}}
+
+
+def context_exceeded(n_prompt_tokens: int, n_ctx: int, at_least: bool = False) -> ContextExceeded:
+    return ContextExceeded(n_prompt_tokens, n_ctx, at_least)
 
 
 def not_supported(field: str, what: str = "", param: str | None = None) -> ApiError:
@@ -61,6 +105,9 @@ def not_supported(field: str, what: str = "", param: str | None = None) -> ApiEr
 
 def error_body(path: str, status: int, message: str, param: str | None = None, kind: str | None = None,
                extra: dict | None = None) -> dict:
+    if is_anthropic(path):
+        return {"type": "error", "error": {"type": ANTHROPIC_TYPES.get(status, "invalid_request_error" if status < 500
+                                                                       else "api_error"), "message": message}}
     kind = kind or ERROR_TYPES.get(status, "invalid_request_error" if status < 500 else "server_error")
     if path.startswith("/api/"):
         return {"error": message}
@@ -81,7 +128,7 @@ def path_of(request: Request) -> str:
 
 
 def handle_api_error(request: Request, exc: ApiError) -> Response:
-    return error_response(path_of(request), exc.status, exc.message, exc.param, kind=exc.kind, extra=exc.extra)
+    return Response(exc.body(path_of(request)), status_code=exc.status)
 
 
 def handle_http_exception(request: Request, exc: HTTPException) -> Response:

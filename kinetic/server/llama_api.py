@@ -1,4 +1,5 @@
-"""llama-server's own API: /completion, /tokenize, /detokenize, /props, /slots, /health, /metrics.
+"""llama-server's own API: /completion, /tokenize, /detokenize, /apply-template, /props, /slots, /health,
+/metrics.
 
 Owns: llama-server's field names, defaults (/tokenize: add_special false, parse_special true) and
 response shapes, read from llama.cpp's tools/server so its clients parse ours unchanged. These
@@ -30,6 +31,7 @@ from kinetic.server.common import (
 from kinetic.server.constraints import compile_grammar, llama_grammar
 from kinetic.server.errors import ApiError, error_body, not_supported, path_of
 from kinetic.server.metrics import prometheus_text
+from kinetic.server.openai_api import prepare_chat
 from kinetic.server.options import ServerState
 from kinetic.server.params import sampling_settings
 from kinetic.server.prompts import check_ids, tokenize
@@ -204,7 +206,7 @@ def props(request: Request) -> dict:
     model, template = state.model, state.model.chat_template
     return {"default_generation_settings": {"params": {**state.defaults.as_dict(), "n_predict": -1},
                                             "n_ctx": state.n_ctx},
-            "total_slots": 1, "model_alias": state.name, "model_path": str(model.path),
+            "total_slots": state.worker.scheduler.slots, "model_alias": state.name, "model_path": str(model.path),
             "modalities": {"vision": False, "audio": False}, "chat_template": template.source,
             "bos_token": template.bos_token, "eos_token": template.eos_token,
             "build_info": f"kinetic {__version__}", "is_sleeping": False,
@@ -213,11 +215,13 @@ def props(request: Request) -> dict:
 
 @get(["/slots"], sync_to_thread=False)
 def slots(request: Request) -> list:
+    """Every slot (--parallel): the request it runs now, or the last one it ran."""
     state = state_of(request)
-    worker = state.worker
-    with worker.lock:
-        job, busy = worker.current or worker.last, worker.current is not None
-    slot = {"id": 0, "n_ctx": state.n_ctx, "speculative": False, "is_processing": busy}
+    return [_slot(state, i, job, busy) for i, (job, busy) in enumerate(state.worker.slots())]
+
+
+def _slot(state: ServerState, slot_id: int, job, busy: bool) -> dict:
+    slot = {"id": slot_id, "n_ctx": state.n_ctx, "speculative": False, "is_processing": busy}
     if job is not None:
         req = job.request
         remain = -1 if req.max_tokens is None else max(req.max_tokens - job.n_decoded, 0)
@@ -227,7 +231,7 @@ def slots(request: Request) -> list:
                      "next_token": [{"has_next_token": busy, "has_new_line": False, "n_remain": remain,
                                      "n_decoded": job.n_decoded}],
                      "prompt": state.model.detokenize(list(req.prompt[:4096]))})
-    return [slot]
+    return slot
 
 
 @get(["/metrics", "/v1/metrics"], sync_to_thread=False)
@@ -235,6 +239,15 @@ def metrics(request: Request) -> Response:
     text = prometheus_text(state_of(request).worker)
     return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8",
                     headers={"Process-Start-Time-Unix": str(int(state_of(request).started))})
+
+
+@post(["/apply-template"], status_code=200)
+async def apply_template(request: Request) -> Response:
+    """The prompt text /v1/chat/completions would run for this body (messages, tools and their
+    generic fallback, chat_template_kwargs), as llama-server's /apply-template answers it."""
+    state = state_of(request)
+    ready = await prepared(request, lambda f, cancel: prepare_chat(state, f, cancel))
+    return Response({"prompt": ready.prompt.text})
 
 
 @post(["/embedding", "/embeddings"], status_code=200)
@@ -247,4 +260,4 @@ async def infill(request: Request) -> Response:
     raise not_supported("/infill (fill in the middle)")
 
 
-ROUTES = [completion, tokenize_route, detokenize, health, props, slots, metrics, embedding, infill]
+ROUTES = [completion, tokenize_route, detokenize, health, props, slots, metrics, apply_template, embedding, infill]

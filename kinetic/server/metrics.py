@@ -4,7 +4,7 @@ Counters since start: requests_total, prompt_tokens_total (prompt tokens run),
 prompt_tokens_cached_total (0 until a prompt cache exists), prompt_seconds_total,
 tokens_predicted_total, tokens_predicted_seconds_total, n_decode_total, n_tokens_max.
 Gauges: prompt_tokens_seconds and predicted_tokens_seconds (average speeds since start),
-requests_processing and requests_deferred (waiting for the engine).
+requests_processing (answers in a slot, sharing passes) and requests_deferred (waiting for a slot).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from kinetic.server.worker import EngineWorker
 def prometheus_text(worker: EngineWorker) -> str:
     with worker.lock:
         c = worker.counters
-        processing = 1 if worker.current is not None else 0
+        processing = worker.processing
         counters = [
             ("requests_total", "Number of requests started", c.requests_total),
             ("prompt_tokens_total", "Number of prompt tokens processed, excluding cached tokens",

@@ -4,7 +4,8 @@ Owns: Ollama's field names (options.num_predict and the sampler options), its re
 its {"error": "..."} bodies. Embeddings answer 400 naming the endpoints this text model serves;
 suffix, template and context are refused (the prompt always goes through the model's own
 template, and a conversation is resent as messages); format ("json" or a JSON Schema) holds the
-answer with a grammar (constraints.py).
+answer with a grammar (constraints.py). tools on a template with no tool-call format take the
+generic fallback (generic_tools.py), as on the OpenAI routes.
 Like Ollama, these routes take bodies of any content type.
 """
 
@@ -18,14 +19,23 @@ from litestar import Request, Response, get, post
 from litestar.response import Stream
 
 from kinetic.frontend.model_info import describe
-from kinetic.frontend.output_parsing import detect_tool_format
 from kinetic.server.body import Fields
 from kinetic.server.common import guarded, ndjson, prepared, state_of, whole_answer
-from kinetic.server.constraints import compile_grammar, ollama_grammar
-from kinetic.server.errors import ApiError, not_supported, path_of
+from kinetic.server.constraints import GrammarSpec, compile_grammar, generic_tool_grammar, ollama_grammar
+from kinetic.server.errors import ApiError, context_exceeded, not_supported, path_of
 from kinetic.server.options import ServerState
 from kinetic.server.params import sampling_settings
-from kinetic.server.prompts import ChatPrompt, chat_prompt, messages_from, text_prompt, tools_from
+from kinetic.server.prompts import (
+    GENERIC,
+    ChatPrompt,
+    chat_prompt,
+    fitted_chat_prompt,
+    generic_tools_prompt,
+    messages_from,
+    template_tool_format,
+    text_prompt,
+    tools_from,
+)
 from kinetic.server.reply import ReplyStream, parse_whole
 from kinetic.server.textstream import THINK_CLOSE, THINK_OPEN
 from kinetic.server.worker import Failed, Finished, GenerationRequest, Piece
@@ -59,11 +69,6 @@ def _entry(state: ServerState) -> dict:
 # -- listing routes ---------------------------------------------------------------------------------------
 
 
-@get(["/"], sync_to_thread=False, media_type="text/plain")
-def root() -> str:
-    return "Kinetic is running"
-
-
 @get(["/api/version"], sync_to_thread=False)
 def version() -> dict:
     return {"version": OLLAMA_VERSION}
@@ -86,9 +91,7 @@ async def show(request: Request) -> dict:
     state = state_of(request)
     await prepared(request, lambda f, _: None)  # the one model is shown whatever name is asked for
     source = state.model.chat_template.source
-    caps = ["completion"]
-    if detect_tool_format(source):
-        caps.append("tools")
+    caps = ["completion", "tools"]  # a template with no tool-call format gets the generic fallback
     if THINK_OPEN in source and THINK_CLOSE in source:
         caps.append("thinking")
     meta = state.model.gguf.metadata
@@ -117,12 +120,17 @@ class _Prepared:
     tools: list | None = None
 
 
-def _generation(f: Fields, state: ServerState, ids, keep_special: bool = False) -> GenerationRequest:
+def _generation(f: Fields, state: ServerState, ids, spec: GrammarSpec | None,
+                keep_special: bool = False) -> GenerationRequest:
+    """The answer's request; with num_ctx, prompt and answer together stay within that window."""
     options = Fields(f.obj("options") or {}, "options.")
     num_predict = options.integer("num_predict")
     settings = sampling_settings(options, state.defaults, state.model.n_vocab)
     max_tokens = None if num_predict is None or num_predict < 0 else num_predict
-    grammar = compile_grammar(state.worker.grammars, ollama_grammar(f))
+    window = _window(f, state)
+    if window < state.n_ctx:
+        max_tokens = min(window - len(ids), max_tokens if max_tokens is not None else window)
+    grammar = compile_grammar(state.worker.grammars, spec)
     return GenerationRequest(ids, settings, max_tokens, options.strings("stop"), keep_special=keep_special,
                              grammar=grammar)
 
@@ -148,11 +156,25 @@ def _calls(calls) -> list[dict]:
     return [{"function": {"index": i, "name": c.name, "arguments": c.arguments}} for i, c in enumerate(calls)]
 
 
+def _window(f: Fields, state: ServerState) -> int:
+    """options.num_ctx within the server's context (a larger one is the server's: -c sets it)."""
+    num_ctx = Fields(f.obj("options") or {}, "options.").integer("num_ctx", lo=2)
+    return state.n_ctx if num_ctx is None else min(num_ctx, state.n_ctx)
+
+
 def _prepare_chat(state: ServerState, f: Fields, cancel) -> _Prepared:
     messages = messages_from(f)
     tools = tools_from(f)
-    prompt = chat_prompt(state, messages, tools, _think(f), cancel)
-    generation = _generation(f, state, prompt.ids, keep_special=prompt.tool_format is not None)
+    generic = bool(tools) and template_tool_format(state) is None  # the generic fallback (generic_tools.py)
+    grammar = generic_tool_grammar(tools, False, ollama_grammar(f)) if generic else ollama_grammar(f)
+
+    def render(kept: list[dict]) -> ChatPrompt:
+        if generic:
+            return generic_tools_prompt(state, kept, tools, _think(f), cancel)
+        return chat_prompt(state, kept, tools, _think(f), cancel)
+
+    prompt = fitted_chat_prompt(render, messages, _window(f, state), bool(f.boolean("truncate", True)))
+    generation = _generation(f, state, prompt.ids, grammar, keep_special=prompt.tool_format not in (None, GENERIC))
     return _Prepared(generation, bool(f.boolean("stream", True)), prompt, tools)
 
 
@@ -213,14 +235,18 @@ def _prepare_generate(state: ServerState, f: Fields, cancel) -> _Prepared:
     stream = bool(f.boolean("stream", True))
     if not text:
         return _Prepared(None, stream)
+    window = _window(f, state)
     if f.boolean("raw", False):
         ids, prompt = text_prompt(state, text), None
+        if len(ids) >= window:
+            raise context_exceeded(len(ids), window)
     else:
         system = f.string("system")
         messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": text}]
-        prompt = chat_prompt(state, messages, None, _think(f), cancel)
+        prompt = fitted_chat_prompt(lambda kept: chat_prompt(state, kept, None, _think(f), cancel), messages, window,
+                                    bool(f.boolean("truncate", True)))
         ids = prompt.ids
-    return _Prepared(_generation(f, state, ids), stream, prompt)
+    return _Prepared(_generation(f, state, ids, ollama_grammar(f)), stream, prompt)
 
 
 @post(["/api/generate"], status_code=200)
@@ -269,4 +295,4 @@ async def _generate_stream(job, state: ServerState, prompt: ChatPrompt | None):
             yield line("", done=_stats(event))
 
 
-ROUTES = [root, version, tags, ps, show, embed, chat, generate]
+ROUTES = [version, tags, ps, show, embed, chat, generate]  # "/" (Ollama's "is running") is page.py's

@@ -8,12 +8,36 @@ prompt a context holds. One client address may hold at most 48 of the 64 connect
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 
 from kinetic.runtime.sampling import SamplingSettings
 
 DEFAULT_PORT, OLLAMA_PORT = 8080, 11434
+
+
+def add_server_args(parser) -> None:
+    """kinetic serve's flags for who may call it and what it signs (docs/server.md)."""
+    parser.add_argument("--allowed-origins", metavar="LIST",
+                        help="more web page origins allowed to call the server, comma-separated, * as a wildcard "
+                             "(http://example.com, chrome-extension://*) [default: $KINETIC_ORIGINS; "
+                             "$OLLAMA_ORIGINS is added]")
+    parser.add_argument("--sign-key", metavar="FILE", help="sign receipts (\"receipt\": true) with this Ed25519 "
+                                                           "secret key file")
+
+
+def server_settings(args, environ=None) -> dict:
+    """ServerOptions fields from add_server_args' flags and the environment; a bad key file fails here."""
+    from kinetic.server.security import origin_patterns
+
+    key = None
+    if args.sign_key:
+        from kinetic.ktc.keys import read_signing_key
+
+        key = read_signing_key(args.sign_key)
+    return {"allowed_origins": origin_patterns(args.allowed_origins, os.environ if environ is None else environ),
+            "sign_key": key}
 
 
 @dataclass(frozen=True)
@@ -29,9 +53,11 @@ class ServerOptions:
     request_seconds: float = 30.0  # a client has this long to send its request (and to take each write)
     cpu_workers: int = 2  # threads that prepare requests (parse, render, tokenize, compile grammars)
     max_preparing: int = 16  # requests waiting for one of those threads; beyond: 503
-    parallel: int = 1  # --parallel N is accepted; requests take turns until batching lands (Convoy)
+    parallel: int | None = 1  # slots: answers sharing each pass (Convoy); None: 4, fewer if memory is short
     sampling: SamplingSettings | None = None  # the server's default sampling [default: the model file's]
     device_name: str = "the CPU"
+    allowed_origins: tuple[str, ...] = ()  # more Origins pages may call from (security.py; --allowed-origins)
+    sign_key: object = None  # a nacl SigningKey: receipts are signed with it (--sign-key; receipts.py)
 
 
 @dataclass

@@ -4,7 +4,8 @@ Owns: validating OpenAI-style messages (string content or text parts; tool calls
 to the template), rendering them, tokenizing as `kinetic run` does (special tokens parsed, so a
 greedy answer through the server equals Model.generate on the same prompt), and refusing prompts
 the context cannot hold. Also what the template teaches the model: whether it reasons in a <think>
-block and which tool-call format it writes. Does not own sampling or response shapes.
+block and which tool-call format it writes, and the generic fallback's prompt for templates that
+write none (generic_tools.py). Does not own sampling or response shapes.
 
 Everything here is synchronous and CPU-bound: the API modules call it inside their CpuPool work
 (offload.py), never on the event loop. A text whose byte length already proves it cannot fit the
@@ -14,19 +15,22 @@ context is refused before it is tokenized (fit.py); the exact count is checked a
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 from kinetic.errors import KineticError
 from kinetic.frontend.output_parsing import detect_tool_format
 from kinetic.frontend.template_pool import RenderCancelled
 from kinetic.server.body import Fields
-from kinetic.server.errors import ApiError, context_exceeded, not_supported
+from kinetic.server.errors import ApiError, ContextExceeded, context_exceeded, not_supported
+from kinetic.server.generic_tools import messages_with_tools
 from kinetic.server.offload import Cancel, ClientGone
 from kinetic.server.options import ServerState
 from kinetic.server.textstream import THINK_CLOSE, THINK_OPEN
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 MAX_TOOLS = 128
+GENERIC = "generic"  # the tool_format of a prompt in the generic fallback (generic_tools.py)
 
 
 @dataclass(frozen=True)
@@ -145,6 +149,47 @@ def chat_prompt(state: ServerState, messages: list[dict], tools: list[dict] | No
     started = thinks and text.rstrip().endswith(THINK_OPEN)
     fmt = detect_tool_format(source) if tools else None
     return ChatPrompt(text_prompt(state, text), text, started, thinks, fmt)
+
+
+def template_tool_format(state: ServerState) -> str | None:
+    """The tool-call format the model's template teaches (None: the template has no place for tools)."""
+    return detect_tool_format(state.model.chat_template.source)
+
+
+def generic_tools_prompt(state: ServerState, messages: list[dict], tools: list[dict], kwargs: dict,
+                         cancel: Cancel | None = None) -> ChatPrompt:
+    """The generic fallback's prompt: the tools described in the system message, earlier calls and
+    results in its JSON; 400 "MODEL does not support tools" when the template cannot render that."""
+    try:
+        prompt = chat_prompt(state, messages_with_tools(messages, tools), None, kwargs, cancel)
+    except ContextExceeded:
+        raise
+    except ApiError as e:
+        raise ApiError(400, f"{state.name} does not support tools: its chat template has no tool-call format and "
+                            f"cannot render the system message that describes the tools ({e.message})",
+                       param="tools") from None
+    return replace(prompt, tool_format=GENERIC)
+
+
+def fitted_chat_prompt(render: Callable[[list[dict]], ChatPrompt], messages: list[dict], window: int,
+                       truncate: bool) -> ChatPrompt:
+    """render(messages) when the prompt fits `window` tokens (leaving one for the answer). With
+    `truncate`, as Ollama's chatPrompt: the oldest messages are dropped one at a time, system
+    messages and the last message always kept, until it fits; otherwise, or when even the last
+    message alone does not fit, the context error names `window`."""
+    start = 0
+    while True:
+        kept = [m for m in messages[:start] if m["role"] == "system"] + messages[start:]
+        try:
+            prompt = render(kept)
+            if len(prompt.ids) < window:
+                return prompt
+            error = context_exceeded(len(prompt.ids), window)
+        except ContextExceeded as e:  # refused for the server's own context, maybe from its byte length
+            error = context_exceeded(e.extra["n_prompt_tokens"], window, at_least=e.count.startswith("at least"))
+        if not truncate or start >= len(messages) - 1:
+            raise error
+        start += 1
 
 
 def text_prompt(state: ServerState, text: str) -> tuple[int, ...]:

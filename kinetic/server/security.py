@@ -1,12 +1,16 @@
 """Who may use the server: the API key, web pages from other sites, DNS rebinding.
 
-Owns: one ASGI middleware run before every route. With --api-key, every route but /health needs
-`Authorization: Bearer KEY` or `X-Api-Key: KEY` (401 otherwise). A request a browser sends from a
-page whose Origin is not this computer is refused (403), and while the server listens on a loopback
-address the Host header must name this computer too, so a web page that rebinds its own domain
-name to 127.0.0.1 cannot reach it. Pages served from this computer get CORS headers. Every header
-is read as Latin-1 text and a value that does not parse (an Origin or Host that is not a URL) is
-treated as foreign: refused with a 403, never a 500.
+Owns: one ASGI middleware run before every route. With --api-key, every route but /health and the
+chat page's files (page.py) needs `Authorization: Bearer KEY` or `X-Api-Key: KEY` (401 otherwise).
+A request a browser sends from a page whose Origin is not allowed is refused (403): allowed are
+this computer (localhost, loopback addresses and 0.0.0.0, any port), the server's own Host,
+Ollama's default app and editor origins (app://*, file://*, tauri://*, vscode-webview://*,
+vscode-file://*: Ollama's envconfig.AllowedOrigins) and the patterns of --allowed-origins ($KINETIC_ORIGINS, plus
+$OLLAMA_ORIGINS), each an origin with at most one `*` wildcard, or `*` for every origin. While the
+server listens on a loopback address the Host header must name this computer too, so a web page
+that rebinds its own domain name to 127.0.0.1 cannot reach it. Allowed pages get CORS headers.
+Every header is read as Latin-1 text and a value that does not parse (an Origin or Host that is
+not a URL) is treated as foreign: refused with a 403, never a 500.
 """
 
 from __future__ import annotations
@@ -18,9 +22,31 @@ from urllib.parse import urlsplit
 
 from kinetic.server.errors import error_body
 from kinetic.server.options import ServerOptions
+from kinetic.server.page import PAGE_PATHS
 
-OPEN_PATHS = frozenset({"/health", "/v1/health"})
+OPEN_PATHS = frozenset({"/health", "/v1/health"}) | PAGE_PATHS  # the chat page loads, then asks for the key
 MAX_HEADER_BYTES = 16 * 1024  # all request headers together; beyond: 431
+# Ollama's default allowances for desktop apps, editors and local files (envconfig.AllowedOrigins).
+APP_ORIGINS = ("app://*", "file://*", "tauri://*", "vscode-webview://*", "vscode-file://*")
+ORIGIN_VARIABLES = ("KINETIC_ORIGINS", "OLLAMA_ORIGINS")
+
+
+def origin_patterns(flag: str | None, environ) -> tuple[str, ...]:
+    """--allowed-origins (else $KINETIC_ORIGINS), plus $OLLAMA_ORIGINS: comma-separated patterns."""
+    lists = [flag if flag is not None else environ.get("KINETIC_ORIGINS", ""), environ.get("OLLAMA_ORIGINS", "")]
+    return tuple(p.strip() for text in lists for p in text.split(",") if p.strip())
+
+
+def origin_matches(origin: str, pattern: str) -> bool:
+    """`pattern` an origin, `*` for any, or an origin with one `*` standing for any text (as Ollama's
+    CORS settings read it); letters' case does not matter."""
+    origin, pattern = origin.lower(), pattern.lower()
+    if pattern == "*":
+        return True
+    head, star, tail = pattern.partition("*")
+    if not star:
+        return origin == pattern
+    return len(origin) >= len(head) + len(tail) and origin.startswith(head) and origin.endswith(tail)
 
 
 def is_loopback(host: str) -> bool:
@@ -59,6 +85,7 @@ class Guard:
         self.app = app
         self.options = options
         self.local_only = is_loopback(options.host)
+        self.patterns = APP_ORIGINS + options.allowed_origins
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -91,10 +118,9 @@ class Guard:
         host = _hostname(headers.get("host", ""))
         if self.local_only and headers.get("host") is not None and not is_loopback(host):
             return 403, f"this server answers requests to this computer only, not to {host or 'that host'}"
-        if origin is not None:
-            origin_host = _origin_host(origin)
-            if origin_host is None or not (is_loopback(origin_host) or origin_host == host):
-                return 403, "requests from web pages on other sites are refused"
+        if origin is not None and not self._origin_allowed(origin, host):
+            return 403, ("requests from web pages on other sites are refused; allow this one with "
+                         "kinetic serve --allowed-origins (or KINETIC_ORIGINS)")
         key = self.options.api_key
         if key and scope["path"] not in OPEN_PATHS and scope["method"] != "OPTIONS":
             given = headers.get("x-api-key") or ""
@@ -104,6 +130,14 @@ class Guard:
             if not hmac.compare_digest(given.encode(), key.encode()):
                 return 401, "a valid API key is required: send Authorization: Bearer KEY or X-Api-Key: KEY"
         return None
+
+
+    def _origin_allowed(self, origin: str, host: str) -> bool:
+        if any(origin_matches(origin, p) for p in self.patterns):
+            return True
+        origin_host = _origin_host(origin)
+        return origin_host is not None and (is_loopback(origin_host) or origin_host == "0.0.0.0"
+                                            or origin_host == host)
 
 
 async def _send_error(send, path: str, status: int, message: str) -> None:

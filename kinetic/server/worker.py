@@ -3,13 +3,13 @@
 Owns: `Job` (one request's channel: Piece events, then one Finished or Failed with its HTTP status,
 fed from the engine thread through call_soon_threadsafe, so the loop never waits on the engine) and
 `EngineWorker`, the app's handle on the runtime's Scheduler (kinetic/runtime/scheduler.py: the
-queue, the engine thread, cancellation, the counters /metrics and /slots report) and on the
-model's GrammarCache. Does not own generation (kinetic/runtime/generation.py: prefill, sampling,
-stop strings, log-probabilities), HTTP, response shapes or what a field means (the API modules
-build a GenerationRequest).
+queue, the slots whose answers share each pass (--parallel), the engine thread, cancellation, the
+counters /metrics and /slots report) and on the model's GrammarCache. Does not own generation
+(kinetic/runtime/generation.py: prefill, sampling, stop strings, log-probabilities), HTTP, response
+shapes or what a field means (the API modules build a GenerationRequest).
 
-A job is cancelled when its client goes away: the generation loop checks the flag between prompt
-chunks and after every token, so a disconnect frees the engine within one pass.
+A job is cancelled when its client goes away: its answer leaves the passes at the next one, so a
+disconnect frees its slot within one pass.
 """
 
 from __future__ import annotations
@@ -86,9 +86,12 @@ class Job:
 class EngineWorker:
     """The model's scheduler as the app sees it. submit() from the event loop."""
 
-    def __init__(self, model, max_queued: int = 32):
+    def __init__(self, model, max_queued: int = 32, slots: int | None = 1):
+        """`slots`: answers that run at once (None: the scheduler's default; fewer on a device that
+        batches fewer sequences); their caches must fit in memory, else a KineticError says so now."""
         self.model = model
-        self.scheduler = Scheduler(model.generator, max_queued=max_queued)
+        self.scheduler = Scheduler(model.generator, max_queued=max_queued, slots=slots)
+        self.scheduler.check_memory()
         self.grammars = GrammarCache(model)  # the vocabulary is built on the first constrained request
 
     def start(self) -> None:
@@ -107,7 +110,7 @@ class EngineWorker:
 
     @property
     def lock(self):
-        """Guards counters, current and last."""
+        """Guards counters and the slots."""
         return self.scheduler.lock
 
     @property
@@ -115,12 +118,14 @@ class EngineWorker:
         return self.scheduler.counters
 
     @property
-    def current(self) -> Ticket | None:
-        return self.scheduler.current
+    def processing(self) -> int:
+        """Answers running now; read under `lock`."""
+        return self.scheduler.processing
 
-    @property
-    def last(self) -> Ticket | None:
-        return self.scheduler.last
+    def slots(self) -> list[tuple[Ticket | None, bool]]:
+        """Every slot: (the ticket it runs now or ran last, whether it runs one now)."""
+        with self.lock:
+            return [(t, t is not None and t.running) for t in self.scheduler.slot_tickets]
 
     def submit(self, request: GenerationRequest) -> Job:
         job = Job(asyncio.get_running_loop())

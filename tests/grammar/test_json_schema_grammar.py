@@ -22,12 +22,13 @@ PERSON = {
 CASES = [
     (PERSON,
      ['{"name":"Ann","age":3}', '{ "name" : "A\\"b\\u00e9", "age": -12, "tags": ["x"] }',
-      '{\n  "name": "Ethan",\n  "age": 25\n}', '{"name":"é","age":0,"email":"a@b","tags":[]}'],
-     ['{"age":3,"name":"Ann"}', '{"name":"","age":3}', '{"name":"Ann"}', '{"name":"Ann","age":3.5}',
+      '{"name":"é","age":0,"email":"a@b","tags":[]}'],
+     ['{\n  "name": "Ethan",\n  "age": 25\n}', '{"name":"Ann" ,"age":3}', '{"name":  "Ann","age":3}',
+      '{"age":3,"name":"Ann"}', '{"name":"","age":3}', '{"name":"Ann"}', '{"name":"Ann","age":3.5}',
       '{"name":"Ann","age":3,"x":1}', '{"name":"Ann","age":3,"tags":["a","b","c"]}', '{"name":"Ann","age":03}',
       '{"name":"A\nB","age":3}', ' {"name":"Ann","age":3}']),
     ({"type": "array", "items": {"type": "number"}, "minItems": 1},
-     ["[1]", "[ -0.5 , 1e10, 2E-3 ]", "[0,0.25]"], ["[]", "[1,]", "[01]", "[.5]", "[1.]", "[NaN]"]),
+     ["[1]", "[ -0.5, 1e10, 2E-3 ]", "[0,0.25]"], ["[]", "[1,]", "[01]", "[.5]", "[1.]", "[NaN]", "[1 ,2]", "[\n1]"]),
     ({"enum": ["red", 2, None, True, {"a": [1]}]},
      ['"red"', "2", "null", "true", '{"a":[1]}'], ['"blue"', "3", "false", '{"a": [1]}']),
     ({"const": "x"}, ['"x"'], ['"y"', "x"]),
@@ -98,14 +99,15 @@ def test_integer_bounds_from_schema(byte_matcher):
 
 
 def test_any_json_value(byte_matcher):
-    """json_object accepts any JSON value, however formatted within the whitespace allowed, and
-    rejects what is not JSON."""
+    """json_object accepts any JSON value, compact or with single spaces after separators, and
+    rejects what is not JSON and newline padding (the compact `space`)."""
     matcher = byte_matcher(json_object_grammar())
     values = [{"a": [1, 2.5, -3e-2, None, True, False, "x\ty"]}, [], {}, "é\u2028", 0, [[[]]], {"k": {"n": {}}}]
     for value in values:
-        for indent in (None, 2):
-            assert full_match(matcher, json.dumps(value, indent=indent)), value
-            assert full_match(matcher, json.dumps(value, indent=indent, ensure_ascii=False)), value
+        for separators in ((",", ":"), (", ", ": ")):
+            assert full_match(matcher, json.dumps(value, separators=separators)), value
+            assert full_match(matcher, json.dumps(value, separators=separators, ensure_ascii=False)), value
+    assert not full_match(matcher, json.dumps({"a": [1]}, indent=2))
     for text in ['{"a" 1}', "[1 2]", "tru", "{'a': 1}", '"\\x"', "[1,]", "01", '{"a":1}x']:
         assert not full_match(matcher, text), text
     assert prefix_ok(matcher, '{"a": [1, {"b": "c')

@@ -66,7 +66,8 @@ ROUTES = [("/v1/chat/completions", {"messages": [{"role": "user", "content": OVE
 @pytest.mark.parametrize("path,body", ROUTES, ids=[r[0] for r in ROUTES])
 def test_prompt_that_cannot_fit_is_refused_before_tokenizing(live, model, monkeypatch, path, body):
     """A prompt whose byte length proves it needs more tokens than the context holds is refused with
-    llama-server's exceed_context_size_error, and the tokenizer never sees it."""
+    the API's context error (OpenAI's context_length_exceeded on /v1, llama-server's
+    exceed_context_size_error on its routes), and the tokenizer never sees it."""
     seen = []
     tokenize = model.tokenize
     monkeypatch.setattr(model, "tokenize", lambda text, **kw: seen.append(len(text)) or tokenize(text, **kw))
@@ -74,18 +75,24 @@ def test_prompt_that_cannot_fit_is_refused_before_tokenizing(live, model, monkey
     assert status == 400
     assert all(n < 1000 for n in seen), f"the tokenizer was given {max(seen)} characters"
     if path.startswith("/api/"):
-        assert "exceeds the available context size" in answer["error"]
+        assert "longer than the context length" in answer["error"]
     else:
         error = answer["error"]
-        assert error["type"] == "exceed_context_size_error" and error["n_ctx"] == 512
+        assert _context_error(path, error) and error["n_ctx"] == 512
         assert error["n_prompt_tokens"] >= 512
 
 
 def test_prompt_longer_than_the_context_after_tokenizing_has_the_exact_count(live):
     """A prompt that passes the byte bound but not the exact count gets the same error with its token count."""
     status, answer = call(live, "POST", "/v1/completions", {"prompt": "hi " * 600})
-    assert status == 400 and answer["error"]["type"] == "exceed_context_size_error"
+    assert status == 400 and _context_error("/v1/completions", answer["error"])
     assert answer["error"]["n_prompt_tokens"] > 512 and "at least" not in answer["error"]["message"]
+
+
+def _context_error(path: str, error: dict) -> bool:
+    if path.startswith("/v1/"):
+        return error["code"] == "context_length_exceeded" and error["type"] == "invalid_request_error"
+    return error["type"] == "exceed_context_size_error"
 
 
 # -- a 16 MiB body -----------------------------------------------------------------------------------
@@ -124,7 +131,7 @@ def test_a_16_mib_chat_stalls_neither_health_nor_another_stream(live):
     done.set()
     for t in threads:
         t.join(timeout=60)
-    assert status == 400 and answer["error"]["type"] == "exceed_context_size_error"
+    assert status == 400 and _context_error("/v1/chat/completions", answer["error"])
     assert max(health) < 1.5, f"/health took {max(health):.2f} s during the 16 MiB request"
     assert gaps and max(gaps) < 1.5, f"the other stream stalled {max(gaps):.2f} s"
 

@@ -173,7 +173,7 @@ def test_llama_server_tokenize_detokenize_props_slots_metrics(http, model):
     assert [p["id"] for p in pieces] == tokens and "".join(p["piece"] for p in pieces) == "Hello world"
     assert http.post("/detokenize", json={"tokens": tokens}).json() == {"content": "Hello world"}
     props = http.get("/props").json()
-    assert props["default_generation_settings"]["n_ctx"] == 512 and props["total_slots"] == 1
+    assert props["default_generation_settings"]["n_ctx"] == 512 and props["total_slots"] == 4  # serve's --parallel
     slot = http.get("/slots").json()[0]
     assert slot["id"] == 0 and slot["n_ctx"] == 512 and "is_processing" in slot
     assert http.get("/health").json() == {"status": "ok"}
