@@ -12,7 +12,8 @@ HTTP (kinetic/server) or command lines (kinetic/cli); it imports neither of the 
     kv_cache.py      KVCache: one sequence's preallocated cache, committed and rolled back by length
     weights.py       GGUFWeights: the weights a runner reads, straight from the memory-mapped file
     generation.py    Generator / Generation: prefill, sampler and grammar, stops, log-probabilities
-    scheduler.py     Scheduler: admission, arrival order, cancellation, the engine thread, counters
+    scheduler.py     Scheduler: admission, slots, cancellation, the engine thread, counters
+    convoy.py        which running answers' rows share the next pass (continuous batching)
     drafting.py      RAD-1's drafters and how many guessed tokens to verify
     speculative.py   SpeculativeDecoder: drafted decoding that yields plain decoding's tokens
     stop_strings.py  HoldBack: streamed text held back only where a stop string may still begin

@@ -1,9 +1,11 @@
 """The engine: runs passes of rows through a compiled graph and keeps sequence state.
 
 Owns: forward passes over a batch of rows (tokens with sequence, position and parent), prompt
-processing in fixed-size chunks, one-token decode, greedy selection and rollback. It knows nothing
+processing in fixed-size chunks, one-token decode, greedy selection and rollback, and the shared pass
+of Convoy (`run`: several sequences' rows, each given as a `SeqRows`, in one pass). It knows nothing
 about text: it works on token ids (the tokenizer lives in the frontend). The passes run on a device's
-runner (kinetic/codegen/runner.py), opened through the device registry (kinetic/devices.py).
+runner (kinetic/codegen/runner.py), opened through the device registry (kinetic/devices.py). Does not
+own which sequences share a pass (kinetic/runtime/scheduler.py).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kinetic import devices
-from kinetic.codegen.runner import Runner, RunnerOptions
+from kinetic.codegen.runner import Capabilities, Runner, RunnerOptions
 from kinetic.ir.graph import Graph
 from kinetic.ir.interpreter import WeightSource
 from kinetic.ir.ops import Op
@@ -32,6 +34,19 @@ class Sequence:
     cache: KVCache
     tokens: list[int]
     pending: tuple | None = None  # the last verify() pass, (rows, new_kv, cache length), until keep()
+
+
+@dataclass
+class SeqRows:
+    """One sequence's rows in the next pass, as a generation asks for them (kinetic/runtime/speculative.py
+    yields these): `rows` numbers its sequence 0; `commit` True puts every row into the cache after
+    the pass (a prompt chunk, a decode step), False holds them for keep() (a draft tree, as verify()).
+    The pass fills `logits`, f32 [len(rows.output_rows), n_vocab]."""
+
+    seq: Sequence
+    rows: PassRows
+    commit: bool = True
+    logits: np.ndarray | None = None
 
 
 class Engine:
@@ -53,6 +68,19 @@ class Engine:
                 self.kv_dtype = np.float32
         self.n_vocab = graph.output("logits").type.shape[1]
         self.passes = 0  # forward passes run (prompt chunks, decode steps, verification passes)
+        declared = devices.DEVICES[device].capabilities if device in devices.DEVICES else None
+        # None: a device without a capability record (the reference interpreter) runs any PassRows
+        self.capabilities: Capabilities | None = declared() if declared else None
+
+    @property
+    def max_sequences(self) -> int | None:
+        """Sequences one pass may hold (None: any number)."""
+        return self.capabilities.max_sequences if self.capabilities else None
+
+    @property
+    def max_rows(self) -> int | None:
+        """Rows one pass may hold (None: any number)."""
+        return self.capabilities.max_rows if self.capabilities else None
 
     @property
     def in_place(self) -> bool:
@@ -83,13 +111,46 @@ class Engine:
             s.tokens.extend(rows.tokens.tolist())
         elif commit:
             for sid, s in seqs.items():
-                mine = np.flatnonzero(rows.seqs == sid)
-                if self.in_place:
-                    s.cache.commit_written(rows.positions[mine])
-                else:
-                    s.cache.commit(result.new_kv, mine, rows.positions)
-                s.tokens.extend(int(t) for t in rows.tokens[mine])
+                self._commit(s, rows, np.flatnonzero(rows.seqs == sid), result.new_kv)
         return result.outputs["logits"]
+
+    def _commit(self, seq: Sequence, rows: PassRows, mine: np.ndarray, new_kv: dict) -> None:
+        """Append pass rows `mine` (one sequence's, in order) to its cache and tokens."""
+        if self.in_place:
+            seq.cache.commit_written(rows.positions[mine])
+        else:
+            seq.cache.commit(new_kv, mine, rows.positions)
+        seq.tokens.extend(int(t) for t in rows.tokens[mine])
+
+    def run(self, parts: list[SeqRows]) -> None:
+        """One pass of several sequences' rows (one part per sequence, at most max_sequences): fills
+        each part's logits, commits the parts that commit and holds the others for keep(). Batch
+        invariance makes each part's logits the ones it gets in a pass of its own."""
+        if len(parts) == 1:  # the usual pass keeps the one-sequence paths (a chain's short tables)
+            part = parts[0]
+            part.logits = self.forward(part.rows, {0: part.seq}) if part.commit else self.verify(part.seq, part.rows)
+            return
+        if self.max_sequences is not None and len(parts) > self.max_sequences:
+            raise ValueError(f"{len(parts)} sequences in one pass; the device runs {self.max_sequences}")
+        if len({id(p.seq) for p in parts}) != len(parts):
+            raise ValueError("a sequence can have only one part in a pass")
+        for part in parts:
+            part.seq.cache.check_room(len(part.rows.tokens))
+        rows = _merged([p.rows for p in parts])
+        result = self.runner.run(self.graph, rows, SequenceCaches({i: p.seq.cache for i, p in enumerate(parts)}))
+        self.passes += 1
+        logits = result.outputs["logits"]  # f32 [sum of the parts' outputs, n_vocab], in part order
+        first_row = first_out = 0
+        for part in parts:
+            mine = np.arange(first_row, first_row + len(part.rows.tokens))
+            n_out = len(part.rows.output_rows)
+            part.logits = logits[first_out:first_out + n_out]
+            if part.commit:
+                self._commit(part.seq, rows, mine, result.new_kv)
+            else:  # as verify(): keep() commits the accepted path
+                new_kv = {layer: (k[mine], v[mine]) for layer, (k, v) in result.new_kv.items()}
+                part.seq.pending = (part.rows, new_kv, part.seq.cache.length)
+            first_row, first_out = first_row + len(mine), first_out + n_out
 
     def prefill(self, seq: Sequence, tokens: list[int]) -> np.ndarray:
         """Feed tokens after what the sequence holds, in chunks; logits of the last one, f32 [n_vocab]."""
@@ -148,3 +209,17 @@ class Engine:
             if token in stop:
                 return
             logits = self.decode(seq, token)
+
+
+def _merged(tables: list[PassRows]) -> PassRows:
+    """One pass's row table from several sequences' own tables (each numbering its sequence 0):
+    table i's rows become sequence i's, in order, with parents and output rows shifted."""
+    offsets = np.cumsum([0] + [len(t.tokens) for t in tables[:-1]])
+    return PassRows(
+        tokens=np.concatenate([t.tokens for t in tables]).astype(np.int32),
+        positions=np.concatenate([t.positions for t in tables]).astype(np.int32),
+        seqs=np.concatenate([np.full(len(t.tokens), i, np.int32) for i, t in enumerate(tables)]),
+        parents=np.concatenate([np.where(t.parents >= 0, t.parents + o, -1)
+                                for t, o in zip(tables, offsets, strict=True)]).astype(np.int32),
+        output_rows=np.concatenate([t.output_rows + o for t, o in zip(tables, offsets, strict=True)]).astype(np.int32),
+    )

@@ -11,9 +11,13 @@ Does not own: tokenizing the prompt or applying a chat template (the caller hand
 request field means in an API (the server validates requests), the queue of requests (scheduler.py)
 or the forward passes themselves (engine.py, speculative.py).
 
-Exactness: the prompt goes through `Engine.feed` in the engine's own chunks and the last chunk with
-the decoder's prefill, exactly as `Engine.prefill` splits it, so the logits are the same whether or
-not a caller watches for cancellation between chunks.
+Exactness: the prompt goes through the decoder's steps in `Engine.prefill`'s own chunks, so the
+logits are the same whether or not a caller watches for cancellation between chunks; whether each
+pass runs alone (iterating a Generation) or beside other answers' rows (steps() under the
+scheduler's Convoy), batch invariance gives every row the same bits, so the answer is the same.
+A caller's `sequence` (a conversation's cache, holding a prefix of the prompt: `kinetic chat`) is
+continued rather than refilled; batch invariance makes its entries the ones a fresh prefill
+computes, so the answer is the same.
 """
 
 from __future__ import annotations
@@ -28,13 +32,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from kinetic.errors import KineticError
+from kinetic.runtime.engine import SeqRows
 from kinetic.runtime.sampling import Sampler, SamplingSettings, log_softmax, top_logprobs
-from kinetic.runtime.speculative import SpeculativeDecoder
+from kinetic.runtime.speculative import DraftStats, SpeculativeDecoder, run_alone
 from kinetic.runtime.stop_strings import HoldBack
 
 if TYPE_CHECKING:
     from kinetic.grammar import ConstrainedSampler, GrammarMatcher
-    from kinetic.runtime.engine import Engine
+    from kinetic.runtime.engine import Engine, Sequence
 
 
 @dataclass(frozen=True)
@@ -128,18 +133,24 @@ class Generator:
 
         return ConstrainedSampler(sampler, grammar.start())
 
-    def generate(self, request: GenerationRequest, cancelled: threading.Event | None = None) -> Generation:
-        return Generation(self, request, cancelled)
+    def generate(self, request: GenerationRequest, cancelled: threading.Event | None = None,
+                 sequence: Sequence | None = None) -> Generation:
+        """`sequence`: continue this sequence, whose tokens are a prefix of the prompt (None: a new one)."""
+        return Generation(self, request, cancelled, sequence)
 
 
 class Generation:
     """One answer being generated. Iterate it for Piece events and one Finished at the end; once
     `cancelled` is set it stops within one pass (its Finished then says "length"). Its counters
-    (prompt rows processed, tokens decoded) can be read from another thread while it runs."""
+    (prompt rows processed, tokens decoded) can be read from another thread while it runs.
+    steps() is the same answer as steps, for a driver that shares passes between answers (Convoy:
+    kinetic/runtime/scheduler.py); iterating is the one-answer driver of those steps."""
 
-    def __init__(self, generator: Generator, request: GenerationRequest, cancelled: threading.Event | None = None):
+    def __init__(self, generator: Generator, request: GenerationRequest, cancelled: threading.Event | None = None,
+                 sequence: Sequence | None = None):
         self.generator = generator
         self.request = request
+        self.sequence = sequence
         self.cancelled = cancelled or threading.Event()
         self.sampler = generator.sampler(request.settings, list(request.prompt), request.grammar)
         self.n_prompt_processed = 0
@@ -148,23 +159,35 @@ class Generation:
         self.generate_seconds = 0.0
         self.drafted = self.accepted = 0
         self.finish_reason = "length"  # "stop" once an end of turn, a stop string or the grammar's end came
-        self._decoding = False  # the decoder has started (its statistics are this answer's)
+        self.passes = 0  # passes that held this answer's rows
+        self.stats = DraftStats()  # RAD-1's for this answer
 
     @property
     def n_decoded(self) -> int:
         return len(self.tokens)
 
     def __iter__(self) -> Iterator[Piece | Finished]:
-        request, engine, tokenizer = self.request, self.generator.engine, self.generator.tokenizer
+        """The answer on its own: each pass it wants runs by itself."""
+        return run_alone(self.generator.engine, self.steps())
+
+    def steps(self) -> Iterator[SeqRows | Piece | Finished]:
+        """The answer as steps: before each pass, the rows it wants in it (a SeqRows: run it with
+        Engine.run, alone or beside other answers' rows, then resume), between passes its Piece
+        events, last one Finished. Once cancelled it wants no further pass."""
+        request, tokenizer = self.request, self.generator.tokenizer
         eot = set() if request.ignore_eos else set(tokenizer.eot_ids)
         text = tokenizer.stream_decoder(skip_special=not request.keep_special)
         scanner, pending = HoldBack(request.stop), _Pending()
         fed = released = 0
         stop_type, word = "limit", ""
-        passes, start = engine.passes, time.perf_counter()
+        start = time.perf_counter()
         steps = self._tokens(eot)
         try:
-            for token, info in steps:
+            for item in steps:
+                if isinstance(item, SeqRows):
+                    yield item
+                    continue
+                token, info = item
                 if not self.tokens:  # the first token came with the prompt's last pass
                     self.prompt_seconds, start = time.perf_counter() - start, time.perf_counter()
                 self.tokens.append(token)
@@ -189,46 +212,43 @@ class Generation:
             steps.close()
             self.finish_reason = "length" if stop_type == "limit" else "stop"
             self.generate_seconds = time.perf_counter() - start if self.tokens else 0.0
-            if self._decoding:
-                stats = self.generator.decoder.stats
-                self.drafted, self.accepted = stats.drafted, stats.accepted
+            self.drafted, self.accepted = self.stats.drafted, self.stats.accepted
         if stop_type != "word":
             tail = scanner.feed(text.flush())[0] + scanner.flush()
             yield Piece(tail, pending.take_all())
         yield Finished(self.finish_reason, stop_type, word, len(request.prompt),
                        len(self.tokens), list(self.tokens), self.prompt_seconds, self.generate_seconds,
-                       self.sampler.settings, engine.passes - passes, self.drafted, self.accepted)
+                       self.sampler.settings, self.passes, self.drafted, self.accepted)
 
-    def _tokens(self, eot: set[int]) -> Iterator[tuple[int, TokenInfo]]:
-        """The model's tokens as plain decoding picks them: the prompt in the engine's chunks, then
-        RAD-1's decoder (drafting as the request or the generator says), which yields plain
-        decoding's tokens. Yields (token, its TokenInfo); stops early when cancelled."""
+    def _tokens(self, eot: set[int]) -> Iterator[SeqRows | tuple[int, TokenInfo]]:
+        """The model's tokens as plain decoding picks them: RAD-1's decoder's steps (drafting as the
+        request or the generator says: the prompt in Engine.prefill's chunks, then plain decoding's
+        tokens). Yields the rows each pass wants and (token, its TokenInfo); stops when cancelled."""
         generator, engine, request = self.generator, self.generator.engine, self.request
         ids = list(request.prompt)
-        seq = engine.new_sequence()
-        last = (len(ids) - 1) // engine.batch * engine.batch  # the last chunk goes with the decoder's prefill
-        for start in range(0, last, engine.batch):  # Engine.prefill's own chunks, so logits are identical
-            if self.cancelled.is_set():
-                return
-            engine.feed(seq, ids[start:start + engine.batch])
-            self.n_prompt_processed = start + engine.batch
-        if self.cancelled.is_set():
-            return
-        decoder = generator.decoder
-        with decoder.seen.lock:  # the decoder indexes the tokens it saw fed; the earlier chunks go first
-            decoder.seen.extend(ids[:last])
+        seq = self.sequence if self.sequence is not None else engine.new_sequence()
+        done = len(seq.tokens)  # already in the cache (a conversation's earlier turns)
+        if done >= len(ids) or seq.tokens != ids[:done]:
+            raise ValueError("the sequence must hold a prefix of the prompt, at least one token shorter")
         picker = _Recording(self.sampler, self._info)
         draft = generator.draft if request.draft is None else request.draft
-        tokens = decoder.generate(seq, ids[last:], request.max_tokens, stop=eot, picker=picker, draft=draft)
+        steps = generator.decoder.steps(seq, ids[done:], request.max_tokens, stop=eot, picker=picker, draft=draft,
+                                        stats=self.stats)
         try:
-            for token in tokens:
-                self._decoding = True
-                self.n_prompt_processed = len(ids)
-                yield token, picker.take(token)
+            for item in steps:
                 if self.cancelled.is_set():
                     return
+                if isinstance(item, SeqRows):
+                    yield item
+                    if self.cancelled.is_set():  # a driver may drop a cancelled answer's rows unrun
+                        return
+                    self.passes += 1
+                    self.n_prompt_processed = min(len(seq.tokens), len(ids))
+                    continue
+                self.n_prompt_processed = len(ids)
+                yield item, picker.take(item)
         finally:
-            tokens.close()
+            steps.close()
 
     def _info(self, token: int, logits: np.ndarray) -> TokenInfo:
         piece = self.generator.piece

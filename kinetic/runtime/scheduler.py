@@ -1,13 +1,20 @@
-"""The scheduler: the queue of answers waiting for the engine, and the thread that runs them.
+"""The scheduler: the queue of answers waiting for the engine, the slots of the answers running, and
+the thread that runs their passes (Convoy: continuous batching).
 
-Owns: admission (at most `max_queued` requests waiting; beyond that `SchedulerBusy`), the order
-they run in (one at a time, in arrival order: the multi-user pass that Convoy brings lands here),
-cancellation (a ticket cancelled while it waits never runs; while it runs, the generation loop
-stops within one pass), the ticket running now and the last one (llama-server's /slots), and the
-counters since start (its /metrics). Events of a running ticket go to the `post` callback its
-submitter gave, from the scheduler's thread: Piece events, then one Finished or Failed.
-Does not own: what an answer is (generation.py), HTTP or event loops (the server turns `post` into
-an asyncio queue), nor what a request field means.
+Owns: admission (at most `max_queued` requests waiting; beyond that `SchedulerBusy`), the slots
+(at most `slots` answers run at once, on a device that batches several sequences per pass; one on
+a device that does not: Capabilities.max_sequences), the pass loop (each pass, the running answers'
+rows chosen by kinetic/runtime/convoy.py run together through Engine.run; a request waiting for a
+slot takes the first one free, in arrival order), cancellation (a ticket cancelled while it waits
+never runs; while it runs, its answer leaves at the next pass), what every slot runs now or ran
+last (llama-server's /slots), and the counters since start (its /metrics). Events of a running
+ticket go to the `post` callback its submitter gave, from the scheduler's thread: Piece events,
+then one Finished or Failed.
+Does not own: what an answer is (generation.py), which rows share a pass (convoy.py), HTTP or event
+loops (the server turns `post` into an asyncio queue), nor what a request field means.
+
+Exactness: every answer is bit for bit what it is alone, whatever shares its passes (Engine.run and
+batch invariance; tests/runtime/test_convoy.py).
 """
 
 from __future__ import annotations
@@ -17,13 +24,20 @@ import logging
 import queue
 import threading
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+import numpy as np
+
 from kinetic.errors import KineticError
+from kinetic.runtime.convoy import PassBudget, compose
+from kinetic.runtime.engine import SeqRows
 from kinetic.runtime.generation import Finished, Generation, GenerationRequest, Generator
+from kinetic.runtime.kv_cache import available_memory
 
 log = logging.getLogger("kinetic.runtime")
+
+DEFAULT_SLOTS = 4  # --parallel's default
 
 
 class SchedulerBusy(KineticError):
@@ -48,7 +62,7 @@ class Counters:
     prompt_seconds_total: float = 0.0
     tokens_predicted_total: int = 0
     tokens_predicted_seconds_total: float = 0.0
-    n_decode_total: int = 0  # engine passes: prompt chunks, decode steps, drafted verifications
+    n_decode_total: int = 0  # engine passes (each shared by the answers in it)
     n_tokens_max: int = 0
 
     def count(self, done: Finished) -> None:
@@ -56,12 +70,12 @@ class Counters:
         self.prompt_seconds_total += done.prompt_seconds
         self.tokens_predicted_total += done.generated_tokens
         self.tokens_predicted_seconds_total += done.generate_seconds
-        self.n_decode_total += done.passes
         self.n_tokens_max = max(self.n_tokens_max, done.prompt_tokens + done.generated_tokens)
 
 
 class Ticket:
-    """One submitted request: its cancellation flag, and its Generation once it runs."""
+    """One submitted request: its cancellation flag, and once it runs its slot, its Generation and
+    the rows it wants in the next pass."""
 
     _ids = itertools.count(1)
 
@@ -70,7 +84,11 @@ class Ticket:
         self.request = request
         self.post = post
         self.cancelled = threading.Event()
+        self.slot = -1
+        self.running = False  # in a slot now (guarded by the scheduler's lock)
         self.generation: Generation | None = None
+        self.steps: Iterator | None = None
+        self.want: SeqRows | None = None
 
     @property
     def n_decoded(self) -> int:
@@ -80,31 +98,69 @@ class Ticket:
     def n_prompt_processed(self) -> int:
         return self.generation.n_prompt_processed if self.generation else 0
 
+    @property
+    def decoding(self) -> bool:
+        return self.n_decoded > 0
+
 
 class Scheduler:
-    """Runs submitted requests on one thread. submit() from any thread; the rest runs on the thread."""
+    """Runs submitted requests on one thread, `slots` at a time sharing passes. submit() from any
+    thread; the rest runs on the thread. One slot: one answer at a time, in arrival order."""
 
-    def __init__(self, generator: Generator, max_queued: int = 32):
+    def __init__(self, generator: Generator, max_queued: int = 32, slots: int | None = 1,
+                 prompt_rows: int | None = None):
+        """`slots` None: DEFAULT_SLOTS, fewer when their caches would not fit in memory."""
+        engine = generator.engine
         self.generator = generator
         self.max_queued = max_queued
+        limit = engine.max_sequences
+        wanted = slots if slots is not None else max(1, min(DEFAULT_SLOTS, self._fitting(engine)))
+        self.slots = wanted if limit is None else max(1, min(wanted, limit))
+        self.budget = PassBudget(prompt_rows or engine.batch, engine.max_rows)
         self.counters = Counters()
-        self.lock = threading.Lock()  # guards counters, current and last
-        self.current: Ticket | None = None
-        self.last: Ticket | None = None
+        self.lock = threading.Lock()  # guards counters and slot_tickets
+        self.slot_tickets: list[Ticket | None] = [None] * self.slots  # running now, else the last run
+        self._active: list[Ticket] = []  # the engine thread's own: running tickets, in arrival order
         self._queue: queue.Queue[Ticket | None] = queue.Queue()
         self._thread: threading.Thread | None = None
+        self._stopping = False
+
+    @staticmethod
+    def _cache_bytes(engine) -> int:
+        """One sequence's KV cache."""
+        return 2 * engine.n_ctx * sum(engine.kv_width.values()) * np.dtype(engine.kv_dtype).itemsize
+
+    @staticmethod
+    def _fitting(engine) -> int:
+        """Caches that fit in the memory available now."""
+        free = available_memory()
+        return DEFAULT_SLOTS if free is None else free // max(Scheduler._cache_bytes(engine), 1)
+
+    def check_memory(self) -> None:
+        """Refuse slots whose caches would not all fit in memory (a clear message at start)."""
+        engine = self.generator.engine
+        need = self.slots * self._cache_bytes(engine)
+        free = available_memory()
+        if free is not None and need > free:
+            raise KineticError(
+                f"{self.slots} slots of {engine.n_ctx} tokens need {need / 1024**3:.1f} GiB for their KV caches, "
+                f"more than the {free / 1024**3:.1f} GiB of memory available",
+                "Use fewer slots (--parallel N) or a smaller context (-c N).")
 
     def start(self) -> None:
         if self._thread is None:
+            self._stopping = False
             self._thread = threading.Thread(target=self._run, name="kinetic-engine", daemon=True)
             self._thread.start()
 
     def stop(self, timeout: float = 5.0) -> None:
-        """Cancels the running ticket and ends the thread (waiting at most `timeout` seconds)."""
+        """Cancels the running tickets and ends the thread (waiting at most `timeout` seconds)."""
         if self._thread is not None:
+            self._stopping = True
             with self.lock:
-                if self.current is not None:
-                    self.current.cancelled.set()
+                for ticket in self.slot_tickets:
+                    if ticket is not None:
+                        ticket.cancelled.set()
             self._queue.put(None)
             self._thread.join(timeout=timeout)
             self._thread = None
@@ -115,7 +171,13 @@ class Scheduler:
 
     @property
     def waiting(self) -> int:
+        """Requests waiting for a slot (llama-server's requests_deferred)."""
         return self._queue.qsize()
+
+    @property
+    def processing(self) -> int:
+        """Requests running now (llama-server's requests_processing); read under `lock`."""
+        return sum(t is not None and t.running for t in self.slot_tickets)
 
     def submit(self, request: GenerationRequest, post: Callable[[object], None]) -> Ticket:
         if self._queue.qsize() >= self.max_queued:
@@ -125,31 +187,98 @@ class Scheduler:
         self._queue.put(ticket)
         return ticket
 
-    def _run(self) -> None:
-        while True:
-            ticket = self._queue.get()
-            if ticket is None:
-                return
-            if ticket.cancelled.is_set():
-                continue
-            with self.lock:
-                self.current = ticket
-                self.counters.requests_total += 1
-            try:
-                self._answer(ticket)
-            except KineticError as e:
-                ticket.post(Failed(e.message))
-            except Exception as e:  # a bug: logged with its traceback, the caller gets a clean failure
-                log.error("internal error in the engine:\n%s", "".join(traceback.format_exception(e)))
-                ticket.post(Failed(f"internal error: {type(e).__name__}", internal=True))
-            finally:
-                with self.lock:
-                    self.current, self.last = None, ticket
+    # ---- the engine thread ----------------------------------------------------------------------
 
-    def _answer(self, ticket: Ticket) -> None:
+    def _run(self) -> None:
+        while self._admit():
+            if self._active:
+                self._pass()
+        for ticket in list(self._active):  # stopping: each cancelled answer ends with its Finished
+            ticket.cancelled.set()
+            self._guarded(ticket, self._advance)
+
+    def _admit(self) -> bool:
+        """Starts waiting tickets while a slot is free (waits for one when nothing runs). False: stop."""
+        while len(self._active) < self.slots and not self._stopping:
+            try:
+                ticket = self._queue.get(block=not self._active)
+            except queue.Empty:
+                break
+            if ticket is None:
+                break
+            if not ticket.cancelled.is_set():
+                self._start(ticket)
+        return not self._stopping
+
+    def _start(self, ticket: Ticket) -> None:
+        taken = {t.slot for t in self._active}
+        ticket.slot = next(i for i in range(self.slots) if i not in taken)
+        with self.lock:
+            self.slot_tickets[ticket.slot] = ticket
+            ticket.running = True
+            self.counters.requests_total += 1
+        self._active.append(ticket)
+        self._guarded(ticket, self._begin)
+
+    def _begin(self, ticket: Ticket) -> None:
         ticket.generation = self.generator.generate(ticket.request, ticket.cancelled)
-        for event in ticket.generation:
+        ticket.steps = ticket.generation.steps()
+        self._advance(ticket)
+
+    def _pass(self) -> None:
+        """One pass: the parts convoy.compose picks run together, then each of them moves on."""
+        for ticket in [t for t in self._active if t.cancelled.is_set()]:
+            self._guarded(ticket, self._advance)  # leaves without its rows running (generation.py)
+        for ticket in list(self._active):
+            self._guarded(ticket, lambda t: t.want.seq.cache.check_room(len(t.want.rows.tokens)))
+        chosen = compose(self._active, self.budget)
+        if not chosen:
+            return
+        try:
+            self.generator.engine.run([t.want for t in chosen])
+        except Exception as e:  # every answer of the pass fails; the scheduler goes on
+            for ticket in chosen:
+                self._fail(ticket, e)
+            return
+        with self.lock:
+            self.counters.n_decode_total += 1
+        for ticket in chosen:
+            ticket.want = None
+            self._guarded(ticket, self._advance)
+
+    def _advance(self, ticket: Ticket) -> None:
+        """Runs the ticket's answer up to the rows of its next pass, posting its events; done when
+        the answer ends."""
+        for event in ticket.steps:
+            if isinstance(event, SeqRows):
+                ticket.want = event
+                return
             if isinstance(event, Finished):
                 with self.lock:
                     self.counters.count(event)
             ticket.post(event)
+        self._leave(ticket)
+
+    def _guarded(self, ticket: Ticket, step: Callable[[Ticket], None]) -> None:
+        """Runs one step of a ticket; an error fails that ticket alone."""
+        try:
+            step(ticket)
+        except Exception as e:  # reported to the ticket's submitter (logged if a bug)
+            self._fail(ticket, e)
+
+    def _fail(self, ticket: Ticket, error: Exception) -> None:
+        if isinstance(error, KineticError):
+            ticket.post(Failed(error.message))
+        else:  # a bug: logged with its traceback, the caller gets a clean failure
+            log.error("internal error in the engine:\n%s", "".join(traceback.format_exception(error)))
+            ticket.post(Failed(f"internal error: {type(error).__name__}", internal=True))
+        if ticket.steps is not None:
+            ticket.steps.close()
+        self._leave(ticket)
+
+    def _leave(self, ticket: Ticket) -> None:
+        ticket.want, ticket.steps = None, None
+        with self.lock:
+            ticket.running = False
+        if ticket in self._active:
+            self._active.remove(ticket)

@@ -1,10 +1,13 @@
 """RAD-1 verification: drafted decoding that yields exactly the tokens plain decoding yields.
 
 Owns: the Picker protocol (how a token is chosen from logits), the acceptance rule over a verified
-draft tree, and the generate loop that drafts, verifies in one pass and keeps the accepted rows'
-cache entries (Engine.verify / Engine.keep). Does not own where drafts come from or how many
-(kinetic/runtime/drafting.py), nor the sampler chain (kinetic.runtime.sampling.Sampler is a Picker),
-nor text.
+draft tree, and the decoding loop that drafts, verifies in one pass and keeps the accepted rows'
+cache entries (Engine.verify / Engine.keep). The loop is written as steps (`SpeculativeDecoder.steps`):
+it yields the rows it wants in its next pass (an `engine.SeqRows`, whose logits the driver fills in
+before resuming it) and the tokens it generates, so one sequence can run alone (`run_alone`,
+`generate`) or share each pass with others (the scheduler's Convoy) through the same code. Does not
+own where drafts come from or how many (kinetic/runtime/drafting.py), nor the sampler chain
+(kinetic.runtime.sampling.Sampler is a Picker), nor text, nor which sequences share a pass.
 
 Why the output cannot change: a tree row's logits are bit for bit what its path gives decoded
 plainly (the engine's batch-invariance contract, tests/runtime/test_engine.py), and the acceptance
@@ -15,12 +18,13 @@ history as plain decoding would. A guess only decides which row's logits are ava
 from __future__ import annotations
 
 import time
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Generator, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
 
+from kinetic.ir.rows import PassRows
 from kinetic.runtime.drafting import (
     DraftPolicy,
     DraftTree,
@@ -31,7 +35,9 @@ from kinetic.runtime.drafting import (
     drafters_for,
     seen_index,
 )
-from kinetic.runtime.engine import Engine, Sequence
+from kinetic.runtime.engine import Engine, SeqRows, Sequence
+
+Steps = Iterator["SeqRows | int"]  # a decoding loop's steps: rows it wants (logits filled in) and tokens
 
 
 class Picker(Protocol):
@@ -120,6 +126,32 @@ def generation_limit(engine: Engine, seq: Sequence, prompt: list[int], max_token
     return room if max_tokens is None or max_tokens < 0 else min(max_tokens, room)
 
 
+def prefill_steps(engine: Engine, seq: Sequence, tokens: list[int]) -> Generator[SeqRows, None, np.ndarray]:
+    """Engine.prefill as steps: the same chunks (only the last one's last row gives logits); returns
+    those logits, f32 [n_vocab]."""
+    if not tokens:
+        raise ValueError("prefill needs at least one token")
+    last = (len(tokens) - 1) // engine.batch * engine.batch
+    for start in range(0, last, engine.batch):
+        yield SeqRows(seq, PassRows.chain(tokens[start:start + engine.batch], seq.cache.length, outputs="none"))
+    want = SeqRows(seq, PassRows.chain(tokens[last:], seq.cache.length))
+    yield want
+    return want.logits[-1]
+
+
+def run_alone(engine: Engine, steps: Iterator) -> Iterator:
+    """Drives a steppable loop on its own: each pass it wants (a SeqRows) runs by itself; everything
+    else it yields (tokens, or a generation's Piece and Finished events) is passed on."""
+    try:
+        for item in steps:
+            if isinstance(item, SeqRows):
+                engine.run([item])
+            else:
+                yield item
+    finally:
+        steps.close()
+
+
 def plain_decode(engine: Engine, seq: Sequence, prompt: list[int], max_tokens: int | None,
                  stop: Collection[int] = frozenset(), picker: Picker | None = None) -> Iterator[int]:
     """Plain decoding, one pass per token: what drafted decoding must reproduce. Yields each token,
@@ -138,10 +170,12 @@ def plain_decode(engine: Engine, seq: Sequence, prompt: list[int], max_tokens: i
 
 
 class SpeculativeDecoder:
-    """Drafted decoding for one engine; keep one per engine (it learns the engine's pass costs).
+    """Drafted decoding for one engine; keep one per engine (it learns the engine's pass costs and
+    indexes every answer's tokens; several answers may run their steps at once on one thread).
 
     generate() yields exactly plain_decode()'s tokens, stop token included, and leaves the sequence's
-    cache as plain decoding does (every generated token but the last). stats describes the last call.
+    cache as plain decoding does (every generated token but the last). stats describes the last
+    generate() call; steps() counts into the DraftStats it is given.
     """
 
     def __init__(self, engine: Engine, *, max_rows: int = 16, draft: bool = True, seen: NgramIndex | None = None,
@@ -157,8 +191,15 @@ class SpeculativeDecoder:
                  stop: Collection[int] = frozenset(), picker: Picker | None = None,
                  draft: bool | None = None) -> Iterator[int]:
         """`draft` (default: the decoder's) turns drafting on or off for this call only."""
-        engine, picker = self.engine, picker or GreedyPicker()
         self.stats = DraftStats()
+        return run_alone(self.engine, self.steps(seq, prompt, max_tokens, stop, picker, draft, self.stats))
+
+    def steps(self, seq: Sequence, prompt: list[int], max_tokens: int | None,
+              stop: Collection[int] = frozenset(), picker: Picker | None = None,
+              draft: bool | None = None, stats: DraftStats | None = None) -> Steps:
+        """generate()'s loop as steps: yields a SeqRows before each pass (prompt chunks, then one
+        decode row or a draft tree per pass; resume it once its logits are filled in) and each token."""
+        engine, picker, stats = self.engine, picker or GreedyPicker(), stats if stats is not None else DraftStats()
         limit = generation_limit(engine, seq, prompt, max_tokens)
         if limit <= 0:
             return
@@ -166,7 +207,7 @@ class SpeculativeDecoder:
         start = len(seq.tokens)
         drafters = drafters_for(engine, seen) if (self.draft if draft is None else draft) else []
         policy = DraftPolicy(self.costs, self.max_rows)
-        token = pick(picker, engine.prefill(seq, prompt))
+        token = pick(picker, (yield from prefill_steps(engine, seq, prompt)))
         context, generated = list(seq.tokens), 1
         try:
             while True:
@@ -178,8 +219,8 @@ class SpeculativeDecoder:
                 proposals = []
                 if drafters and room > 0 and policy.ready():
                     proposals = [p for d in drafters if (p := d.propose(context, min(room, self.max_rows)))]
-                out, guessed, kept = self._pass(seq, token, policy.choose(proposals, room), picker,
-                                                limit - generated, stop)
+                out, guessed, kept = yield from self._pass(seq, token, policy.choose(proposals, room), picker,
+                                                           limit - generated, stop, stats)
                 policy.record(proposals, out, guessed > 0, kept)
                 for t in out[:-1]:  # accepted guesses: never a stop token, never past the limit
                     yield t
@@ -190,18 +231,22 @@ class SpeculativeDecoder:
                 seen.extend(seq.tokens[start:] + [token])
 
     def _pass(self, seq: Sequence, token: int, choice: tuple[Proposal, int, int] | None, picker: Picker, left: int,
-              stop: Collection[int]) -> tuple[list[int], int, int]:
-        """One pass after `token`: plain (choice None) or a drafted tree. Returns the tokens it
-        generates (at most `left`), the guessed rows and the guesses kept."""
-        engine, stats = self.engine, self.stats
+              stop: Collection[int], stats: DraftStats) -> Generator[SeqRows, None, tuple[list[int], int, int]]:
+        """One pass after `token`, as a step: plain (choice None) or a drafted tree. Returns the tokens
+        it generates (at most `left`), the guessed rows and the guesses kept. The pass's time, which
+        teaches the costs, is the whole shared pass when others share it."""
+        engine = self.engine
         began = time.perf_counter()
         if choice is None:
-            out, guessed, kept = [pick(picker, engine.decode(seq, token))], 0, 0
+            want = SeqRows(seq, PassRows.chain([token], seq.cache.length))
+            yield want
+            out, guessed, kept = [pick(picker, want.logits[-1])], 0, 0
         else:
             proposal, rows, spare = choice
             tree = build_tree(token, proposal.branches, rows, spare)
-            logits = engine.verify(seq, tree.rows(seq.cache.length))
-            path, out = accept_draft(tree, logits, picker, left, stop)
+            want = SeqRows(seq, tree.rows(seq.cache.length), commit=False)
+            yield want
+            path, out = accept_draft(tree, want.logits, picker, left, stop)
             engine.keep(seq, path)
             guessed, kept = len(tree.tokens) - 1, len(path) - 1
             stats.drafted_passes += 1
