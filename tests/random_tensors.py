@@ -10,7 +10,8 @@ from gguf import GGMLQuantizationType as Q
 from kinetic.ir.quants import QUANT_TYPES
 
 # byte offsets of each quantized layout's f16 scale fields
-F16_FIELDS = {Q.Q8_0: (0,), Q.Q4_0: (0,), Q.Q4_1: (0, 2), Q.Q4_K: (0, 2), Q.Q6_K: (208,)}
+F16_FIELDS = {Q.Q8_0: (0,), Q.Q4_0: (0,), Q.Q4_1: (0, 2), Q.Q5_0: (0,), Q.Q5_1: (0, 2), Q.IQ4_NL: (0,), Q.Q4_K: (0, 2),
+              Q.Q6_K: (208,), Q.Q5_K: (0, 2), Q.Q3_K: (108,), Q.Q2_K: (80, 82)}
 
 
 def random_tensor(rng: np.random.Generator, wtype: Q, shape: tuple[int, ...]) -> np.ndarray:

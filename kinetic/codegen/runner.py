@@ -65,10 +65,13 @@ class Capabilities:
     the most rows one pass may hold (None: any number; the device grows its buffers), the fusions its
     device phase makes (kinetic/passes/device_fusion.py; None: the device runs the generic graph)
     and the reduction orders its kernels sum in (kinetic/ir/orders.py; a graph asking another is
-    refused)."""
+    refused), and the most sequences one pass may hold (`max_sequences`: 1 unless the device declares
+    more, and then the runtime's scheduler runs one request at a time; None: any number, each row
+    over its own sequence's cache)."""
 
     name: str
     fused_ops: frozenset[Op] = frozenset()
     max_rows: int | None = None
     fusions: Fusions | None = None
     reduction_orders: frozenset[str] = frozenset()
+    max_sequences: int | None = 1

@@ -89,8 +89,14 @@ CASES: dict[str, Case] = {
     "matmul_q8_0": _matmul(Q.Q8_0, 64, 40),  # lanes8
     "matmul_q4_0": _matmul(Q.Q4_0, 64, 40),  # block_chain
     "matmul_q4_1": _matmul(Q.Q4_1, 64, 40),  # lanes8 with Q8_1 activations
+    "matmul_q5_0": _matmul(Q.Q5_0, 64, 40),  # lanes8, a fifth bit per value
+    "matmul_q5_1": _matmul(Q.Q5_1, 64, 40),  # lanes8 with Q8_1 activations and a fifth bit
+    "matmul_iq4_nl": _matmul(Q.IQ4_NL, 64, 40),  # block_chain through the IQ4_NL codebook
     "matmul_q4_k": _matmul(Q.Q4_K, 256, 12),  # block_chain over super-blocks
     "matmul_q6_k": _matmul(Q.Q6_K, 256, 12),  # lanes8 over super-blocks
+    "matmul_q5_k": _matmul(Q.Q5_K, 256, 12),  # lanes8 over super-blocks, with minimums
+    "matmul_q3_k": _matmul(Q.Q3_K, 256, 12),  # lanes8 over super-blocks
+    "matmul_q2_k": _matmul(Q.Q2_K, 256, 12),  # block_chain over super-blocks, with minimums
     "matmul_f16": _matmul(Q.F16, 96, 20),  # lanes64 with a tail of 32
     "matmul_bf16": _matmul(Q.BF16, 96, 20),  # bf16_pairs
     "matmul_f32": _matmul(Q.F32, 96, 20),  # lanes64, F32's vectorized tail
@@ -109,6 +115,11 @@ CASES: dict[str, Case] = {
                               ": f32[T,64]"),
     "rope_pairs": Case(64, 64, "%9 = rope(%4, %1) {n_head=2, head_dim=32, n_rot=16, theta=500000.0, neox=false} "
                                ": f32[T,64]"),
+    "rope_linear": Case(64, 64, "%9 = rope(%4, %1) {n_head=2, head_dim=32, n_rot=32, theta=10000.0, neox=true, "
+                                "freq_scale=0.25} : f32[T,64]"),
+    "rope_yarn_freqs": Case(64, 64, "%9 = rope(%4, %1) {n_head=2, head_dim=32, n_rot=16, theta=10000.0, neox=false, "
+                                    "freq_scale=0.25, yarn_orig_ctx=64, yarn_ext_factor=1.0, yarn_attn_factor=0.9, "
+                                    "freq_factors=[1.0, 1.0, 1.5, 2.0, 4.0, 8.0, 8.0, 1e+30]} : f32[T,64]"),
     "attention": _attention(),
     "rope_pair": Case(128, 128, f"""
 %5 = param() {{tensor="k"}} : q8_0[{VOCAB},64]
@@ -134,6 +145,7 @@ CASES: dict[str, Case] = {
     "silu": _unary("silu"),
     "gelu": _unary("gelu"),
     "softcap": _unary("softcap", " {cap=1.5}"),
+    "columns": Case(64, 24, "%9 = columns(%4) {start=40, count=24} : f32[T,24]"),  # a range of each row
 }
 
 
@@ -195,14 +207,31 @@ def test_a_row_in_a_pass_of_n_rows_equals_the_row_alone(case_name, device):
         engine.close()
 
 
+@pytest.mark.parametrize("case_name", ["add_bias", "columns"])
 @pytest.mark.parametrize("device", DEVICES[1:])
-def test_add_bias_on_every_device_is_the_reference(device):
-    """add_bias (one f32 add a value) gives the reference interpreter's bits on every device, for a
-    pass of 17 rows."""
+def test_add_bias_and_columns_on_every_device_are_the_reference(device, case_name):
+    """add_bias (one f32 add a value) and columns (a copy of part of each row) give the reference
+    interpreter's bits on every device, for a pass of 17 rows."""
     tokens = np.random.default_rng(3).integers(0, VOCAB, 17).tolist()
     results = []
     for name in ("reference", device):
-        engine = _engine("add_bias", name)
+        engine = _engine(case_name, name)
+        try:
+            results.append(engine.forward(PassRows.chain(tokens, 0, outputs="all"), {0: engine.new_sequence()}))
+        finally:
+            engine.close()
+    assert same_bits(results[0], results[1])
+
+
+@pytest.mark.parametrize("case_name", ["rope_linear", "rope_yarn_freqs"])
+@pytest.mark.parametrize("device", DEVICES[1:])
+def test_scaled_rope_on_every_device_is_the_reference(device, case_name):
+    """A rotary scaled linearly, and one with YaRN, a magnitude and frequency factors (one of them
+    1e30), gives the reference interpreter's bits on every device, for a pass of 17 rows."""
+    tokens = np.random.default_rng(4).integers(0, VOCAB, 17).tolist()
+    results = []
+    for name in ("reference", device):
+        engine = _engine(case_name, name)
         try:
             results.append(engine.forward(PassRows.chain(tokens, 0, outputs="all"), {0: engine.new_sequence()}))
         finally:

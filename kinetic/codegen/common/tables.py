@@ -18,13 +18,16 @@ from kinetic.ir.rows import PassRows, visibility
 
 class RopeTables:
     """cos and sin [rows, n_rot/2] of one rotary key's angles per position, as numerics.rope_cos_sin
-    computes them (the C library's cosf / sinf), made a block of positions at a time through the
-    compiled map of the C library (libm.py): a decode step's new position costs nothing then."""
+    computes them (every scaling, the C library's cosf / sinf, times the magnitude mscale), made a
+    block of positions at a time through the compiled map of the C library (libm.py): a decode step's
+    new position costs nothing then. One table per distinct `Rotary` (RopeAttrs.rotary)."""
 
     BLOCK = 256
 
-    def __init__(self, n_rot: int, theta: float, freq_scale: float):
-        self.n_rot, self.theta, self.freq_scale = n_rot, theta, freq_scale
+    def __init__(self, rotary: numerics.Rotary):
+        self.rotary = rotary
+        self.n_rot = rotary.n_rot
+        self.mscale = numerics.rope_mscale(rotary)
         self.blocks: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
     def rows(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -44,9 +47,11 @@ class RopeTables:
                      for i in (0, 1))
 
     def _block(self, b: int) -> tuple[np.ndarray, np.ndarray]:
-        angles = numerics.rope_angles(np.arange(b * self.BLOCK, (b + 1) * self.BLOCK), self.n_rot, self.theta,
-                                      self.freq_scale)
-        return libm_map("cosf", angles), libm_map("sinf", angles)
+        angles = numerics.rope_angles(np.arange(b * self.BLOCK, (b + 1) * self.BLOCK), self.rotary)
+        cos, sin = libm_map("cosf", angles), libm_map("sinf", angles)
+        if self.mscale != 1:  # cosf(theta) * mscale, as rope_yarn (a product by 1 changes nothing)
+            cos, sin = (cos * self.mscale).astype(np.float32), (sin * self.mscale).astype(np.float32)
+        return cos, sin
 
 
 def pass_mask(rows: PassRows, committed_positions: np.ndarray, window: int) -> np.ndarray:

@@ -32,6 +32,7 @@ import numpy as np
 from gguf import GGMLQuantizationType as Q
 
 from kinetic.codegen.common.orders import refused_order
+from kinetic.codegen.common.tables import RopeTables
 from kinetic.codegen.cpu import float_matmul_ir, tape, target
 from kinetic.codegen.cpu.quant_blocks import LAYOUTS
 from kinetic.codegen.cpu.step_kernels import StepKernels
@@ -64,7 +65,7 @@ class TapeBuilder:
         self.held: list[np.ndarray] = []  # arrays whose addresses the tape holds
         self.vocab = 1 << 62  # rows of the embedding table the tape reads (set when it reads one)
         self.rounded: set = set()  # ("q", node id, format): a row already rounded for float matmuls
-        self.rope_tables: dict = {}  # (n_rot, theta, freq_scale) -> buffer key prefix
+        self.rope_tables: dict = {}  # RopeAttrs.rotary -> buffer key prefix
 
     def address(self, array: np.ndarray) -> int:
         """`array`'s address, kept alive as long as the tape."""
@@ -150,18 +151,23 @@ def _output_rows(node: Node) -> bool:
 
 def _rope_tables(b: TapeBuilder) -> None:
     """One instruction per distinct rotary table: each row's angles (numerics.rope_angles) and their
-    cosines and sines through the C library's cosf / sinf."""
+    cosines and sines through the C library's cosf / sinf. A plain or linearly scaled table is
+    computed in the compiled step; one with YaRN, frequency factors or a magnitude (rare, and the
+    same positions' values every pass) is the shared host table (common/tables.py) copied in by a
+    Python instruction, so its arithmetic is written once for every device."""
     for node in b.graph.nodes:
         if node.op is not Op.ROPE:
             continue
         a = node.attrs
-        tkey = (a.n_rot, float(a.theta), float(a.freq_scale))
-        if tkey in b.rope_tables:
+        if a.rotary in b.rope_tables:
             continue
-        table = b.rope_tables[tkey] = ("rope", len(b.rope_tables))
+        table = b.rope_tables[a.rotary] = ("rope", len(b.rope_tables))
         half = a.n_rot // 2
         for part in ("angles", "cos", "sin"):
             b.plan.constants[table + (part,)] = np.zeros(b.capacity * half, F32)
+        if not a.rotary.plain:
+            b.add_python(_python_rope_table(RopeTables(a.rotary), table), writes=(table + ("cos",), table + ("sin",)))
+            continue
         # ggml's theta_scale = powf(base, -2/n_rot), the C library's (numerics.rope_angles)
         step = numerics.powf(a.theta, F32(-2.0) / F32(a.n_rot))
         b.add(tape.OP_ROPE_TABLE, {
@@ -296,17 +302,13 @@ def _refuse_rms_norm(graph: Graph, node: Node) -> str | None:
 
 def _rope(b: TapeBuilder, node: Node, ins: list[Node]) -> None:
     a = node.attrs
-    table = b.rope_tables[(a.n_rot, float(a.theta), float(a.freq_scale))]
+    table = b.rope_tables[a.rotary]
     b.add(tape.OP_ROPE, {
         tape.ROPE_X: value(ins[0]), tape.ROPE_Y: value(node), tape.ROPE_N_HEAD: a.n_head,
         tape.ROPE_HEAD_DIM: a.head_dim, tape.ROPE_N_ROT: a.n_rot, tape.ROPE_NEOX: int(a.neox),
         tape.ROPE_COS: Ref(table + ("cos",)), tape.ROPE_SIN: Ref(table + ("sin",))},
         reads=(("v", ins[0].id), table + ("cos",), table + ("sin",)), writes=(("v", node.id),), row_local=True,
         output_rows=_output_rows(node), width=a.n_head * a.head_dim, unit=a.head_dim)
-
-
-def _refuse_rope(graph: Graph, node: Node) -> str | None:
-    return "YaRN or llama3 rotary scaling" if node.attrs.yarn_ext_factor or node.attrs.llama3_factor else None
 
 
 def _attention(b: TapeBuilder, node: Node, ins: list[Node]) -> None:
@@ -348,6 +350,15 @@ def _take_rows(b: TapeBuilder, node: Node, ins: list[Node]) -> None:
           reads=(("v", ins[0].id),), writes=(("v", node.id),), output_rows=True)
 
 
+def _columns(b: TapeBuilder, node: Node, ins: list[Node]) -> None:
+    """A range of each row's values, copied (row-local: a column split covers the output's columns)."""
+    width = _width(node)
+    b.add(tape.OP_COLUMNS, {tape.COLS_X: value(ins[0]), tape.COLS_Y: value(node), tape.COLS_X_WIDTH: _width(ins[0]),
+                            tape.COLS_START: node.attrs.start},
+          reads=(("v", ins[0].id),), writes=(("v", node.id),), row_local=True, output_rows=_output_rows(node),
+          width=width, unit=16)
+
+
 def _elementwise(b: TapeBuilder, node: Node, ins: list[Node]) -> None:
     a, width = node.attrs, _width(node)
     floats = {}
@@ -366,8 +377,9 @@ LOWERINGS: dict[Op, OpLowering] = {
     Op.MATMUL: OpLowering(_matmul, _refuse_matmul),
     Op.QUANTIZE: OpLowering(_quantize),
     Op.TAKE_ROWS: OpLowering(_take_rows),
+    Op.COLUMNS: OpLowering(_columns),
     Op.RMS_NORM: OpLowering(_rms_norm, _refuse_rms_norm),
-    Op.ROPE: OpLowering(_rope, _refuse_rope),
+    Op.ROPE: OpLowering(_rope),
     Op.ATTENTION: OpLowering(_attention, _refuse_attention),
     **{op: OpLowering(_elementwise) for op in ELEMENTWISE},
     Op.ADD_BIAS: OpLowering(_add_bias),
@@ -375,6 +387,16 @@ LOWERINGS: dict[Op, OpLowering] = {
 
 
 # ---- Python instructions: ops the tape has no kernel for -------------------------------------------
+
+def _python_rope_table(tables: RopeTables, table: tuple):
+    def run(step, n: int, n_out: int) -> None:
+        cos, sin = tables.rows(np.asarray(step.pass_rows.positions))  # f32 [n, n_rot/2]
+        for part, values in (("cos", cos), ("sin", sin)):
+            at = step.offsets[table + (part,)]
+            step.arena[at: at + values.size] = values.reshape(-1)
+
+    return run
+
 
 def _python_embed(table: Node, node: Node, weights: WeightSource):
     raw = weights.tensor(table.attrs.tensor)

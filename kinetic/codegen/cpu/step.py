@@ -5,8 +5,9 @@ lowering.device_graph, through the op-to-kernel table in lowering.py, then the b
 plans and the tape rows in tape_plan.py) and running a pass (the per-pass tables of pass_tables.py,
 the compiled segments on every thread through step_threads.py, Python ops in between), and
 `profile()`, where a pass's time went. Python runs per pass only the embedding lookup of tables the
-tape does not read, the per-pass tables and, between compiled segments, any op no kernel covers (a
-matmul of a type without a bit-exact kernel goes through the reference), so every file runs. Does
+tape does not read, the per-pass tables (with a rotary table that has YaRN or frequency factors: the
+shared host table) and, between compiled segments, any op no kernel covers (a matmul of a type
+without a bit-exact kernel goes through the reference), so every file runs. Does
 not own the row layout (tape.py), what an op computes (step_ops.py) nor the kernels
 (step_kernels.py). `available_cpus` (step_threads.py) is read from here too, as the default thread
 count.

@@ -36,7 +36,7 @@ from kinetic.codegen.cpu.step_attention import attend_items
 # numba's cache checks only this file's stamp, not those of the modules whose code it compiles in;
 # this hash of them (kept current by tests/codegen/cpu/test_cpu_step.py) changes this file whenever
 # they change, so a stale cache is never loaded.
-SOURCES_HASH = "fcab787bc9897f07"
+SOURCES_HASH = "acd0f740debdd33e"
 
 F32 = np.float32
 F64 = np.float64
@@ -352,6 +352,11 @@ def drive(int_rows, float_rows, start, end, tid, nt, a, a_addr, n_rows, n_out, o
                 src = out_rows[r]
                 for i in range(take_width):
                     a[y + r * take_width + i] = a[x + src * take_width + i]
+        elif op == tape.OP_COLUMNS:
+            x, y, x_width, first = t[tape.COLS_X], t[tape.COLS_Y], t[tape.COLS_X_WIDTH], t[tape.COLS_START]
+            for r in range(r0, r1):
+                for i in range(c0, c1):
+                    a[y + r * width + i] = a[x + r * x_width + first + i]
         elif op == tape.OP_ADD_BIAS:
             x, y, bias_width = t[tape.BIAS_X], t[tape.BIAS_Y], t[tape.BIAS_WIDTH]
             bias = a[t[tape.BIAS_B] + c0: t[tape.BIAS_B] + c1]

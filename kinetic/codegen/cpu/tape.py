@@ -46,6 +46,7 @@ OP_ATTEND = 16
 OP_EMBED = 20
 OP_ROPE_TABLE = 21
 OP_ADD_BIAS = 22
+OP_COLUMNS = 23
 ELEMENTWISE_CODES = (OP_SCALE, OP_ADD, OP_MUL, OP_SILU, OP_GELU, OP_SOFTCAP, OP_SWIGLU, OP_GEGLU)
 OP_NAMES = {code: name[3:].lower() for name, code in dict(globals()).items() if name.startswith("OP_")}
 
@@ -88,6 +89,8 @@ SCALE_FACTOR = EW_F0  # scale's
 SOFTCAP_CAP, SOFTCAP_INVERSE = EW_F0, EW_F1  # softcap's: cap and 1 / cap
 # Y = X + BIAS on every row (BIAS: WIDTH floats, a constant of the arena)
 BIAS_X, BIAS_B, BIAS_Y, BIAS_WIDTH = range(2, 6)
+# Y's rows (WIDTH = COUNT floats) = X's rows (X_WIDTH floats) from column START on
+COLS_X, COLS_Y, COLS_X_WIDTH, COLS_START = range(2, 6)
 
 ARGUMENTS = {  # the columns each op's row fills (the lowering fills exactly these)
     OP_RMS_NORM: range(RMS_X, RMS_WEIGHT_SIZE + 1),
@@ -100,5 +103,6 @@ ARGUMENTS = {  # the columns each op's row fills (the lowering fills exactly the
     OP_ROPE_TABLE: range(TABLE_ANGLES, TABLE_SINF + 1),
     OP_TAKE_ROWS: range(TAKE_X, TAKE_WIDTH + 1),
     OP_ADD_BIAS: range(BIAS_X, BIAS_WIDTH + 1),
+    OP_COLUMNS: range(COLS_X, COLS_START + 1),
     **{code: range(EW_X, EW_WIDTH + 1) for code in ELEMENTWISE_CODES},
 }

@@ -44,7 +44,7 @@ REDUCTION_ORDERS = frozenset({"lanes8", "block_chain", "lanes64", "bf16_pairs", 
 FUSIONS = Fusions(quantized_matmuls=BIT_EXACT)
 # the fused ops of the IR that lowering.LOWERINGS has rows for (a test keeps the two in step)
 CAPABILITIES = Capabilities("cpu", fused_ops=frozenset({Op.SWIGLU, Op.GEGLU, Op.QUANTIZE}), max_rows=None,
-                            fusions=FUSIONS, reduction_orders=REDUCTION_ORDERS)
+                            fusions=FUSIONS, reduction_orders=REDUCTION_ORDERS, max_sequences=None)
 
 VARIANTS = ("vnni", "avx2", "generic")
 

@@ -1,10 +1,10 @@
 """Row gathers and scatters as CUDA C: the embedding lookup, a row selection and the KV cache store.
 
 Owns: `embed_q8_0` (rows of a Q8_0 table by token id, dequantized), `take_rows` (rows of an f32
-tensor by index) and `kv_store` (f32 rows rounded to f16 and written into the device KV cache at the
-pass's first slot), each specialized to its width. Does not own: the cache's layout, capacity or
-which slots a pass takes (the runtime), nor the meaning (kinetic/ir/reference.py's `embed` and
-`take_rows`, quants.dequantize for Q8_0).
+tensor by index), `columns` (a range of each row) and `kv_store` (f32 rows rounded to f16 and
+written into the device KV cache at the pass's first slot), each specialized to its width. Does not
+own: the cache's layout, capacity or which slots a pass takes (the runtime), nor the meaning
+(kinetic/ir/reference.py's `embed`, `take_rows` and `columns`, quants.dequantize for Q8_0).
 
 Everything that changes per pass (token ids, row indices, the cache slot) is read from device
 memory, so the same launch replays inside a CUDA graph. None of these kernels rounds more than the
@@ -60,6 +60,21 @@ BODY
   }}
 """
     return Kernel(f"take_rows_w{width}", "gather", GATHER_THREADS, _blocks(width), params, body)
+
+
+def columns(width: int, start: int, count: int) -> Kernel:
+    """out f32 [rows, count] = columns start .. start + count - 1 of x f32 [rows, width], the values'
+    bits copied as they are."""
+    params = (Param("x", "const float*"), Param("out", "float*"))
+    body = f"""\
+  enum {{ W = {width}, START = {start}, COUNT = {count} }};
+BODY
+  LANES {{
+    const int i = BX * {GATHER_THREADS} + TID;
+    if (i < COUNT) ST(u32, out, (long)BY * COUNT + i, LD(u32, x, (long)BY * W + START + i));
+  }}
+"""
+    return Kernel(f"columns_w{width}_s{start}_c{count}", "gather", GATHER_THREADS, _blocks(count), params, body)
 
 
 def kv_store(width: int, pair: bool = False) -> Kernel:

@@ -1,10 +1,13 @@
 """Quantized matrix-vector and row-tiled matrix kernels, as CUDA C.
 
-Owns: per weight format (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q6_K) a GEMV kernel (one activation row
-per block) and a GEMM kernel (a tile of GEMM_ROWS rows per block, for prompts), each specialized to
-its shape. Does not own: the activation quantizers (quantize.py), the facts of each type (block
-bytes, activation format, dot order: kinetic/ir/quants.py's QUANT_TYPES, which `activation_format`
-and `block32_order` read), the meaning (kinetic/ir/numerics) or compiling and launching.
+Owns: the entry points `gemv` / `gemm` for every weight format CUDA runs, and the kernels of Q8_0,
+Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q4_K and Q6_K: per format a GEMV kernel (one activation row per block) and a
+GEMM kernel (a tile of GEMM_ROWS rows per block, for prompts), each specialized to its shape. Q5_K
+and Q3_K are rendered by gemv_k.py, Q2_K by gemv_q2_k.py, F16 and BF16 (f32 rows, no quantizer) by
+gemv_float.py, F32 by gemv_f32.py, on the same tile (gemv_tile.py). Does not own: the activation quantizers
+(quantize.py), the facts of each type (block bytes, activation format, dot order:
+kinetic/ir/quants.py's QUANT_TYPES, which `activation_format` and `block32_order` read), the meaning
+(kinetic/ir/numerics) or compiling and launching.
 
 Every kernel sums in exactly the reference's order (numerics.matmul, which is ggml's x86 order for a
 decode row), so a GPU, the host emulation and the reference interpreter agree bit for bit:
@@ -28,7 +31,7 @@ decode row), so a GPU, the host emulation and the reference interpreter agree bi
 Rows never mix. The GEMV's grid y is the row. The GEMM (grid y a tile of R rows, `rows_per_block`)
 exists so that a prompt reads each weight block once per R rows instead of once per row: each
 thread decodes its weight values (and their scales) once per block or super-block and applies them
-to the tile's rows, keeping R accumulators. Both are rendered from one text per format (`_Tile`):
+to the tile's rows, keeping R accumulators. Both are rendered from one text per format (`Tile`):
 the per-row statements are the same, only wrapped in a loop over the tile's rows for the GEMM, so
 every row gets the same operations, on the same values, in the same order as in the GEMV: the same
 integer dots (exact), the same fma chain over the blocks, the same shuffles with the same lanes.
@@ -41,19 +44,19 @@ gives every row what it gets alone.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from gguf import GGMLQuantizationType as Q
 
-from kinetic.codegen.cuda.kernel import Kernel, Param, butterfly, indent, int_sum
+from kinetic.codegen.cuda import gemv_f32, gemv_float, gemv_k, gemv_q2_k
+from kinetic.codegen.cuda.gemv_tile import GEMV_WARPS, Tile, hsum8
+from kinetic.codegen.cuda.kernel import Kernel, indent, int_sum
 from kinetic.ir.quants import QUANT_TYPES
-
-GEMV_WARPS = 4  # warps per block of every GEMV kernel
-
 
 # nibble j < 16 of a block is the low half of byte j, nibble 16 + j the high half: lane l < 4 reads
 # the low halves of bytes 4l..4l+3, lane l >= 4 the high halves of bytes 4(l-4)..
 _NIBBLES = "((l < 4 ? qs : qs >> 4) & 0x0f0f0f0fu)"
+# IQ4_NL's 16 signed values as two little-endian 64-bit words of bytes (values 0..7, 8..15)
+_CODEBOOK_WORDS = [hex(int.from_bytes(bytes(v & 0xFF for v in QUANT_TYPES[Q.IQ4_NL].codebook[h : h + 8]), "little"))
+                   for h in (0, 8)]
 # bit 4l + i of qh moved to bit 4 of byte i (the fifth bit of values 4l..4l+3)
 _HIGH_BITS = "const u32 hb = ((qh & 1u) << 4) | ((qh & 2u) << 11) | ((qh & 4u) << 18) | ((qh & 8u) << 25);"
 
@@ -73,14 +76,28 @@ BLOCK32: dict[Q, str] = {
     Q.Q5_1: f"const u32 qs = LDB(u32, blk, 8 + 4 * (l & 3));\n"
             f"const u32 qh = LDB(u32, blk, 4) >> (4 * l);\n{_HIGH_BITS}\n"
             f"const int wv = (int)({_NIBBLES} | hb);",
+    # Q4_0's layout, each nibble read through the codebook (two 64-bit words of 8 signed bytes)
+    Q.IQ4_NL: f"const u32 qs = k_ld_u16x2(blk, 2 + 4 * (l & 3));\n"
+              f"const u32 nibbles = {_NIBBLES};\nu32 coded = 0;\n"
+              f"#pragma unroll\nfor (int j = 0; j < 4; ++j) {{\n"
+              f"  const u32 q = (nibbles >> (8 * j)) & 15u;\n"
+              f"  const unsigned long long book = q < 8 ? {_CODEBOOK_WORDS[0]}ull : {_CODEBOOK_WORDS[1]}ull;\n"
+              f"  coded |= (u32)((book >> (8 * (q & 7))) & 0xffull) << (8 * j);\n}}\n"
+              f"const int wv = (int)coded;",
 }
-SUPERBLOCK = frozenset({Q.Q4_K, Q.Q6_K})  # super-blocks of 256 values, one kernel each
-SUPPORTED = frozenset(BLOCK32) | SUPERBLOCK
+# super-blocks of 256 values (Q8_K rows): Q4_K and Q6_K here, Q5_K and Q3_K in gemv_k.py, Q2_K in
+# gemv_q2_k.py
+SUPERBLOCK = frozenset({Q.Q4_K, Q.Q6_K}) | gemv_k.SUPPORTED | gemv_q2_k.SUPPORTED
+SUPPORTED = frozenset(BLOCK32) | SUPERBLOCK  # the formats whose rows a quantize node makes (Q8_*)
+# float weights: the kernel reads the f32 rows (and rounds them to F16 / BF16 itself)
+FLOAT = gemv_float.SUPPORTED | gemv_f32.SUPPORTED
+ALL = SUPPORTED | FLOAT
 
 
 def activation_format(wtype: Q) -> str:
-    """The 8-bit format a row takes before a GEMV with this weight type (QUANT_TYPES' activation)."""
-    if wtype not in SUPPORTED:
+    """The format a row takes before a GEMV with this weight type (QUANT_TYPES' activation): an 8-bit
+    format a quantizer writes, or a float type the GEMV rounds to itself."""
+    if wtype not in ALL:
         raise NotImplementedError(f"no CUDA GEMV for {wtype.name}")
     return QUANT_TYPES[wtype].activation
 
@@ -88,15 +105,18 @@ def activation_format(wtype: Q) -> str:
 # ---- GEMV and GEMM ------------------------------------------------------------------------------------
 
 # activation rows per block of the GEMM (its tile), per weight format: 8 where every architecture
-# stays well within caps.BUDGETS["gemm"] without spills, 4 for Q6_K (8 reached the 64-register
-# budget on sm_75; 4 uses at most 55)
-GEMM_ROWS = {Q.Q8_0: 8, Q.Q4_0: 8, Q.Q4_1: 8, Q.Q5_0: 8, Q.Q5_1: 8, Q.Q4_K: 8, Q.Q6_K: 4}
+# stays within caps.BUDGETS["gemm"] without spills, 4 for Q6_K (8 reached the 64-register budget on
+# sm_75; 4 uses at most 55) and Q5_K / Q3_K (its shape; at most 57); measured on sm_75, the tightest:
+# Q2_K 62, F16 / BF16 57 (their tail loop kept rolled)
+GEMM_ROWS = {Q.Q8_0: 8, Q.Q4_0: 8, Q.Q4_1: 8, Q.Q5_0: 8, Q.Q5_1: 8, Q.IQ4_NL: 8, Q.Q4_K: 8, Q.Q6_K: 4,
+             **gemv_k.GEMM_ROWS, **gemv_q2_k.GEMM_ROWS, **gemv_float.GEMM_ROWS, **gemv_f32.GEMM_ROWS}
 
 
 def gemv(wtype: Q, n_out: int, k: int) -> Kernel:
     """y [rows, n_out] = x [rows, k] times weight [n_out, k] transposed, x given quantized (quantize());
-    one activation row per block row of the grid. Parameters: w, xq, xd[, xs], y."""
-    return _matmul(wtype, n_out, k, _Tile(None))
+    one activation row per block row of the grid. Parameters: w, xq, xd[, xs], y (float weights:
+    w, x, y, with x the f32 rows)."""
+    return _matmul(wtype, n_out, k, Tile(None))
 
 
 def gemm(wtype: Q, n_out: int, k: int) -> Kernel:
@@ -105,71 +125,25 @@ def gemm(wtype: Q, n_out: int, k: int) -> Kernel:
     rows at or past it are skipped). Every row's result is the GEMV's, bit for bit."""
     if wtype not in GEMM_ROWS:
         raise NotImplementedError(f"no CUDA GEMM for {wtype.name}")
-    return _matmul(wtype, n_out, k, _Tile(GEMM_ROWS[wtype]))
+    return _matmul(wtype, n_out, k, Tile(GEMM_ROWS[wtype]))
 
 
-def _matmul(wtype: Q, n_out: int, k: int, tile: _Tile) -> Kernel:
+def _matmul(wtype: Q, n_out: int, k: int, tile: Tile) -> Kernel:
     if wtype in BLOCK32:
         return _block32(wtype, n_out, k, tile)
     if wtype is Q.Q4_K:
         return _q4_k(n_out, k, tile)
     if wtype is Q.Q6_K:
         return _q6_k(n_out, k, tile)
+    if wtype in gemv_k.SUPPORTED:
+        return gemv_k.lanes_k(wtype, n_out, k, tile)
+    if wtype is Q.Q2_K:
+        return gemv_q2_k.q2_k(n_out, k, tile)
+    if wtype is Q.F32:
+        return gemv_f32.f32_gemv(n_out, k, tile)
+    if wtype in FLOAT:
+        return gemv_float.float_gemv(wtype, n_out, k, tile)
     raise NotImplementedError(f"no CUDA GEMV for {wtype.name}")
-
-
-@dataclass(frozen=True)
-class _Tile:
-    """The activation rows a block of a matmul kernel computes, and how its text says so. The GEMV
-    (rows None): the one row BY, per-row values plain LANE values. The GEMM: rows BY*rows + r for
-    r < rows, those at or past the `n_rows` parameter skipped; per-row values are LANE arrays indexed
-    by r. Either way `row` names the row and each_row() wraps the same per-row statements."""
-
-    rows: int | None
-
-    @property
-    def kind(self) -> str:
-        return "gemv" if self.rows is None else "gemm"
-
-    def name(self, wtype: Q, n_out: int, k: int) -> str:
-        tag = "" if self.rows is None else f"_r{self.rows}"
-        return f"{self.kind}_{wtype.name.lower()}_n{n_out}_k{k}{tag}"
-
-    def params(self, with_sums: bool) -> tuple[Param, ...]:
-        params = [Param("w", "const u8*"), Param("xq", "const i8*"), Param("xd", "const float*")]
-        if with_sums:
-            params.append(Param("xs", "const float*"))
-        params.append(Param("y", "float*"))
-        return tuple(params) if self.rows is None else (*params, Param("n_rows", "int"))
-
-    def kernel(self, wtype: Q, n_out: int, k: int, blocks_x: int, with_sums: bool, body: str) -> Kernel:
-        return Kernel(self.name(wtype, n_out, k), self.kind, 32 * GEMV_WARPS, blocks_x, self.params(with_sums),
-                      body, rows_per_block=self.rows or 1)
-
-    def declare(self, ctype: str, name: str) -> str:
-        """A LANE value per row: one value, or an array over the tile."""
-        return f"  LANE({ctype}, {name if self.rows is None else f'{name}[{self.rows}]'});\n"
-
-    def of(self, name: str) -> str:
-        """The current row's value of a per-row LANE value (read it as L(...), shuffle it as is)."""
-        return name if self.rows is None else f"{name}[r]"
-
-    @property
-    def top(self) -> str:
-        return "  const int row = BY;\n" if self.rows is None else ""
-
-    def each_row(self, code: str, spaces: int) -> str:
-        """`code` for every row of the tile, `row` its index (uniform: it may shuffle, in uniform code)."""
-        if self.rows is None:
-            return indent(code, spaces) + "\n"
-        loop = (f"#pragma unroll\nfor (int r = 0; r < {self.rows}; ++r) {{\n"
-                f"  const int row = BY * {self.rows} + r;\n  if (row < n_rows) {{\n{indent(code, 4)}\n  }}\n}}")
-        return indent(loop, spaces) + "\n"
-
-
-def _hsum8(var: str) -> str:
-    """((l0+l4)+(l2+l6))+((l1+l5)+(l3+l7)) over the lane bits of LANE_ID & 7."""
-    return butterfly(var, f"k_add(L({var}), L(other))", (4, 2, 1), 0)
 
 
 def block32_order(wtype: Q) -> str:
@@ -182,7 +156,7 @@ def block32_order(wtype: Q) -> str:
     return order
 
 
-def _block32(wtype: Q, n_out: int, k: int, tile: _Tile) -> Kernel:
+def _block32(wtype: Q, n_out: int, k: int, tile: Tile) -> Kernel:
     """8 threads per output, thread l holding values 4l..4l+3 of every block, decoded once per block.
     "lanes": each thread one float lane of every row, the butterfly at the end. "scalar": per row the
     8 integer parts summed by an integer butterfly (exact), then one float chain
@@ -211,7 +185,7 @@ LANES {{ if (L(n) < N) L({acc}) = k_fma(k_i2f(L(part)), k_mul({dx}, L(dw)), L({a
         if q8_1:
             decode += "\nconst float mw = k_h2f(LDB(u16, blk, 2));"
             step += f"\nL({summs}) = k_add(L({summs}), k_mul(mw, LD(float, xs, (long)row * NB + b)));"
-        per_block, finish = tile.each_row(step, 8), tile.each_row(_hsum8(acc), 2)
+        per_block, finish = tile.each_row(step, 8), tile.each_row(hsum8(acc), 2)
     init = f"L({acc}) = 0.0f;" + (f" L({summs}) = 0.0f;" if q8_1 else "")
     result = f"k_add(L({acc}), L({summs}))" if q8_1 else f"L({acc})"
     body = f"""\
@@ -246,7 +220,7 @@ BODY
     return tile.kernel(wtype, n_out, k, -(-n_out // outputs), q8_1, body)
 
 
-def _q4_k(n_out: int, k: int, tile: _Tile) -> Kernel:
+def _q4_k(n_out: int, k: int, tile: Tile) -> Kernel:
     """One warp per output. Thread t: group g = t >> 3 of 64 values, bytes 4j..4j+3 (j = t & 7) of
     its 32 qs bytes, whose low nibbles are values 64g+4j.. (sub-block 2g), high nibbles 64g+32+4j..
     (2g+1). Per super-block each thread decodes its weights once; then each row of the tile in turn:
@@ -310,7 +284,7 @@ BODY
     return tile.kernel(Q.Q4_K, n_out, k, -(-n_out // GEMV_WARPS), False, body)
 
 
-def _q6_k(n_out: int, k: int, tile: _Tile) -> Kernel:
+def _q6_k(n_out: int, k: int, tile: Tile) -> Kernel:
     """One warp per output. Thread t: lane l = t & 7, quarter p = t >> 3, chunks c = 2p + i (i < 2)
     of 4 values 32(c & 3) + 4l.. of half c >> 2. Value v = 128h + a of a super-block has its low 4
     bits in ql[64h + (a & 63)] >> 4(a >> 6) and its high 2 in qh[32h + (a & 31)] >> 2(a >> 5)
@@ -364,7 +338,7 @@ BODY
 {tile.each_row(chain, 8)}\
       }}
     }}
-{tile.each_row(_hsum8(acc), 4)}\
+{tile.each_row(hsum8(acc), 4)}\
     LANES {{
       if (LANE_ID == 0) {{
 {tile.each_row(f"ST(float, y, (long)row * N + n, L({acc}));", 8)}\

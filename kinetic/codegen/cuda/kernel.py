@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kinetic.codegen.cuda.prelude import prelude
+from kinetic.codegen.cuda.tanhf import libc_tanhf
 
 # parameter types a kernel may take, and whether the kernel writes through them
 POINTER_TYPES = {"const u8*": False, "const i8*": False, "const u16*": False, "const int*": False,
@@ -90,13 +91,15 @@ def _check_barriers(name: str, body: str) -> None:
 
 
 def program_source(kernels: list[Kernel] | tuple[Kernel, ...], target: str) -> str:
-    """The whole text of a program: the target's prelude, then each distinct kernel once, by name."""
+    """The whole text of a program: the target's prelude (with the C library's tanhf when a kernel
+    calls it, so that other programs' text stays as it was), then each distinct kernel once, by name."""
     seen: dict[str, Kernel] = {}
     for k in kernels:
         if k.name in seen and seen[k.name] != k:
             raise ValueError(f"two different kernels are named {k.name}")
         seen[k.name] = k
-    return prelude(target) + "\n" + "\n".join(k.source() for k in seen.values())
+    tanhf = libc_tanhf() if any("k_tanhf_libc" in k.body for k in seen.values()) else ""
+    return prelude(target) + tanhf + "\n" + "\n".join(k.source() for k in seen.values())
 
 
 def f32_literal(value: float) -> str:

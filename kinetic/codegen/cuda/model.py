@@ -33,8 +33,10 @@ from collections import OrderedDict
 import numpy as np
 from gguf import GGMLQuantizationType as Q
 
+from kinetic.codegen.common.host_lookup import host_lookups, read_on_device
 from kinetic.codegen.common.kv_mirror import KVMirror, KVMirrors
 from kinetic.codegen.common.tables import RopeTables
+from kinetic.codegen.cuda.embed import SUPPORTED as LOOKUP_TYPES
 from kinetic.codegen.cuda.plan import ATTENTION_SCRATCH_BYTES, LaunchOrder, Plan
 from kinetic.codegen.cuda.renderer import CudaRenderer
 from kinetic.codegen.runner import Runner, RunnerOptions
@@ -109,12 +111,14 @@ def open_runner(graph: Graph, weights: WeightSource, options: RunnerOptions, *, 
 def layer_bytes(graph: Graph, weights: WeightSource, n_ctx: int) -> tuple[int, dict[int, int], int]:
     """Device bytes outside the layers (output layer, final norm; the embedding table when the output
     layer reads it), per layer (its weights and one sequence's f16 cache), and of what only the
-    embedding lookup reads (an untied table: on the device only when every layer is)."""
+    embedding lookup reads (an untied table: on the device only when every layer is, and only with a
+    CUDA lookup kernel for its type; the host looks the other types up)."""
     top = layer_of_nodes(graph)
     users = graph.users()
+    on_device = read_on_device(graph, host_lookups(graph, weights, LOOKUP_TYPES))
     fixed, per_layer, lookup = 0, dict.fromkeys(range(n_layers(graph)), 0), 0
     for node in graph.nodes:
-        if node.op is Op.PARAM:
+        if node.op is Op.PARAM and node.id in on_device:
             raw = weights.tensor(node.attrs.tensor)
             nbytes = raw.size * 4 if node.type.ggml_type is Q.F32 else raw.nbytes
             if top[node.id] >= 0:
@@ -184,7 +188,10 @@ class CudaModel:
         self._kernels = rendering.kernels
         self.order = LaunchOrder.of(graph, self._kernels, self.skip)  # what every pass shape's plan shares
         backend.compile(list({k.name: k for ks in self._kernels.values() for k in ks}.values()))
-        used = {i for n in graph.nodes if n.id not in self.skip for i in n.inputs}
+        # lookups from tables without a CUDA kernel: the host stages their rows (plan.py); a table only
+        # they read stays on the host
+        self.host_lookups = host_lookups(graph, weights, LOOKUP_TYPES, self.skip)
+        used = read_on_device(graph, self.host_lookups, self.skip)
         self.weights: dict[str, object] = {}
         for node in graph.nodes:
             if node.op is Op.PARAM and node.id in used:
@@ -204,13 +211,13 @@ class CudaModel:
         self.kv_mirrors = KVMirrors(alloc=backend.empty, write=lambda buf, at, rows: backend.write(buf[at:], rows),
                                     layers=sorted(self.kv_layers), on_drop=self._forget,
                                     device="the CUDA runner")
-        self._rope: dict[tuple, RopeTables] = {}
+        self._rope: dict[numerics.Rotary, RopeTables] = {}
         tables = [graph.node(n.inputs[0]) for n in graph.nodes if n.op is Op.EMBED and n.id not in self.skip]
         self.vocab = int(tables[0].type.shape[0]) if tables else None  # rows the embedding lookup reads
 
-    def rope_tables(self, key: tuple) -> RopeTables:
+    def rope_tables(self, key: numerics.Rotary) -> RopeTables:
         if key not in self._rope:
-            self._rope[key] = RopeTables(*key)
+            self._rope[key] = RopeTables(key)
         return self._rope[key]
 
     # ---- plans and recordings --------------------------------------------------------------------

@@ -5,8 +5,10 @@ Owns: `LaunchOrder` (once per model: where each launch runs in the graph's order
 value is read for the last time) and `Plan` (built once per (rows T, output rows R): one launch per
 node that has kernels, in graph order, the GEMV for one row and the GEMM for more; the values the
 launches write placed in one arena by the shared liveness planner (common/buffers.py), so a dead
-value's bytes serve again; per pass, filling the staging buffer and reading the outputs and the new
-keys and values back). The fused
+value's bytes serve again; per pass, filling the staging buffer (with the rows of every lookup the
+host makes for a table type without a CUDA kernel: common/host_lookup.py; the embed node then has no
+launch and its value is that part of the inputs) and reading the outputs and the new keys and values
+back). The fused
 launches are read from the graph the device phase made: an add_rms_norm launches where its add
 stands and writes both values, a rope_pair writes its other rotation too, a producer that an
 in-producer quantize reads writes the quantized row that quantize node stands for, and every matmul
@@ -27,6 +29,7 @@ from kinetic.codegen.common.buffers import Value, plan_buffers
 from kinetic.codegen.common.tables import pass_mask
 from kinetic.codegen.cuda.backends import ALIGN
 from kinetic.ir.graph import Graph, Node
+from kinetic.ir.numerics import Rotary
 from kinetic.ir.ops import Op
 from kinetic.ir.rows import PassRows, SequenceKV
 from kinetic.passes.device_fusion import computed_by, quantized_in_producer
@@ -63,13 +66,13 @@ class LaunchOrder:
     """What every plan of a graph shares, whatever its shape: each launch's (position in the graph's
     order, node); per value, the position it is last read at; which producers' launches write a
     quantize node's row (device_fusion.quantized_in_producer); the graph's inputs; the rotary
-    tables (n_rot, theta, freq_scale) and attention windows the passes stage."""
+    tables (one per distinct RopeAttrs.rotary) and attention windows the passes stage."""
 
     launches: tuple[tuple[int, Node], ...]
     last_read: dict[int, int]
     quantized_by: dict[int, Node]
     inputs: tuple[Node, ...]
-    rope_keys: tuple[tuple[int, float, float], ...]
+    rope_keys: tuple[Rotary, ...]
     windows: tuple[int, ...]
 
     @staticmethod
@@ -92,8 +95,7 @@ class LaunchOrder:
                     for node, launch in zip(graph.nodes, launches, strict=True)]
         last_read = {j: i for i, reads in enumerate(reads_at) for j in reads}
         mine = [n for n in graph.nodes if n.id not in skip]
-        rope_keys = sorted({(n.attrs.n_rot, float(n.attrs.theta), float(n.attrs.freq_scale))
-                            for n in mine if n.op in (Op.ROPE, Op.ROPE_PAIR)})
+        rope_keys = sorted({n.attrs.rotary for n in mine if n.op in (Op.ROPE, Op.ROPE_PAIR)})
         return LaunchOrder(tuple((i, launch) for i, launch in enumerate(launches) if launch is not None),
                            last_read, quantized_in_producer(graph),
                            tuple(n for n in graph.nodes if n.op is Op.INPUT), tuple(rope_keys),
@@ -142,6 +144,9 @@ class Plan:
         for key in self.rope_keys:
             fields += [(("cos", key), 4 * t * (key[0] // 2)), (("sin", key), 4 * t * (key[0] // 2))]
         fields += [(("mask", w), t * self.model.n_ctx) for w in self.windows]
+        # the rows of each lookup the host makes (common/host_lookup.py), f32 [rows, width]
+        fields += [(("lookup", nid), 4 * self.count(graph.node(nid)) * lookup.width)
+                   for nid, lookup in self.model.host_lookups.items()]
         self.offsets: dict[object, tuple[int, int]] = {}
         at = 0
         for name, nbytes in fields:
@@ -176,6 +181,8 @@ class Plan:
             self.buffers[node.id] = self.input_view(name) if name in ("tokens", "output_rows") else None
         if split:
             self.buffers[split.boundary] = self.input_view("hidden")
+        for nid in self.model.host_lookups:  # no launch: the rows come with the pass's inputs
+            self.buffers[nid] = self.input_view(("lookup", nid))
         for self._position, launch in order.launches:
             self._launches(launch)
         outputs = {nid for _, nid in graph.outputs}  # read back after the pass: live to its end
@@ -254,8 +261,7 @@ class Plan:
         return self.counts[node.type.shape[0]]
 
     def _rope_tables(self, a) -> tuple:
-        key = (a.n_rot, float(a.theta), float(a.freq_scale))
-        return self.input_view(("cos", key)), self.input_view(("sin", key))
+        return self.input_view(("cos", a.rotary)), self.input_view(("sin", a.rotary))
 
     def _fused_launch(self, node: Node, n: int) -> None:
         """The launch of a device form: an add and the norm of its sum, two rotations, a quantizer."""
@@ -295,7 +301,9 @@ class Plan:
         elif op is Op.MATMUL:
             one_row, tiled = kernels
             weight = model.weights[graph.node(node.inputs[1]).attrs.tensor]
-            row = self.rows_of[node.inputs[0]]
+            # a quantize node's row; float weights' kernels read the f32 rows and round them themselves
+            quantized = graph.node(node.inputs[0]).op is Op.QUANTIZE
+            row = self.rows_of[node.inputs[0]] if quantized else (ins[0],)
             if n == 1:
                 add(Launch(one_row.name, n, (weight, *row, out)))
             else:  # each weight block read once per tile of rows; every row's result the GEMV's
@@ -336,6 +344,8 @@ class Plan:
         if self.n_out:
             self.staged("output_rows", np.int32)[:] = rows.output_rows
         self.staged("meta", np.int32)[:] = (n_c + t, n_c)
+        for nid, lookup in self.model.host_lookups.items():
+            self.staged(("lookup", nid), F32)[:] = lookup.rows(rows).reshape(-1)
         for key in self.rope_keys:
             cos, sin = self.model.rope_tables(key).rows(np.asarray(rows.positions))
             self.staged(("cos", key), F32)[:] = cos.reshape(-1)

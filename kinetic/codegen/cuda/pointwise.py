@@ -1,8 +1,9 @@
 """Norm, elementwise and rotary kernels as CUDA C.
 
 Owns: RMS norm (with or without its weight), the elementwise ops (add, mul, scale, SiLU, GELU,
-SwiGLU, GEGLU), the bias add and rotary embedding, each specialized to its width. Does not own:
-their meaning (kinetic/ir/reference.py and kinetic/ir/numerics/) or compiling and launching.
+SwiGLU, GEGLU, the soft-cap through the C library's tanhf of cuda/tanhf.py), the bias add and rotary
+embedding, each specialized to its width. Does not own: their meaning (kinetic/ir/reference.py and
+kinetic/ir/numerics/) or compiling and launching.
 
 * Elementwise and rotary kernels compute each value from its inputs alone, with the reference's
   roundings (SiLU through ggml's exp polynomial, GELU through ggml's f16 table, passed in as a
@@ -19,6 +20,8 @@ their meaning (kinetic/ir/reference.py and kinetic/ir/numerics/) or compiling an
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 from kinetic.codegen.cuda.kernel import Kernel, Param, butterfly, f32_literal, int_sum, name_tag
 
@@ -37,6 +40,7 @@ ELEMENTWISE = {
     "swiglu": (2, "k_mul(k_silu(a), b)"),
     "geglu": (2, "k_mul(k_gelu(a, table), b)"),
     "add_bias": (2, "k_add(a, b)"),
+    "softcap": (1, "k_mul({factor}, k_tanhf_libc(k_mul(a, {inverse})))"),  # factor: the cap
 }
 BROADCAST = {"add_bias"}  # ops whose second operand is one row [width] that every row reads
 
@@ -54,8 +58,8 @@ def elementwise(op: str, width: int, factor: float = 1.0, quantize: str | None =
         raise NotImplementedError(f"{op} writing a quantized row")
     n_in, expr = ELEMENTWISE[op]
     name = f"{op}_w{width}"
-    if op == "scale":
-        expr = expr.format(factor=f32_literal(factor))
+    if op in ("scale", "softcap"):
+        expr = expr.format(factor=f32_literal(factor), inverse=f32_literal(np.float32(1) / np.float32(factor)))
         name += "_" + name_tag(factor)
     params = [Param("x", "const float*")]
     if n_in == 2:

@@ -92,6 +92,22 @@ DEV int k_scale_k4(const u8* q, int j) {
 DEV int k_min_k4(const u8* q, int j) {
     return j < 4 ? (LDB(u8, q, j + 4) & 63) : ((LDB(u8, q, j + 4) >> 4) | ((LDB(u8, q, j) >> 6) << 4));
 }
+
+// a float's subnormals flushed to zero of the same sign (vdpbf16ps's inputs and results)
+DEV float k_flush(float v) { return k_abs(v) < 0x1p-126f ? k_mul(v, 0.0f) : v; }
+// ggml_compute_fp32_to_bf16, as f32: round half to even to the top 16 bits, a NaN kept quiet
+DEV float k_bf16_round(float x) {
+    const u32 b = k_f2bits(x);
+    if (x != x) return k_bits2f((b & 0xffff0000u) | 0x400000u);
+    return k_bits2f((b + 0x7fffu + ((b >> 16) & 1u)) & 0xffff0000u);
+}
+
+// Q3_K scale j (of 16, one per 16 values) of the 12 packed bytes at q, its offset 32 removed: the low
+// 4 bits in nibble j >> 3 of byte j & 7, the high 2 in crumb j >> 2 of byte 8 + (j & 3)
+DEV int k_scale_q3_k(const u8* q, int j) {
+    const int low = (LDB(u8, q, j & 7) >> (4 * (j >> 3))) & 15, high = (LDB(u8, q, 8 + (j & 3)) >> (2 * (j >> 2))) & 3;
+    return (low | (high << 4)) - 32;
+}
 """
 
 CUDA = r"""

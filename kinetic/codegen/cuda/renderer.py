@@ -26,9 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from gguf import GGMLQuantizationType as Q
-
-from kinetic.codegen.cuda import attention, gather, gemv, pointwise, quantize
+from kinetic.codegen.cuda import attention, embed, gather, gemv, pointwise, quantize
 from kinetic.codegen.cuda.caps import ARCHS, BUDGETS, Arch, Budget
 from kinetic.codegen.cuda.kernel import Kernel
 from kinetic.codegen.runner import Capabilities
@@ -49,8 +47,9 @@ FUSIONS = Fusions(
         | {(op, fmt) for op in (Op.SWIGLU, Op.GEGLU, Op.ATTENTION) for fmt in (*_ROW_FORMATS, "q8_k")}),
 )
 # every kernel sums in its reference's order (kinetic/ir/orders.py): the GEMVs in ggml's lane or block
-# order of their weight type, RMS norm in float64, attention in one chain over the keys of an f16 cache
-REDUCTION_ORDERS = frozenset({"lanes8", "block_chain", "f64_sum", "key_chain_f16"})
+# order of their weight type (F16: its 64 lanes, BF16: vdpbf16ps's pairs), RMS norm in float64,
+# attention in one chain over the keys of an f16 cache
+REDUCTION_ORDERS = frozenset({"lanes8", "block_chain", "lanes64", "bf16_pairs", "f64_sum", "key_chain_f16"})
 # what CUDA declares to the passes and the runtime: its device forms and the generic fused ops (the
 # table's rows, which a test keeps in step), passes of any number of rows, its fusions and orders
 CAPABILITIES = Capabilities("cuda", fused_ops=FUSIONS.forms() | {Op.SWIGLU, Op.GEGLU}, max_rows=None,
@@ -95,26 +94,30 @@ def _no_kernel(node: Node, ctx: Context) -> list[Kernel]:  # leaves: the runtime
 
 
 def _embed(node: Node, ctx: Context) -> list[Kernel]:
+    """The lookup kernel of the table's type; none for a type without one: the host dequantizes the
+    pass's rows into its staging (common/host_lookup.py, plan.py)."""
     table = ctx.graph.node(node.inputs[0]).type.ggml_type
-    if table is not Q.Q8_0:
-        raise NotImplementedError(f"{table.name} embedding tables (only Q8_0 has a CUDA lookup)")
-    return [gather.embed_q8_0(ctx.width(node))]
+    return [embed.embed(table, ctx.width(node))] if table in embed.SUPPORTED else []
 
 
 def _take_rows(node: Node, ctx: Context) -> list[Kernel]:
     return [gather.take_rows(ctx.width(node))]
 
 
+def _columns(node: Node, ctx: Context) -> list[Kernel]:
+    return [gather.columns(ctx.width(ctx.graph.node(node.inputs[0])), node.attrs.start, node.attrs.count)]
+
+
 def _matmul(node: Node, ctx: Context) -> list[Kernel]:
     """The GEMV for one row and the row-tiled GEMM for more (the runtime picks), reading the rows a
-    quantize node made."""
+    quantize node made (float weights: the f32 rows, which their kernels round themselves)."""
     rows, weight = (ctx.graph.node(i) for i in node.inputs)
     wtype = weight.type.ggml_type
     if node.attrs.activations != "q8":
         raise NotImplementedError("float-activation matmuls (activations=f32)")
-    if wtype not in gemv.SUPPORTED:
+    if wtype not in gemv.ALL:
         raise NotImplementedError(f"{wtype.name} weights")
-    if rows.op is not Op.QUANTIZE:
+    if wtype in gemv.SUPPORTED and rows.op is not Op.QUANTIZE:
         raise NotImplementedError("a matmul of rows no quantize node made (the device phase makes them)")
     n_out, k = weight.type.shape
     return [gemv.gemv(wtype, n_out, k), gemv.gemm(wtype, n_out, k)]
@@ -146,21 +149,14 @@ def _add_rms_norm(node: Node, ctx: Context) -> list[Kernel]:
                                quantize=ctx.quantized.get(node.id))]
 
 
-def _check_rope(a) -> None:
-    if a.yarn_ext_factor or a.llama3_factor:
-        raise NotImplementedError("YaRN and llama3 rotary scaling (the reference lacks them too)")
-
-
 def _rope(node: Node, ctx: Context) -> list[Kernel]:
     a = node.attrs
-    _check_rope(a)
     return [pointwise.rope(a.n_head, a.head_dim, a.n_rot, a.neox)]
 
 
 def _rope_pair(node: Node, ctx: Context) -> list[Kernel]:
     """The other rotation (input 2) and this one in one launch: the same positions and tables."""
     a, other = node.attrs, ctx.graph.node(node.inputs[2])
-    _check_rope(a)
     if (other.op is not Op.ROPE or other.inputs[1] != node.inputs[1]
             or replace(other.attrs, n_head=0) != replace(a, n_head=0)):
         raise NotImplementedError("a rope_pair whose other rotation is not a rope of the same positions and tables")
@@ -186,7 +182,7 @@ def _elementwise(name: str) -> Callable[[Node, Context], list[Kernel]]:
     def render(node: Node, ctx: Context) -> list[Kernel]:
         if any(ctx.graph.node(i).type.shape != node.type.shape for i in node.inputs):
             raise NotImplementedError("operands of different shapes (a broadcast)")
-        factor = node.attrs.factor if node.op is Op.SCALE else 1.0
+        factor = node.attrs.factor if node.op is Op.SCALE else node.attrs.cap if node.op is Op.SOFTCAP else 1.0
         return [pointwise.elementwise(name, ctx.width(node), factor, quantize=ctx.quantized.get(node.id))]
 
     return render
@@ -203,13 +199,15 @@ KERNELS: dict[Op, Render] = {
     Op.MATMUL: _matmul,
     Op.QUANTIZE: _quantize,
     Op.TAKE_ROWS: _take_rows,
+    Op.COLUMNS: _columns,
     Op.RMS_NORM: _rms_norm,
     Op.ADD_RMS_NORM: _add_rms_norm,
     Op.ROPE: _rope,
     Op.ROPE_PAIR: _rope_pair,
     Op.ATTENTION: _attention,
     Op.ADD_BIAS: _add_bias,
-    **{op: _elementwise(op.value) for op in (Op.ADD, Op.MUL, Op.SCALE, Op.SILU, Op.GELU, Op.SWIGLU, Op.GEGLU)},
+    **{op: _elementwise(op.value) for op in (Op.ADD, Op.MUL, Op.SCALE, Op.SILU, Op.GELU, Op.SWIGLU, Op.GEGLU,
+                                                    Op.SOFTCAP)},
 }
 
 

@@ -36,19 +36,49 @@ class Target:
 
 
 def fma(fn: Function, t: Target, a: int, b: int, c: int) -> int:
-    """a*b + c for f32 operands, rounded once (IEEE fma) when t.fma_mode is fused or f64."""
+    """a*b + c for f32 operands, rounded once (IEEE fma) when t.fma_mode is fused or f64; a zero
+    product plus a zero c is IEEE's signed zero (_zeros_added)."""
     if t.fma_mode == "fused":
-        return fn.fma(a, b, c)
-    if t.fma_mode == "unfused":
-        return fn.fadd(fn.fmul(a, b), c)
-    return _fma_via_f64(fn, a, b, c)
+        r = fn.fma(a, b, c)
+    elif t.fma_mode == "unfused":
+        r = fn.fadd(fn.fmul(a, b), c)
+    else:
+        r = _fma_via_f64(fn, a, b, c)
+    m = fn.m
+    finite = [fn.fcmp(Op.FOrdLessThan, fn.glsl1(GLSL.FAbs, v), m.f(float("inf"))) for v in (a, b)]
+    zero = [fn.fcmp(Op.FOrdEqual, v, m.f(0.0)) for v in (a, b)]
+    product_is_zero = fn.logical_or(fn.logical_and(zero[0], finite[1]), fn.logical_and(zero[1], finite[0]))
+    return _zeros_added(fn, r, product_is_zero, fn.bxor(_sign_bit(fn, a), _sign_bit(fn, b)), c)
+
+
+def add(fn: Function, a: int, b: int) -> int:
+    """a + b for f32 operands, a sum of two zeros IEEE's signed zero (_zeros_added)."""
+    return _zeros_added(fn, fn.fadd(a, b), fn.fcmp(Op.FOrdEqual, a, fn.m.f(0.0)), _sign_bit(fn, a), b)
+
+
+def _sign_bit(fn: Function, v: int) -> int:
+    """The sign bit of an f32, as a u32 (0 or 0x80000000)."""
+    return fn.band(fn.bitcast(v, fn.m.u32), fn.m.u(0x80000000))
+
+
+def _zeros_added(fn: Function, r: int, x_is_zero: int, x_sign: int, y: int) -> int:
+    """r = x + y as the device computed it, except that a zero x plus a zero y is +0 unless both are
+    -0 (IEEE, round to nearest). Mesa 22.3's NIR folds `a + 0.0` into a and `fma(a, b, 0.0)` into
+    a*b whatever the decorations and float controls say, so an accumulator that starts at +0.0 in a
+    loop the driver unrolls kept a -0 first term; the sign is chosen here from the operands' bits,
+    which no folding can change."""
+    m = fn.m
+    both_zero = fn.logical_and(x_is_zero, fn.fcmp(Op.FOrdEqual, y, m.f(0.0)))
+    signed = fn.bitcast(fn.band(x_sign, _sign_bit(fn, y)), m.f32)
+    return fn.select(both_zero, signed, r)
 
 
 def _fma_via_f64(fn: Function, a: int, b: int, c: int) -> int:
     """The exact product a*b (48 bits fit a double) plus c in float64, corrected where rounding the
     double to float32 would round twice: when the double lies exactly halfway between two floats
     and the double sum was inexact, the true sum lies on the side of the sum's error (TwoSum), so
-    step the float one ulp that way. This is `kinetic.ir.numerics.fma_f32`, written in SPIR-V."""
+    step the float one ulp that way; an overflow is infinity unless the double is exactly the
+    overflow edge with the error pointing back. This is `kinetic.ir.numerics.fma_f32`, in SPIR-V."""
     m = fn.m
     f64 = m.float_(64)
     p = fn.fmul(fn.convert(a, f64), fn.convert(b, f64))
@@ -64,9 +94,19 @@ def _fma_via_f64(fn: Function, a: int, b: int, c: int) -> int:
     gap = fn.glsl1(GLSL.FAbs, fn.fsub(fn.convert(toward, f64), fn.convert(r, f64)))
     tie = fn.fcmp(Op.FOrdEqual, fn.fmul(fn.glsl1(GLSL.FAbs, d), m.const(f64, 2.0)), gap)
     tie = fn.logical_and(tie, fn.fcmp(Op.FUnordNotEqual, d, zero64))
+    # an overflow to infinity is no tie (d and the gap are both infinite there)
+    finite = fn.icmp(Op.INotEqual, fn.band(fn.bitcast(r, m.u32), m.u(0x7F800000)), m.u(0x7F800000))
+    tie = fn.logical_and(tie, finite)
     err_up = fn.fcmp(Op.FOrdGreaterThan, err, zero64)
-    same_side = fn.logical_and(fn.fcmp(Op.FUnordNotEqual, err, zero64), fn.logical_eq(err_up, up))
-    return fn.select(fn.logical_and(tie, same_side), toward, r)
+    inexact = fn.fcmp(Op.FUnordNotEqual, err, zero64)
+    same_side = fn.logical_and(inexact, fn.logical_eq(err_up, up))
+    rounded = fn.select(fn.logical_and(tie, same_side), toward, r)
+    # past FLT_MAX the midpoint is the overflow edge FLT_MAX + half an ulp: a double exactly on it
+    # rounds to infinity, but the true sum is below it (FLT_MAX) when the error points back
+    on_edge = fn.fcmp(Op.FOrdEqual, fn.glsl1(GLSL.FAbs, s), m.const(f64, float.fromhex("0x1.ffffffp+127")))
+    back = fn.logical_and(inexact, fn.logical_not(fn.logical_eq(err_up, fn.fcmp(Op.FOrdGreaterThan, s, zero64))))
+    largest = fn.bitcast(fn.bor(fn.band(fn.bitcast(r, m.u32), m.u(0x80000000)), m.u(0x7F7FFFFF)), m.f32)
+    return fn.select(fn.logical_and(on_edge, back), largest, rounded)
 
 
 def next_float(fn: Function, r: int, up: int) -> int:

@@ -1,5 +1,5 @@
-"""Elementwise kernels: add, mul, scale, SiLU, GELU, SwiGLU, GEGLU and the bias add, one invocation per
-element.
+"""Elementwise kernels: add, mul, scale, SiLU, GELU, SwiGLU, GEGLU, the soft-cap and the bias add, one
+invocation per element.
 
 Owns: the float operations of each activation in the reference's order (`kinetic.ir.numerics`):
 
@@ -10,7 +10,8 @@ Owns: the float operations of each activation in the reference's order (`kinetic
   2^n in two exact steps (so the one rounding is the last multiply, as ldexp's), 0 / inf past |n| > 192;
 * GELU: ggml's f16 table (passed as a buffer of its f32 values, `numerics.gelu_table()`), indexed by
   f16(x) rounded half to even by integer operations; x <= -10 gives 0, x >= 10 gives x;
-* SwiGLU / GEGLU: the activation of the gate times up.
+* SwiGLU / GEGLU: the activation of the gate times up;
+* softcap: cap * tanhf(x * (1/cap)), the C library's tanhf as tanhf.py spells it.
 
 Every fma rounds once (builders.fma). The one operation Vulkan does not make exact is SiLU's
 division (2.5 ulp allowed; lavapipe divides exactly). The element count is a push constant, so one
@@ -19,13 +20,16 @@ kernel serves every shape; a 2-D grid covers more than 65535 workgroups.
 
 from __future__ import annotations
 
+import numpy as np
+
 from kinetic.codegen.vulkan import builders
 from kinetic.codegen.vulkan.builders import Target
 from kinetic.codegen.vulkan.device import Kernel, Unsupported
 from kinetic.codegen.vulkan.spirv import GLSL, BuiltIn, Function, Module, Op
+from kinetic.codegen.vulkan.tanhf import tanhf_libc
 
 WORKGROUP = 256
-UNARY = ("scale", "silu", "gelu")
+UNARY = ("scale", "silu", "gelu", "softcap")
 BINARY = ("add", "mul", "swiglu", "geglu")
 OPS = UNARY + BINARY
 
@@ -110,6 +114,9 @@ def render_elementwise(t: Target, op: str, factor: float = 1.0) -> Kernel:
             y = fn.fmul(xs[0], xs[1])
         elif op == "scale":
             y = fn.fmul(xs[0], m.f(factor))
+        elif op == "softcap":  # factor: the cap
+            inverse = float(np.float32(1) / np.float32(factor))
+            y = fn.fmul(m.f(factor), tanhf_libc(fn, fn.fmul(xs[0], m.f(inverse))))
         elif op in ("silu", "swiglu"):
             y = silu(fn, t, xs[0])
         else:
@@ -119,8 +126,8 @@ def render_elementwise(t: Target, op: str, factor: float = 1.0) -> Kernel:
         fn.buf_store(out, index, y)
     fn.end()
     readonly = (True,) * (len(ins) + (table is not None)) + (False,)
-    return Kernel(f"{op}" + (f"_{factor!r}" if op == "scale" else ""), m.to_bytes(), readonly, (WORKGROUP, 1, 1),
-                  push_size=4)
+    name = f"{op}" + (f"_{factor!r}" if op in ("scale", "softcap") else "")
+    return Kernel(name, m.to_bytes(), readonly, (WORKGROUP, 1, 1), push_size=4)
 
 
 def render_add_bias(width: int) -> Kernel:

@@ -1,5 +1,6 @@
 """Row moves: the KV cache store (f32 rows rounded to f16 into cache rows), the embedding lookup of
-Q8_0 rows, and take_rows; one invocation per output element (or f16 pair).
+Q8_0 rows, take_rows and columns (a range of each row); one invocation per output element (or f16
+pair).
 
 Owns: these kernels. Does not own which rows go where (the runtime's slots, the pass's token ids and
 output rows). Every kernel here is exact on every device: integer moves, the f16 rounding done by
@@ -87,6 +88,23 @@ def render_take_rows(width: int) -> Kernel:
         fn.buf_store(out, i, fn.buf_load(x, src))
     fn.end()
     return Kernel(f"take_rows_{width}", m.to_bytes(), (True, True, False), (WORKGROUP, 1, 1), push_size=4)
+
+
+def render_columns(width: int, start: int, count: int) -> Kernel:
+    """out[r, c] = x[r, start + c] for c < count: bindings x f32 [rows, width], out f32 [rows, count].
+    Push constant: rows."""
+    m = Module()
+    x = m.storage_buffer(0, m.f32, readonly=True, name="x")
+    out = m.storage_buffer(1, m.f32, name="out")
+    params, _ = m.push_constants([m.u32])
+    fn = m.compute_entry((WORKGROUP, 1, 1))
+    i = flat_index(fn, WORKGROUP)
+    with fn.if_(fn.icmp(Op.ULessThan, i, fn.imul(fn.push(params, 0, m.u32), m.u(count)))):
+        row, col = fn.udiv(i, m.u(count)), fn.umod(i, m.u(count))
+        src = fn.iadd(fn.imul(row, m.u(width)), fn.iadd(m.u(start), col))
+        fn.buf_store(out, i, fn.buf_load(x, src))
+    fn.end()
+    return Kernel(f"columns_{width}_{start}_{count}", m.to_bytes(), (True, False), (WORKGROUP, 1, 1), push_size=4)
 
 
 def render_place_columns(width: int, total: int) -> Kernel:

@@ -22,8 +22,6 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gguf import GGMLQuantizationType as Q
-
 from kinetic.codegen.common.orders import refused_order
 from kinetic.codegen.runner import Capabilities
 from kinetic.codegen.vulkan import elementwise, gather, rope
@@ -73,15 +71,19 @@ def bind_nothing(p, node: Node) -> None:
 
 # ---- lookups and projections ---------------------------------------------------------------------
 
-def refuse_embed(graph: Graph, node: Node) -> str | None:
-    table = graph.node(node.inputs[0]).type.ggml_type
-    return None if table is Q.Q8_0 else f"embedding table of {table.name} (only Q8_0 has a kernel)"
+def emit_embed(p, node: Node) -> None:
+    """The lookup kernel of the table's type (record_embed); for a type without one, the rows the host
+    dequantized (common/host_lookup.py)."""
+    if node.id in p.model.host_lookups:
+        p.out[node.id] = p.looked_up(node)
+    else:
+        computed(record_embed)(p, node)
 
 
 def record_embed(p, node: Node, ins, out, n: int) -> None:
     """One lookup per part of the table: each part fills the rows whose ids it holds."""
     width = p.width(node)
-    k = p.ops.embed_q8_0_kernel(width)
+    k = p.ops.embed_kernel(p.graph.node(node.inputs[0]).type.ggml_type, width)
     for first, count, table in p.model.parts[p.graph.node(node.inputs[0]).attrs.tensor]:
         p.dispatches.append(Dispatch(k, [table, ins[1], out], p.grid(-(-n * width // gather.WORKGROUP)),
                                      struct.pack("<3I", n, first, count)))
@@ -116,6 +118,12 @@ def record_take_rows(p, node: Node, ins, out, n: int) -> None:
     p.dispatch(p.ops.take_rows_kernel(width), [ins[0], ins[1], out], n * width, gather.WORKGROUP, n)
 
 
+def record_columns(p, node: Node, ins, out, n: int) -> None:
+    """A range of each row's values, copied."""
+    width, a = p.width(p.graph.node(node.inputs[0])), node.attrs
+    p.dispatch(p.ops.columns_kernel(width, a.start, a.count), [ins[0], out], n * a.count, gather.WORKGROUP, n)
+
+
 # ---- normalization and position ------------------------------------------------------------------
 
 def record_rms_norm(p, node: Node, ins, out, n: int) -> None:
@@ -127,14 +135,9 @@ def record_rms_norm(p, node: Node, ins, out, n: int) -> None:
     p.dispatches.append(Dispatch(k, [ins[0], *weight, out], p.grid(n * (width // group))))
 
 
-def refuse_rope(graph: Graph, node: Node) -> str | None:
-    a = node.attrs
-    return "rope with YaRN or llama3 scaling has no Vulkan kernel" if a.yarn_ext_factor or a.llama3_factor else None
-
-
 def record_rope(p, node: Node, ins, out, n: int) -> None:
     a = node.attrs
-    cos, sin = p.rope_tables((a.n_rot, a.theta, a.freq_scale))
+    cos, sin = p.rope_tables(a.rotary)  # every scaling is in the tables (common/tables.py)
     k = p.ops.rope_kernel(a.n_head, a.head_dim, a.n_rot, a.neox)
     p.dispatch(k, [ins[0], cos, sin, out], n * a.n_head * (a.head_dim // 2), rope.WORKGROUP, n)
 
@@ -170,7 +173,7 @@ def record_elementwise(name: str) -> Callable:
     """One invocation per element; gelu and geglu also read ggml's f16 table."""
 
     def record(p, node: Node, ins, out, n: int) -> None:
-        factor = node.attrs.factor if name == "scale" else 1.0
+        factor = node.attrs.factor if name == "scale" else node.attrs.cap if name == "softcap" else 1.0
         table = [p.gelu_table()] if name in ("gelu", "geglu") else []
         size = n * p.width(node)
         p.dispatch(p.ops.elementwise_kernel(name, factor), [*ins, *table, out], size, elementwise.WORKGROUP, size)
@@ -188,11 +191,12 @@ KERNELS: dict[Op, OpKernel] = {
     Op.INPUT: OpKernel(bind_input),
     Op.PARAM: OpKernel(bind_nothing),
     Op.STATE: OpKernel(bind_nothing),
-    Op.EMBED: OpKernel(computed(record_embed), refuse_embed),
+    Op.EMBED: OpKernel(emit_embed),
     Op.MATMUL: OpKernel(computed(record_matmul), refuse_matmul),
     Op.TAKE_ROWS: OpKernel(computed(record_take_rows)),
+    Op.COLUMNS: OpKernel(computed(record_columns)),
     Op.RMS_NORM: OpKernel(computed(record_rms_norm)),
-    Op.ROPE: OpKernel(computed(record_rope), refuse_rope),
+    Op.ROPE: OpKernel(computed(record_rope)),
     Op.ATTENTION: OpKernel(computed(record_attention), refuse_attention),
     Op.ADD: OpKernel(computed(record_elementwise("add"))),
     Op.ADD_BIAS: OpKernel(computed(record_add_bias)),
@@ -202,13 +206,15 @@ KERNELS: dict[Op, OpKernel] = {
     Op.GELU: OpKernel(computed(record_elementwise("gelu"))),
     Op.SWIGLU: OpKernel(computed(record_elementwise("swiglu"))),
     Op.GEGLU: OpKernel(computed(record_elementwise("geglu"))),
+    Op.SOFTCAP: OpKernel(computed(record_elementwise("softcap"))),
 }
 
 # the orders every reducing kernel sums in (kinetic/ir/orders.py), the reference's: the matvecs in
-# ggml's lane or block order of their weight type, RMS norm in float64 (a device without float64
-# sums in float32, in the same fixed order: batch-invariant, within a tolerance of the reference),
+# ggml's lane or block order of their weight type (F16: its 64 lanes, BF16: vdpbf16ps's pairs), RMS
+# norm in float64 (a device without float64 sums in float32, in the same fixed order: batch-invariant,
+# within a tolerance of the reference),
 # attention in one chain over the keys of an f16 cache
-REDUCTION_ORDERS = frozenset({"lanes8", "block_chain", "f64_sum", "key_chain_f16"})
+REDUCTION_ORDERS = frozenset({"lanes8", "block_chain", "lanes64", "bf16_pairs", "f64_sum", "key_chain_f16"})
 # the device forms (kinetic/passes/device_fusion.py) a device may list; Vulkan has a row for none yet,
 # so it runs the graph the generic pipeline made
 DEVICE_FORMS = frozenset({Op.ADD_RMS_NORM, Op.ROPE_PAIR, Op.QUANTIZE})

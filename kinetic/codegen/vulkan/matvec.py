@@ -1,4 +1,5 @@
-"""Quantized matrix-vector products for block-32 weights (Q8_0, Q4_0, Q4_1, Q5_0), in ggml's order.
+"""Quantized matrix-vector products for block-32 weights (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL), in ggml's
+order.
 
 Two kernels, recorded back to back in one command buffer (a barrier between them):
 
@@ -9,12 +10,13 @@ Two kernels, recorded back to back in one command buffer (a barrier between them
    invocation (row n, lane l) walks the blocks of row n in order; its integer part of each block is
    the exact dot of values 4l .. 4l+3. Then the reference's float order for the type (`dot_order`):
 
-   "lanes" (ggml's vec-dots: Q8_0, Q4_1, Q5_0, and Q4_0 where the reference keeps it there):
+   "lanes" (ggml's vec-dots: Q8_0, Q4_1, Q5_0, Q5_1, and Q4_0 where the reference keeps it there):
        acc_l = fma(d_w * d_x, float(isum_l), acc_l)
-       summs = summs + m_w * s_x                                             (Q4_1 only)
+       summs = summs + m_w * s_x                                       (Q4_1 and Q5_1 only)
        y[n] = ((acc0+acc4) + (acc2+acc6)) + ((acc1+acc5) + (acc3+acc7)) (+ summs)
      the final sum is a subgroup xor butterfly with masks 4, 2, 1 over the 8 lanes;
-   "scalar" (the repacked gemv llama.cpp runs for Q4_0 on x86, where the reference follows it):
+   "scalar" (the repacked gemv llama.cpp runs for Q4_0 and IQ4_NL on x86, where the reference
+   follows it; IQ4_NL is Q4_0's layout with its nibbles read through the IQ4_NL codebook):
        isum = isum_0 + ... + isum_7 (exact; a butterfly of integer shuffles), then in every lane
        acc = fma(float(isum), d_x * d_w, acc);  y[n] = acc.
    Where the subgroup is narrower than 8 or has no shuffles, the same sums go through shared memory.
@@ -42,7 +44,10 @@ from kinetic.ir.quants import QUANT_TYPES
 
 # weight type -> byte offset of the quants in its block (block bytes, activation format and dot order
 # are QUANT_TYPES')
-QS_OFFSET = {Q.Q8_0: 2, Q.Q4_0: 2, Q.Q4_1: 4, Q.Q5_0: 6}
+QS_OFFSET = {Q.Q8_0: 2, Q.Q4_0: 2, Q.Q4_1: 4, Q.Q5_0: 6, Q.Q5_1: 8, Q.IQ4_NL: 2}
+# 5-bit types -> byte offset of their 32 high bits (bit v is value v's 5th bit) and the offset their
+# unsigned quants carry (Q5_0: q - 16; Q5_1: q, its minimum m_w added through the Q8_1 sums)
+QH_OFFSET = {Q.Q5_0: (2, 16), Q.Q5_1: (4, 0)}
 SUPPORTED = tuple(QS_OFFSET)
 ROWS_PER_GROUP = 8
 LANES = 8
@@ -118,17 +123,34 @@ def _weight_quads(fn: Function, wtype: Q, words, block_base: int, lane: int) -> 
         return [fn.bitcast(v, m.i32) for v in nibbles]
     if wtype is Q.Q4_0:
         return [fn.isub(fn.bitcast(v, m.i32), m.i(8)) for v in nibbles]
-    qh = builders.load_u32_at(fn, words, fn.iadd(block_base, m.u(2)))  # Q5_0: value v's 5th bit is bit v
+    if wtype is Q.IQ4_NL:
+        return [_codebook(fn, QUANT_TYPES[wtype].codebook, v) for v in nibbles]
+    qh_at, offset = QH_OFFSET[wtype]
+    qh = builders.load_u32_at(fn, words, fn.iadd(block_base, m.u(qh_at)))
     out = []
     for i in range(4):
         high = fn.bits_u(qh, None, 1, offset_id=fn.iadd(fn.imul(lane, m.u(4)), m.u(i)))
-        out.append(fn.isub(fn.bitcast(fn.bor(nibbles[i], fn.shl(high, m.u(4))), m.i32), m.i(16)))
+        q = fn.bitcast(fn.bor(nibbles[i], fn.shl(high, m.u(4))), m.i32)
+        out.append(fn.isub(q, m.i(offset)) if offset else q)
     return out
+
+
+def _codebook(fn: Function, values: tuple[int, ...], nibble: int) -> int:
+    """values[nibble] (16 signed bytes) as i32: the bytes packed 4 to a word, the word picked by
+    nibble >> 2, the byte sign-extended from it (no table in memory)."""
+    m = fn.m
+    words = [int.from_bytes(bytes(v & 0xFF for v in values[4 * w : 4 * w + 4]), "little") for w in range(4)]
+    quarter = fn.shr(nibble, m.u(2))
+    word = m.u(words[3])
+    for w in (2, 1, 0):
+        word = fn.select(fn.icmp(Op.IEqual, quarter, m.u(w)), m.u(words[w]), word)
+    offset = fn.imul(fn.band(nibble, m.u(3)), m.u(8))
+    return fn.bits_s(fn.bitcast(word, m.i32), None, 8, offset_id=offset)
 
 
 def render_matvec(t: Target, wtype: Q, n_out: int, k: int, use_subgroups: bool = True) -> Kernel:
     """Bindings: weights u32 [n_out*row_bytes/4], q_x u32 [rows*K/4], d_x f32 [rows*K/32],
-    (s_x f32 [rows*K/32] for Q4_1), y f32 [rows*n_out]. Workgroups: (ceil(n_out/8), rows)."""
+    (s_x f32 [rows*K/32] for Q4_1 and Q5_1), y f32 [rows*n_out]. Workgroups: (ceil(n_out/8), rows)."""
     if wtype not in QS_OFFSET:
         raise Unsupported(f"{wtype.name} is not a block-32 type with a Vulkan kernel (ops.check_weight_type)")
     if k % 32:
@@ -164,7 +186,7 @@ def render_matvec(t: Target, wtype: Q, n_out: int, k: int, use_subgroups: bool =
         fn.store(acc, builders.fma(fn, t, scale, fn.convert(isum, m.f32), fn.load(acc)))
         if sx is not None:
             m_w = builders.f16_bits_to_f32(fn, builders.load_u16_at(fn, words, fn.iadd(block_base, m.u(2))))
-            fn.store(summs, fn.fadd(fn.load(summs), fn.fmul(m_w, fn.buf_load(sx, xblock))))
+            fn.store(summs, builders.add(fn, fn.fmul(m_w, fn.buf_load(sx, xblock)), fn.load(summs)))
     total = fn.load(acc) if order == "scalar" else hsum8(fn, fn.load(acc), scratch, butterfly)
     if sx is not None:
         total = fn.fadd(total, fn.load(summs))

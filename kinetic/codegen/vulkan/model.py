@@ -3,13 +3,13 @@
 Owns: the runner for `--device vulkan` (`open_runner`, `VulkanModel`): refusing a graph the kernel
 table does not cover (kernels.py: unsupported) with the reason, uploading the weights once (a weight
 over one binding in parts of whole rows: one lookup or matmul per part, the parts' columns then put
-in place), and per pass: recording every node's dispatches (recorder.py, through the table), giving
-the pass's activation values buffers by one liveness plan per pass shape (common/buffers.py: a dead
-value's buffer serves a later one), running them in one command buffer (device.run puts a barrier
-before each dispatch that needs one) and reading back the outputs and the new cache rows. Does not
-own the cache's bookkeeping (the runtime's KVCache: length, positions, rollback), its device copy
-(common/kv_mirror.py), the per-pass tables (common/tables.py) or the arithmetic (the renderers,
-through VulkanOps' kernel cache).
+in place; not a table only host lookups read: common/host_lookup.py), and per pass: recording every
+node's dispatches (recorder.py, through the table), giving the pass's activation values buffers by
+one liveness plan per pass shape (common/buffers.py: a dead value's buffer serves a later one),
+running them in one command buffer (device.run puts a barrier before each dispatch that needs one)
+and reading back the outputs and the new cache rows. Does not own the cache's bookkeeping (the
+runtime's KVCache: length, positions, rollback), its device copy (common/kv_mirror.py), the per-pass
+tables (common/tables.py) or the arithmetic (the renderers, through VulkanOps' kernel cache).
 
 The KV cache is resident on the device: each sequence's cache gets, on first use, a device copy of
 its keys and values per layer (capacity n_ctx, f16), kept while the cache lives and in step by the
@@ -30,6 +30,7 @@ import numpy as np
 from gguf import GGMLQuantizationType as Q
 
 from kinetic.codegen.common.buffers import BufferPlan, plan_buffers
+from kinetic.codegen.common.host_lookup import host_lookups, read_on_device
 from kinetic.codegen.common.kv_mirror import KVMirrors
 from kinetic.codegen.common.tables import RopeTables
 from kinetic.codegen.runner import RunnerOptions
@@ -42,6 +43,7 @@ from kinetic.codegen.vulkan.device import (
     physical_devices,
     preferred_device,
 )
+from kinetic.codegen.vulkan.embed import SUPPORTED as LOOKUP_TYPES
 from kinetic.codegen.vulkan.kernels import CAPABILITIES, unsupported
 from kinetic.codegen.vulkan.matvec import ROWS_PER_GROUP
 from kinetic.codegen.vulkan.ops import VulkanOps
@@ -49,6 +51,7 @@ from kinetic.codegen.vulkan.recorder import PassRecorder
 from kinetic.errors import KineticError
 from kinetic.ir.graph import Graph, Node
 from kinetic.ir.interpreter import WeightSource
+from kinetic.ir.numerics import Rotary
 from kinetic.ir.ops import Op
 from kinetic.ir.rows import KVView, PassResult, PassRows
 
@@ -100,25 +103,29 @@ class VulkanModel:
         self.ops = VulkanOps(device)
         self.weights: dict[str, DeviceBuffer] = {}  # f32 parameters
         self.parts: dict[str, list[tuple[int, int, DeviceBuffer]]] = {}  # quantized: (first row, rows, buffer)
+        # lookups from tables without a Vulkan kernel: the host writes their rows each pass (recorder.py);
+        # a table only they read is not uploaded
+        self.host_lookups = host_lookups(graph, weights, LOOKUP_TYPES)
+        read = read_on_device(graph, self.host_lookups)
         for node in graph.nodes:
-            if node.op is Op.PARAM:
+            if node.op is Op.PARAM and node.id in read:
                 self._upload(node, np.asarray(weights.tensor(node.attrs.tensor)))
         self._pool: dict[object, DeviceBuffer] = {}  # per-pass inputs and constants, by key
         self._activations: list[DeviceBuffer] = []  # the buffers of the liveness plans, by index
         self._plans: dict[tuple[int, int], BufferPlan] = {}
-        self._rope_tables: dict[tuple, RopeTables] = {}
+        self._rope_tables: dict[Rotary, RopeTables] = {}
         self.kv_mirrors = KVMirrors(alloc=device.buffer, write=lambda buf, at, rows: buf.write(rows, at),
                                     free=device.free, error=Unsupported, device="the Vulkan runner")
 
     def _upload(self, node: Node, raw: np.ndarray) -> None:
-        """An f32 parameter as one buffer; a quantized weight as raw GGUF rows, split into parts of
-        whole rows where it exceeds one binding (maxStorageBufferRange)."""
+        """An f32 vector parameter as one buffer; a matrix (quantized, or F32 matmul weights) as raw
+        GGUF rows, split into parts of whole rows where it exceeds one binding (maxStorageBufferRange)."""
         name, wtype = node.attrs.tensor, node.type.ggml_type
-        if wtype is Q.F32:
+        if wtype is Q.F32 and len(node.type.shape) == 1:
             self.weights[name] = self.device.upload(raw.astype(F32).reshape(-1))
             return
         raw = raw.reshape(raw.shape[0], -1)
-        per_part = (self.device.caps.max_storage_buffer_range - 64) // raw.shape[1]
+        per_part = (self.device.caps.max_storage_buffer_range - 64) // (raw.nbytes // raw.shape[0])
         per_part -= per_part % ROWS_PER_GROUP
         self.parts[name] = [(first, len(rows), self.ops.upload_weight(rows, wtype))
                             for first in range(0, raw.shape[0], per_part)
@@ -139,9 +146,9 @@ class VulkanModel:
             self._pool[key] = self.device.upload(make())
         return self._pool[key]
 
-    def rope_tables(self, key: tuple) -> RopeTables:
+    def rope_tables(self, key: Rotary) -> RopeTables:
         if key not in self._rope_tables:
-            self._rope_tables[key] = RopeTables(*key)
+            self._rope_tables[key] = RopeTables(key)
         return self._rope_tables[key]
 
     def activation_bytes(self) -> int:

@@ -16,13 +16,24 @@ import numpy as np
 from gguf import GGML_QUANT_SIZES
 from gguf import GGMLQuantizationType as Q
 
-from kinetic.codegen.vulkan import attention, elementwise, gather, matvec, matvec_k, norm, rope
+from kinetic.codegen.vulkan import (
+    attention,
+    elementwise,
+    embed,
+    gather,
+    matvec,
+    matvec_f32,
+    matvec_float,
+    matvec_k,
+    norm,
+    rope,
+)
 from kinetic.codegen.vulkan.device import Dispatch, Kernel, Unsupported, VulkanDevice, VulkanError
 from kinetic.ir import numerics
 from kinetic.ir.quants import QUANT_TYPES
 
 F32 = np.float32
-SUPPORTED_WEIGHTS = matvec.SUPPORTED + matvec_k.SUPPORTED
+SUPPORTED_WEIGHTS = matvec.SUPPORTED + matvec_k.SUPPORTED + matvec_float.SUPPORTED + matvec_f32.SUPPORTED
 
 
 def check_weight_type(wtype: Q) -> None:
@@ -57,7 +68,7 @@ class VulkanOps:
 
     # ---- each kernel's key and renderer -------------------------------------------------------
     def elementwise_kernel(self, op: str, factor: float = 1.0) -> Kernel:
-        return self.kernel(("elementwise", op, factor if op == "scale" else None),
+        return self.kernel(("elementwise", op, factor if op in ("scale", "softcap") else None),
                            lambda: elementwise.render_elementwise(self.target, op, factor))
 
     def add_bias_kernel(self, width: int) -> Kernel:
@@ -83,8 +94,17 @@ class VulkanOps:
     def embed_q8_0_kernel(self, width: int) -> Kernel:
         return self.kernel(("embed_q8_0", width), lambda: gather.render_embed_q8_0(width))
 
+    def embed_kernel(self, wtype: Q, width: int) -> Kernel:
+        """The lookup from a table of `wtype` (Q8_0, the K-quants, F16, BF16: embed.SUPPORTED)."""
+        if wtype is Q.Q8_0:
+            return self.embed_q8_0_kernel(width)
+        return self.kernel(("embed", wtype, width), lambda: embed.render_embed(wtype, width))
+
     def take_rows_kernel(self, width: int) -> Kernel:
         return self.kernel(("take_rows", width), lambda: gather.render_take_rows(width))
+
+    def columns_kernel(self, width: int, start: int, count: int) -> Kernel:
+        return self.kernel(("columns", width, start, count), lambda: gather.render_columns(width, start, count))
 
     def place_columns_kernel(self, count: int, total: int) -> Kernel:
         return self.kernel(("place_columns", count, total), lambda: gather.render_place_columns(count, total))
@@ -106,7 +126,8 @@ class VulkanOps:
         """A weight's raw GGUF bytes [n_out, row_bytes] on the device, refused with the reason when
         the type has no kernel or the tensor exceeds one binding (the model runner splits it first)."""
         check_weight_type(wtype)
-        raw = np.ascontiguousarray(raw, np.uint8)
+        raw = np.ascontiguousarray(raw)
+        raw = raw if raw.dtype == np.uint8 else raw.view(np.uint8)  # F16 values: their bytes
         limit = self.device.caps.max_storage_buffer_range
         if raw.nbytes + 16 > limit:
             raise VulkanError(f"a {raw.nbytes}-byte weight exceeds one binding (maxStorageBufferRange {limit}); "
@@ -120,7 +141,15 @@ class VulkanOps:
         then the matvec. Their three scratch buffers come from alloc(slot, nbytes) (the caller owns
         them)."""
         check_weight_type(wtype)
-        fmt = numerics.activation_format(wtype)  # "q8_0", "q8_1" (Q8_0 with sums) or "q8_k"
+        fmt = numerics.activation_format(wtype)  # "q8_0", "q8_1" (Q8_0 with sums), "q8_k", "f16" or "bf16"
+        if wtype in matvec_f32.SUPPORTED:  # no quantizer: the f32 rows as they are
+            mv = self.kernel(("matvec_f32", n_out, k), lambda: matvec_f32.render_matvec_f32(self.target, n_out, k))
+            return [Dispatch(mv, [wbuf, xbuf, ybuf], (-(-n_out // matvec_f32.OUTPUTS_PER_GROUP), rows, 1))]
+        if wtype in matvec_float.SUPPORTED:  # no quantizer: the kernel rounds the f32 rows itself
+            f64 = self.device.caps.shader_float64
+            mv = self.kernel(("matvec_float", wtype, n_out, k, f64),
+                             lambda: matvec_float.render_matvec_float(self.target, wtype, n_out, k, f64))
+            return [Dispatch(mv, [wbuf, xbuf, ybuf], (-(-n_out // matvec_float.OUTPUTS_PER_GROUP), rows, 1))]
         block = GGML_QUANT_SIZES[Q.Q8_K if fmt == "q8_k" else Q.Q8_0][0]  # values per activation block
         if k % block:
             raise Unsupported(f"matmul: K = {k} is not a multiple of {block} for {wtype.name}")
@@ -173,12 +202,12 @@ class VulkanOps:
         arrays = [np.asarray(x, F32)] + ([] if weight is None else [np.asarray(weight, F32).reshape(-1)])
         return self._run(k, arrays, (rows, width), rows * (width // g))
 
-    def rope(self, x: np.ndarray, positions: np.ndarray, n_head: int, head_dim: int, n_rot: int,
-             theta: float, neox: bool, freq_scale: float = 1.0) -> np.ndarray:
-        """Linear-scaled rotary embedding of f32 [rows, n_head*head_dim] at the given positions."""
-        rows = x.shape[0]
-        cos, sin = numerics.rope_cos_sin(np.asarray(positions), n_rot, theta, freq_scale)
-        k = self.rope_kernel(n_head, head_dim, n_rot, neox)
+    def rope(self, x: np.ndarray, positions: np.ndarray, a) -> np.ndarray:
+        """Rotary embedding of f32 [rows, n_head*head_dim] at the given positions, as a RopeAttrs `a`
+        says (its scaling in the cos/sin tables)."""
+        rows, n_head, head_dim = x.shape[0], a.n_head, a.head_dim
+        cos, sin = numerics.rope_cos_sin(np.asarray(positions), a.rotary)
+        k = self.rope_kernel(n_head, head_dim, a.n_rot, a.neox)
         n = rows * n_head * (head_dim // 2)
         return self._run(k, [np.asarray(x, F32), cos, sin], x.shape, -(-n // rope.WORKGROUP), struct.pack("<I", rows))
 
@@ -250,6 +279,17 @@ class VulkanOps:
         finally:
             for b in [*bufs, cbuf]:
                 dev.free(b)
+
+    def embed(self, raw: np.ndarray, wtype: Q, ids: np.ndarray) -> np.ndarray:
+        """Rows `ids` of a table of `wtype` (raw GGUF rows u8 [vocab, row_bytes]) as f32 [rows, n_embd]."""
+        facts = QUANT_TYPES[wtype]
+        n_embd = raw.shape[1] // facts.block_bytes * facts.block
+        k = self.embed_kernel(wtype, n_embd)
+        padded = np.zeros(-(-(raw.size + 4) // 4) * 4, np.uint8)
+        padded[: raw.size] = raw.reshape(-1)
+        rows = len(ids)
+        return self._run(k, [padded.view(np.uint32), np.asarray(ids, np.uint32)], (rows, n_embd),
+                         -(-rows * n_embd // gather.WORKGROUP), struct.pack("<3I", rows, 0, raw.shape[0]))
 
     def embed_q8_0(self, raw: np.ndarray, ids: np.ndarray) -> np.ndarray:
         """Rows `ids` of a Q8_0 table (raw bytes u8 [vocab, row_bytes]) as f32 [rows, n_embd]."""

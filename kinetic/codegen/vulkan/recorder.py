@@ -3,11 +3,11 @@ inputs, and its activation values, bound to buffers once the pass is recorded.
 
 Owns: `PassRecorder` (what a row of the kernel table records through: row counts and widths, the
 planned result of a node and its temporaries, the host-written per-pass inputs (token ids, rotary
-tables, slots, visibility), the device's cache rows of each layer, binding the planned values to
-buffers, reading outputs back, and the pass's new cache rows) and `Planned`, a value's stand-in
-until the pass is bound. Does not own which kernels a node gets (kernels.py: KERNELS), how values
-share buffers (kinetic/codegen/common/buffers.py), the buffers themselves or the weights (the
-runner, model.py).
+tables, slots, visibility, the rows of host lookups: common/host_lookup.py), the device's cache
+rows of each layer, binding the planned values to buffers, reading outputs back, and the pass's new
+cache rows) and `Planned`, a value's stand-in until the pass is bound. Does not own which kernels a
+node gets (kernels.py: KERNELS), how values share buffers (kinetic/codegen/common/buffers.py), the
+buffers themselves or the weights (the runner, model.py).
 
 Planning. Every activation value a pass writes (each node's result, a matmul's quantized copy of its
 input, a split weight's partial columns) is a `Planned` stand-in while the nodes are recorded. Its
@@ -34,6 +34,7 @@ from kinetic.codegen.common.tables import pass_mask
 from kinetic.codegen.vulkan.dispatch import DeviceBuffer, Dispatch, barrier_points
 from kinetic.codegen.vulkan.kernels import KERNELS
 from kinetic.ir.graph import Node
+from kinetic.ir.numerics import Rotary
 from kinetic.ir.rows import PassRows, SequenceKV
 
 if TYPE_CHECKING:
@@ -64,7 +65,7 @@ class PassRecorder:
         self.planned: list[Planned] = []
         self.caches: dict[int, tuple[DeviceBuffer, DeviceBuffer, int, int]] = {}  # layer -> k, v, n_committed, width
         self._visible: dict[int, DeviceBuffer] = {}
-        self._rope: dict[tuple, tuple[DeviceBuffer, DeviceBuffer]] = {}
+        self._rope: dict[Rotary, tuple[DeviceBuffer, DeviceBuffer]] = {}
         self._slots: DeviceBuffer | None = None
 
     def record(self) -> None:
@@ -137,8 +138,8 @@ class PassRecorder:
     def gelu_table(self) -> DeviceBuffer:
         return self.model.constant(("gelu_table",), self.ops.gelu_table)
 
-    def rope_tables(self, key: tuple) -> tuple[DeviceBuffer, DeviceBuffer]:
-        """The pass's rotary cos and sin rows for (n_rot, theta, freq_scale), written once per pass."""
+    def rope_tables(self, key: Rotary) -> tuple[DeviceBuffer, DeviceBuffer]:
+        """The pass's rotary cos and sin rows for one rotary key (RopeAttrs.rotary), written once per pass."""
         if key not in self._rope:
             cos, sin = self.model.rope_tables(key).rows(np.asarray(self.rows.positions))
             self._rope[key] = (self.model.buffer(("rope_cos", key), cos.nbytes),
@@ -146,6 +147,14 @@ class PassRecorder:
             self._rope[key][0].write(np.ascontiguousarray(cos, F32))
             self._rope[key][1].write(np.ascontiguousarray(sin, F32))
         return self._rope[key]
+
+    def looked_up(self, node: Node) -> DeviceBuffer:
+        """An embed node's rows f32 [rows, width], dequantized by the host (common/host_lookup.py: a
+        table type without a lookup kernel), written once per pass."""
+        rows = self.model.host_lookups[node.id].rows(self.rows)
+        buf = self.model.buffer(("lookup", node.id), rows.nbytes)
+        buf.write(rows)
+        return buf
 
     def slots(self, n: int) -> DeviceBuffer:
         """The cache rows the pass's n rows are stored at: length + i."""

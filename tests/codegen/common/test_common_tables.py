@@ -9,7 +9,9 @@ import pytest
 from kinetic.codegen.common.libm import FUNCTIONS, libm_map
 from kinetic.codegen.common.tables import RopeTables, pass_mask
 from kinetic.ir import numerics
+from kinetic.ir.ops import RopeAttrs
 from kinetic.ir.rows import PassRows, visibility
+from tests.rotary_cases import SCALINGS, scaled
 
 
 def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
@@ -29,16 +31,18 @@ def test_the_compiled_map_is_the_c_librarys_function(name):
     assert same_bits(libm_map(name, grid), numerics.libm_f32(name, grid))
 
 
-def test_rotary_tables_are_the_reference_values():
+@pytest.mark.parametrize("scaling", SCALINGS)
+def test_rotary_tables_are_the_reference_values(scaling):
     """The cos/sin per position (a block of positions at a time, through the compiled map of the C
-    library's cosf/sinf) are numerics.rope_cos_sin's bits, for one row and for many, across blocks,
-    for both of Gemma 3's bases."""
+    library's cosf/sinf, times YaRN's magnitude) are numerics.rope_cos_sin's bits, for one row and
+    for many, across blocks, for both of Gemma 3's bases, with each rotary scaling."""
     for n_rot, theta in ((64, 100000.0), (256, 10000.0), (256, 1000000.0)):
-        tables = RopeTables(n_rot, theta, 1.0)
+        rotary = scaled(RopeAttrs(n_head=1, head_dim=n_rot, n_rot=n_rot, theta=theta, neox=True), scaling).rotary
+        tables = RopeTables(rotary)
         for positions in ([7], [255, 256, 257], [0, 1000, 5000, 300]):
             positions = np.asarray(positions)
             got = tables.rows(positions)
-            want = numerics.rope_cos_sin(positions, n_rot, theta, 1.0)
+            want = numerics.rope_cos_sin(positions, rotary)
             for g, w in zip(got, want, strict=True):
                 assert same_bits(g, w)
 

@@ -7,14 +7,24 @@ from __future__ import annotations
 import numpy as np
 from gguf import GGMLQuantizationType as Q
 
-from kinetic.codegen.cuda import attention, gather, gemv, pointwise, quantize
+from kinetic.codegen.common.tables import RopeTables
+from kinetic.codegen.cuda import attention, embed, gather, gemv, pointwise, quantize
 from kinetic.ir import numerics
 
 # byte offsets of each layout's f16 scale fields; every other byte pattern is a valid encoding
-F16_FIELDS = {Q.Q8_0: (0,), Q.Q4_0: (0,), Q.Q4_1: (0, 2), Q.Q5_0: (0,), Q.Q5_1: (0, 2), Q.Q4_K: (0, 2),
-              Q.Q6_K: (208,)}
-BLOCK_BYTES = {Q.Q8_0: 34, Q.Q4_0: 18, Q.Q4_1: 20, Q.Q5_0: 22, Q.Q5_1: 24, Q.Q4_K: 144, Q.Q6_K: 210}
+F16_FIELDS = {Q.Q8_0: (0,), Q.Q4_0: (0,), Q.Q4_1: (0, 2), Q.Q5_0: (0,), Q.Q5_1: (0, 2), Q.IQ4_NL: (0,), Q.Q4_K: (0, 2),
+              Q.Q6_K: (208,), Q.Q5_K: (0, 2), Q.Q3_K: (108,), Q.Q2_K: (80, 82)}
+BLOCK_BYTES = {Q.Q8_0: 34, Q.Q4_0: 18, Q.Q4_1: 20, Q.Q5_0: 22, Q.Q5_1: 24, Q.IQ4_NL: 18, Q.Q4_K: 144, Q.Q6_K: 210,
+               Q.Q5_K: 176, Q.Q3_K: 110, Q.Q2_K: 84}
 TYPES = sorted(gemv.SUPPORTED, key=lambda t: t.name)
+FLOAT_TYPES = sorted(gemv.FLOAT, key=lambda t: t.name)  # float weights: the GEMV reads f32 rows
+# the formats added for the popular K-quant mixes and float tensors (test_cuda_weight_types.py), with
+# their test shapes: 13 outputs (not a block's 4), widths of 256 and 512 (F16 also one of 64k + 32)
+WEIGHT_TYPE_CASES = {Q.Q5_K: [(13, 256), (13, 512)], Q.Q3_K: [(13, 256), (13, 512)],
+                     Q.Q2_K: [(13, 256), (13, 512)], Q.F16: [(13, 256), (13, 512), (5, 352)],
+                     Q.BF16: [(13, 256), (13, 512), (5, 352)],
+                     # F32: whole chunks; tails of 36 (rounded products, then 4 fmas), 6 (fmas only), 40 (no chunk)
+                     Q.F32: [(13, 256), (13, 100), (5, 70), (5, 40)]}
 
 # (n_out, k) per type: outputs below, at and above a block's 16 (block-32) or 4 (super-block) outputs,
 # one block and several
@@ -27,6 +37,7 @@ NORMS = [(512, 1e-5, 0, True), (384, 1e-6, 64, False), (96, 1e-6, 32, True)]  # 
 ROPES = [(4, 64, 64, True), (4, 64, 32, False), (3, 32, 16, True)]  # n_head, head_dim, n_rot, neox
 ATTENTIONS = [(4, 2, 64), (2, 1, 128), (3, 3, 256)]  # n_head, n_kv_head, head_dim (GQA, MHA, Gemma's 256)
 CACHE_CAPACITY = 48  # rows of the test KV cache, and so the attention kernels' mask stride
+TABLE_WIDTH = 512  # the embedding tables of the K-quant and float types: two super-blocks
 EMBED_WIDTHS = (32, 288)  # one block of 32; more values than a thread block's 256, the last one partial
 TAKE_ROWS_WIDTHS = (300,)  # not a multiple of the 256 threads of a block
 KV_STORE_WIDTHS = (128, 300)  # n_kv_head * head_dim of the attention shapes, and one not filling a block
@@ -37,14 +48,19 @@ def kernels_under_test() -> list:
     """Every kernel the tests run, at the shapes above."""
     ks = [gemv.gemv(t, n, k) for t in TYPES for n, k in GEMV_SHAPES[t]]
     ks += [gemv.gemm(t, n, k) for t in TYPES for n, k in GEMV_SHAPES[t]]
+    ks += [make(t, n, k) for make in (gemv.gemv, gemv.gemm) for t, shapes in WEIGHT_TYPE_CASES.items()
+           for n, k in shapes]
     ks += [quantize.quantize(fmt, k) for fmt, widths in QUANTIZE_WIDTHS.items() for k in widths]
     ks += [quantize.quantize(gemv.activation_format(t), k) for t in TYPES for _, k in GEMV_SHAPES[t]]
+    ks += [quantize.quantize(gemv.activation_format(t), k) for t, shapes in WEIGHT_TYPE_CASES.items()
+           if t not in gemv.FLOAT for _, k in shapes]
     ks += [pointwise.elementwise(op, ELEMENTWISE_WIDTH, SCALE_FACTOR) for op in pointwise.ELEMENTWISE]
     ks += [pointwise.rms_norm(w, eps, g, weighted) for w, eps, g, weighted in NORMS]
     ks += [pointwise.rope(*r) for r in ROPES]
     ks += [kind(nh, nkv, hd, attention_scale(hd), mask_stride=CACHE_CAPACITY)
            for nh, nkv, hd in ATTENTIONS for kind in (attention.attention, attention.attention_rows)]
     ks += [gather.embed_q8_0(w) for w in EMBED_WIDTHS]
+    ks += [embed.embed(t, TABLE_WIDTH) for t in sorted(embed.SUPPORTED - {Q.Q8_0}, key=lambda t: t.name)]
     ks += [gather.take_rows(w) for w in TAKE_ROWS_WIDTHS]
     ks += [gather.kv_store(w) for w in KV_STORE_WIDTHS]
     return ks
@@ -56,7 +72,19 @@ def attention_scale(head_dim: int) -> float:
 
 def random_weight(rng: np.random.Generator, wtype: Q, n: int, k: int) -> np.ndarray:
     """u8 [n, row_bytes]: random quant bytes with f16 scales drawn from N(0, 0.02) (signed, like real
-    minimums)."""
+    minimums); float weights: N(0, 1) values with signed zeros, a subnormal and the largest value."""
+    if wtype is Q.F16:
+        values = rng.standard_normal((n, k)).astype(np.float16)
+        values.reshape(-1)[:4] = [0.0, -0.0, 6e-8, 65504.0]
+        return values.view(np.uint8)
+    if wtype is Q.F32:  # N(0, 1) values, signed zeros, a subnormal
+        values = rng.standard_normal((n, k)).astype(np.float32)
+        values.reshape(-1)[:3] = [0.0, -0.0, 1e-40]
+        return values.view(np.uint8).reshape(n, -1)
+    if wtype is Q.BF16:  # the top halves of f32 values (truncated: any 16 bits are a bf16)
+        bits = (rng.standard_normal((n, k)).astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
+        bits.reshape(-1)[:5] = [0x0000, 0x8000, 0x0001, 0x807F, 0x7F7F]  # zeros, subnormals, the largest
+        return bits.view(np.uint8)
     block = 256 if wtype in gemv.SUPERBLOCK else 32
     blocks = rng.integers(0, 256, (n, k // block, BLOCK_BYTES[wtype]), dtype=np.uint8)
     for off in F16_FIELDS[wtype]:
@@ -70,7 +98,10 @@ def reference_matmul(x: np.ndarray, raw: np.ndarray, wtype: Q) -> np.ndarray:
 
 
 def quantize_rows(prog, xp, x, fmt: str):
-    """The quantizer kernel's outputs for rows x: [xq, xd] (plus xs for Q8_1)."""
+    """The quantizer kernel's outputs for rows x: [xq, xd] (plus xs for Q8_1); a float format's
+    GEMV reads the f32 rows themselves: [x]."""
+    if fmt in ("f16", "bf16", "f32"):
+        return [xp.asarray(x)]
     rows, k = x.shape
     block = 256 if fmt == "q8_k" else 32
     outs = [xp.zeros((rows, k), xp.int8), xp.zeros((rows, k // block), xp.float32)]
@@ -117,12 +148,13 @@ def elementwise_case(op: str, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray 
     on a and b). A broadcast op (add_bias) reads one row, b[0]; its reference reads that row as a
     weight, so its value here is the one f32 add a value that reference makes."""
     from kinetic.ir.interpreter import evaluate
-    from kinetic.ir.ops import Op, ScaleAttrs
+    from kinetic.ir.ops import Op, ScaleAttrs, SoftcapAttrs
 
+    attrs = {"scale": ScaleAttrs(SCALE_FACTOR), "softcap": SoftcapAttrs(SCALE_FACTOR)}.get(op)
     with np.errstate(all="ignore"):
         if op in pointwise.BROADCAST:
             return b[0], (a + b[0]).astype(np.float32)
-        ref = evaluate(Op(op), [a, b], ScaleAttrs(SCALE_FACTOR) if op == "scale" else None)
+        ref = evaluate(Op(op), [a, b], attrs)
     return (b if pointwise.ELEMENTWISE[op][0] == 2 else None), ref
 
 
@@ -144,8 +176,10 @@ def kernel_rms_norm(prog, xp, x, eps, group, weight=None):
     return out
 
 
-def kernel_rope(prog, xp, x, positions, n_head, head_dim, n_rot, neox, theta=10000.0):
-    cos, sin = numerics.rope_cos_sin(positions, n_rot, theta, 1.0)
+def kernel_rope(prog, xp, x, positions, n_head, head_dim, n_rot, neox, theta=10000.0, rotary=None):
+    """The rope kernel over the tables the CUDA runner uploads (common/tables.py: RopeTables of the
+    node's rotary key, plain at `theta` unless `rotary` is given)."""
+    cos, sin = RopeTables(rotary or numerics.Rotary(n_rot, theta)).rows(np.asarray(positions))
     out = xp.zeros(x.shape, xp.float32)
     kernel = pointwise.rope(n_head, head_dim, n_rot, neox)
     prog.launch(kernel.name, x.shape[0], xp.asarray(x), xp.asarray(np.ascontiguousarray(cos)),

@@ -39,6 +39,7 @@ from kinetic.ir import numerics
 from kinetic.ir.interpreter import evaluate
 from kinetic.ir.ops import Op, RopeAttrs
 from tests.device_checks import same_bits
+from tests.rotary_cases import SCALINGS, scaled
 
 
 @pytest.mark.parametrize("wtype", TYPES, ids=lambda t: t.name)
@@ -101,17 +102,17 @@ def test_rms_norm_within_one_ulp(host, width, eps, group, weighted):
     assert ulps.max() <= 1, f"{ulps.max()} ulps"
 
 
+@pytest.mark.parametrize("scaling", SCALINGS)
 @pytest.mark.parametrize("n_head,head_dim,n_rot,neox", ROPES)
-def test_rope_equals_reference(host, n_head, head_dim, n_rot, neox):
-    """Rotary kernels (normal and NeoX pairs, partial rotation) equal the interpreter bit for bit, given
-    the reference's cos/sin tables."""
+def test_rope_equals_reference(host, n_head, head_dim, n_rot, neox, scaling):
+    """Rotary kernels (normal and NeoX pairs, partial rotation) over the runner's cos/sin tables
+    equal the interpreter bit for bit, with each rotary scaling (in the tables)."""
     rng = np.random.default_rng(6)
     x = rng.standard_normal((3, n_head * head_dim)).astype(np.float32)
     pos = np.array([0, 17, 40000], np.int32)
-    got = kernel_rope(host, np, x, pos, n_head, head_dim, n_rot, neox)
-    ref = evaluate(Op.ROPE, [x, pos], RopeAttrs(n_head=n_head, head_dim=head_dim, n_rot=n_rot, theta=10000.0,
-                                               neox=neox))
-    assert same_bits(got, ref)
+    a = scaled(RopeAttrs(n_head=n_head, head_dim=head_dim, n_rot=n_rot, theta=10000.0, neox=neox), scaling)
+    got = kernel_rope(host, np, x, pos, n_head, head_dim, n_rot, neox, rotary=a.rotary)
+    assert same_bits(got, evaluate(Op.ROPE, [x, pos], a))
 
 
 @pytest.mark.parametrize("wtype", TYPES, ids=lambda t: t.name)

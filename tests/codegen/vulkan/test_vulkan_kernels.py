@@ -18,6 +18,7 @@ from vulkan_helpers import assert_reference, bits
 from kinetic.ir import numerics
 from kinetic.ir.interpreter import evaluate
 from kinetic.ir.ops import Op, RopeAttrs
+from tests.rotary_cases import SCALINGS, scaled
 
 F32 = np.float32
 EDGES = np.array([0.0, -0.0, 1e-30, -1e-30, 1e-6, -3e-5, 0.5, -0.5, 9.999, -9.999, 10.0, -10.0, 10.001, -10.001,
@@ -66,6 +67,16 @@ def test_scale_matches_reference(ops, device):
                          _exact(device, False))
 
 
+def test_softcap_is_the_c_library_tanhf(ops, device):
+    """The soft-cap kernel with cap 1 (tanhf itself) gives the C library's tanhf bits for values from
+    every branch of tanhf and its expm1f (exact where the device divides exactly, as lavapipe does)."""
+    from kinetic.codegen.common.libm import libm_map
+    from tests.codegen.common.test_common_tanhf import branch_values
+
+    x = branch_values(1 << 13)
+    assert_reference(ops.elementwise("softcap", x, factor=1.0), libm_map("tanhf", x), _exact(device, True))
+
+
 @pytest.mark.parametrize("group,weighted", [(0, True), (0, False), (64, True), (64, False)])
 def test_rms_norm_float64_accumulation_matches_reference(ops, device, group, weighted):
     """RMS norm with float64 sums of squares (the reference's own accumulation type) over whole rows
@@ -106,18 +117,20 @@ def _rope_attrs(n_head, head_dim, n_rot, neox, theta=10000.0):
     return RopeAttrs(n_head=n_head, head_dim=head_dim, n_rot=n_rot, theta=theta, neox=neox)
 
 
+@pytest.mark.parametrize("scaling", SCALINGS)
 @pytest.mark.parametrize("n_head,head_dim,n_rot,neox", [(9, 64, 64, False), (4, 256, 256, True),
                                                         (3, 128, 64, True), (2, 64, 32, False)])
-def test_rope_matches_reference(ops, device, n_head, head_dim, n_rot, neox):
+def test_rope_matches_reference(ops, device, n_head, head_dim, n_rot, neox, scaling):
     """Rotary embedding in the normal and NeoX layouts, full and partial n_rot, at scattered
-    positions: the interpreter's result (fma-contracted rotation, host cos/sin table)."""
+    positions, with each rotary scaling: the interpreter's result (fma-contracted rotation, host
+    cos/sin table with the scaling in it)."""
     rows = 6
     x = _inputs(rows, n_head * head_dim, 8)
     positions = np.array([0, 1, 7, 100, 4095, 32767], np.int32)
-    a = _rope_attrs(n_head, head_dim, n_rot, neox)
-    got = ops.rope(x, positions, n_head, head_dim, n_rot, a.theta, neox)
+    a = scaled(_rope_attrs(n_head, head_dim, n_rot, neox), scaling)
+    got = ops.rope(x, positions, a)
     assert_reference(got, evaluate(Op.ROPE, [x, positions], a), _exact(device, False), rtol=1e-6, atol=1e-6)
-    alone = ops.rope(x[3:4], positions[3:4], n_head, head_dim, n_rot, a.theta, neox)
+    alone = ops.rope(x[3:4], positions[3:4], a)
     np.testing.assert_array_equal(bits(got[3:4]), bits(alone))
 
 

@@ -1,4 +1,4 @@
-"""Quantized matrix-vector products (Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q6_K) on the Vulkan device
+"""Quantized matrix-vector products (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q6_K, Q5_K, Q3_K, Q2_K) on the Vulkan device
 against `numerics.matmul` (activations quantized to Q8_0 / Q8_1 / Q8_K on the device first), batch
 invariance, and refusals.
 
@@ -89,7 +89,7 @@ def test_a_device_without_exact_fma_stays_close(ops):
         np.testing.assert_allclose(ops.matmul(x, raw, wtype), ref, rtol=0, atol=np.abs(ref).max() * 1e-5)
 
 
-@pytest.mark.parametrize("wtype", [Q.Q5_K, Q.Q3_K, Q.IQ4_NL, Q.F16, Q.Q2_K])
+@pytest.mark.parametrize("wtype", [Q.IQ4_XS, Q.IQ3_S, Q.TQ2_0])
 def test_unsupported_types_are_refused_with_the_reason(ops, wtype):
     """A weight type without a kernel is refused before anything runs, naming the type, what is
     supported, and that the op must run elsewhere."""

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from vulkan_helpers import spirv_val
 
-from kinetic.codegen.vulkan import elementwise, matvec, matvec_k, norm, rope, spirv
+from kinetic.codegen.vulkan import elementwise, matvec, matvec_float, matvec_k, norm, rope, spirv
 from kinetic.codegen.vulkan.builders import Target
 
 GRAMMAR = Path("/usr/include/spirv/unified1")
@@ -90,6 +90,10 @@ def _all_kernels():
             for sg in (True, False):
                 yield (f"{tname}-matvec-{wtype.name}-sg={sg}",
                        lambda t=t, w=wtype, sg=sg: matvec.render_matvec(t, w, 100, 576, use_subgroups=sg))
+        for wtype in matvec_float.SUPPORTED:
+            for k in (512, 352):  # a whole number of 64-value chunks, and a float64 tail
+                yield (f"{tname}-matvec-{wtype.name}-k{k}",
+                       lambda t=t, w=wtype, k=k: matvec_float.render_matvec_float(t, w, 100, k, True))
 
 
 KERNELS = list(_all_kernels())
