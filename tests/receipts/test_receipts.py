@@ -229,15 +229,16 @@ def test_a_receipt_made_with_drafting_verifies_identical(made, capsys, monkeypat
     from kinetic.runtime import speculative
 
     kept = []
-    generate = speculative.SpeculativeDecoder.generate
+    steps = speculative.SpeculativeDecoder.steps  # the one decoding loop (generate and Generation use it)
 
-    def counting(self, *args, **kwargs):
+    def counting(self, seq, prompt, max_tokens, stop=frozenset(), picker=None, draft=None, stats=None):
+        stats = stats if stats is not None else speculative.DraftStats()
         try:
-            yield from generate(self, *args, **kwargs)
+            return (yield from steps(self, seq, prompt, max_tokens, stop, picker, draft, stats))
         finally:  # the caller closes the generator at the end-of-turn token
-            kept.append(self.stats.accepted)
+            kept.append(stats.accepted)
 
-    monkeypatch.setattr(speculative.SpeculativeDecoder, "generate", counting)
+    monkeypatch.setattr(speculative.SpeculativeDecoder, "steps", counting)
     prompt = "red green blue, red green blue, red green blue, red green blue, red green blue, red"
     path = made["folder"] / "drafted.json"
     assert main(["run", str(model_path("smollm2-135m")), prompt, "--raw", "--temp", "0.3", "--seed", "5",
