@@ -207,20 +207,22 @@ def test_a_row_in_a_pass_of_n_rows_equals_the_row_alone(case_name, device):
         engine.close()
 
 
+def _pass_logits(case_name: str, device: str, tokens: list[int]) -> np.ndarray:
+    """The case's outputs on `device` for one pass of `tokens`, every row an output."""
+    engine = _engine(case_name, device)
+    try:
+        return engine.forward(PassRows.chain(tokens, 0, outputs="all"), {0: engine.new_sequence()})
+    finally:
+        engine.close()
+
+
 @pytest.mark.parametrize("case_name", ["add_bias", "columns"])
 @pytest.mark.parametrize("device", DEVICES[1:])
 def test_add_bias_and_columns_on_every_device_are_the_reference(device, case_name):
     """add_bias (one f32 add a value) and columns (a copy of part of each row) give the reference
     interpreter's bits on every device, for a pass of 17 rows."""
     tokens = np.random.default_rng(3).integers(0, VOCAB, 17).tolist()
-    results = []
-    for name in ("reference", device):
-        engine = _engine(case_name, name)
-        try:
-            results.append(engine.forward(PassRows.chain(tokens, 0, outputs="all"), {0: engine.new_sequence()}))
-        finally:
-            engine.close()
-    assert same_bits(results[0], results[1])
+    assert same_bits(*(_pass_logits(case_name, name, tokens) for name in ("reference", device)))
 
 
 @pytest.mark.parametrize("case_name", ["rope_linear", "rope_yarn_freqs"])
@@ -229,11 +231,4 @@ def test_scaled_rope_on_every_device_is_the_reference(device, case_name):
     """A rotary scaled linearly, and one with YaRN, a magnitude and frequency factors (one of them
     1e30), gives the reference interpreter's bits on every device, for a pass of 17 rows."""
     tokens = np.random.default_rng(4).integers(0, VOCAB, 17).tolist()
-    results = []
-    for name in ("reference", device):
-        engine = _engine(case_name, name)
-        try:
-            results.append(engine.forward(PassRows.chain(tokens, 0, outputs="all"), {0: engine.new_sequence()}))
-        finally:
-            engine.close()
-    assert same_bits(results[0], results[1])
+    assert same_bits(*(_pass_logits(case_name, name, tokens) for name in ("reference", device)))

@@ -13,7 +13,7 @@ from kinetic.runtime.generation import Finished
 from kinetic.server.anthropic_api import openai_body, stop_reason
 from kinetic.server.body import Fields
 from kinetic.server.errors import ApiError, ContextExceeded, error_body
-from tests.server.live import serving
+from tests.server.live import url_fixture
 
 GREEDY = {"temperature": 0}  # sent as extra_body: anthropic 2.x dropped the sampler arguments
 HELLO = [{"role": "user", "content": "Say hello."}]
@@ -98,10 +98,7 @@ def test_stop_reasons():
 # -- the anthropic package against a server ----------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def url(model):
-    with serving(model) as base:
-        yield base
+url = url_fixture()
 
 
 @pytest.fixture(scope="module")

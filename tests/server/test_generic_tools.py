@@ -8,14 +8,12 @@ from __future__ import annotations
 import json
 
 import httpx
-import openai
-import pytest
 
 from kinetic.grammar import GrammarMatcher, TokenVocab, json_schema_grammar
 from kinetic.server.generic_tools import RESPOND, GenericStream, generic_schema, messages_with_tools, parse_generic
 from tests.conftest import model_path
 from tests.grammar.helpers import full_match
-from tests.server.live import serving
+from tests.server.live import openai_client_fixture, serving, url_fixture
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Get the current weather in a city",
                                            "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
@@ -31,15 +29,8 @@ HISTORY = [{"role": "user", "content": "What is the weather in Berlin?"},
 HELLO = [{"role": "user", "content": "Hi! How are you?"}]
 
 
-@pytest.fixture(scope="module")
-def url(model):
-    with serving(model) as base:
-        yield base
-
-
-@pytest.fixture(scope="module")
-def client(url):
-    return openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=120)
+url = url_fixture()
+client = openai_client_fixture()
 
 
 # -- the pieces ------------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ import pytest
 from kinetic.server.body import Fields
 from kinetic.server.errors import ApiError
 from kinetic.server.responses_input import ResponseStore, Stored, read_request
-from tests.server.live import serving
+from tests.server.live import openai_client_fixture, url_fixture
 
 TOOL = {"type": "function", "name": "get_weather", "description": "Get the current weather in a city",
         "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
@@ -90,15 +90,8 @@ def test_what_cannot_be_served_is_a_400_naming_the_field(body, param):
 # -- the openai package against a server -------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def url(model):
-    with serving(model) as base:
-        yield base
-
-
-@pytest.fixture(scope="module")
-def client(url):
-    return openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=120)
+url = url_fixture()
+client = openai_client_fixture()
 
 
 def chat_answer(url: str, messages: list[dict], max_tokens: int) -> str:

@@ -241,29 +241,7 @@ LANES {{
   L({acc}) = k_fma(k_i2f(L(iacc)), k_mul(L(dw), dx), L({acc}));
   L({accmin}) = k_fma(k_i2f(L(imin)), k_mul(L(dmin), dx), L({accmin}));
 }}"""
-    body = f"""\
-  LANE(int, iacc);
-  LANE(int, imin);
-  LANE(int, itmp);
-  LANE(int, lo);
-  LANE(int, hi);
-  LANE(int, sc_lo);
-  LANE(int, sc_hi);
-  LANE(int, m_lo);
-  LANE(int, m_hi);
-  LANE(float, dw);
-  LANE(float, dmin);
-{tile.declare("float", "acc")}{tile.declare("float", "accmin")}\
-  enum {{ N = {n_out}, K = {k}, NSB = {k // 256} }};
-BODY
-{tile.top}\
-  const int n = BX * {GEMV_WARPS} + WARP;
-  if (n < N) {{
-    LANES {{
-{tile.each_row(f"L({acc}) = 0.0f; L({accmin}) = 0.0f;", 6)}\
-    }}
-    for (int b = 0; b < NSB; ++b) {{
-      LANES {{
+    decode = f"""\
         const int g = LANE_ID >> 3, j = LANE_ID & 7;
         const u8* blk = w + ((long)n * NSB + b) * {QUANT_TYPES[Q.Q4_K].block_bytes};
         const u32 qv = LDB(u32, blk, 16 + 32 * g + 4 * j);
@@ -271,17 +249,9 @@ BODY
         L(sc_lo) = k_scale_k4(blk + 4, 2 * g); L(sc_hi) = k_scale_k4(blk + 4, 2 * g + 1);
         L(m_lo) = k_min_k4(blk + 4, 2 * g); L(m_hi) = k_min_k4(blk + 4, 2 * g + 1);
         L(dw) = k_h2f(LDB(u16, blk, 0)); L(dmin) = k_h2f(LDB(u16, blk, 2));
-      }}
-{tile.each_row(per_row, 6)}\
-    }}
-    LANES {{
-      if (LANE_ID == 0) {{
-{tile.each_row(f"ST(float, y, (long)row * N + n, k_sub(L({acc}), L({accmin})));", 8)}\
-      }}
-    }}
-  }}
 """
-    return tile.kernel(Q.Q4_K, n_out, k, -(-n_out // GEMV_WARPS), False, body)
+    return gemv_q2_k.chains_kernel(Q.Q4_K, n_out, k, tile, lanes=("lo", "hi", "sc_lo", "sc_hi", "m_lo", "m_hi"),
+                                   decode=decode, per_row=per_row)
 
 
 def _q6_k(n_out: int, k: int, tile: Tile) -> Kernel:

@@ -1,10 +1,10 @@
 """GEMV and GEMM kernels for F32 weights, reading f32 activation rows, as CUDA C.
 
 Owns: the F32 kernel text. Does not own the tile (gemv_tile.py), the entry points and the table of
-formats (gemv.py), the F16 reduction it shares (gemv_float.py) or the meaning
-(kinetic/ir/numerics/dots.py `float_dot`, ggml_vec_dot_f32 as the reference builds it). F32 weights
-are rare in GGUF files (the mixture-of-experts routers, `ffn_gate_inp`, and small tensors
-llama-quantize keeps).
+formats (gemv.py), the kernel frame and F16 reduction it shares (gemv_float.py's lanes_kernel,
+f16_reduce) or the meaning (kinetic/ir/numerics/dots.py `float_dot`, ggml_vec_dot_f32 as the reference
+builds it). F32 weights are rare in GGUF files (the mixture-of-experts routers, `ffn_gate_inp`, and
+small tensors llama-quantize keeps).
 
 float_dot's F32 order is F16's (gemv_float.py) with fmas of unrounded values: 64 float lanes per
 output, lane i summing fma(x, w, lane) over values 64c + i of the chunks c in order; t16 = (lanes
@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from gguf import GGMLQuantizationType as Q
 
-from kinetic.codegen.cuda.gemv_float import ACTIVATIONS, _f16_reduce
-from kinetic.codegen.cuda.gemv_tile import GEMV_WARPS, Tile
+from kinetic.codegen.cuda.gemv_float import f16_reduce, lanes_kernel
+from kinetic.codegen.cuda.gemv_tile import Tile
 from kinetic.codegen.cuda.kernel import Kernel
 from kinetic.ir.numerics.dots import FLOAT_CHUNK
 
@@ -45,30 +45,12 @@ ST(float, y, (long)row * N + n, total);"""
 const long xr = (long)row * K + c + LANE_ID;
 L({acc}) = k_fma(LD(float, x, xr), w0, L({acc}));
 L({hi}) = k_fma(LD(float, x, xr + 32), w1, L({hi}));"""
-    body = f"""\
-{tile.declare("float", "acc")}{tile.declare("float", "hi")}\
-  LANE(float, other);
-  enum {{ N = {n_out}, K = {k}, MAIN = {main}, UNFUSED = {main + (k - main) // 8 * 8} }};
-BODY
-{tile.top}\
-  const int n = BX * {GEMV_WARPS} + WARP;
-  if (n < N) {{
-    LANES {{
-{tile.each_row(f"L({acc}) = 0.0f; L({hi}) = 0.0f;", 6)}\
-    }}
-    for (int c = 0; c < MAIN; c += {FLOAT_CHUNK}) {{
+    chunk = f"""\
       LANES {{
         const long wr = (long)n * K + c + LANE_ID;
         const float w0 = LD(float, w, wr), w1 = LD(float, w, wr + 32);
 {tile.each_row(step, 8)}\
       }}
-    }}
-{_f16_reduce(tile)}\
-    LANES {{
-      if (LANE_ID == 0) {{
-{tile.each_row(tail, 8)}\
-      }}
-    }}
-  }}
 """
-    return tile.kernel(Q.F32, n_out, k, -(-n_out // GEMV_WARPS), False, body, activations=ACTIVATIONS)
+    return lanes_kernel(Q.F32, n_out, k, tile, chunk=chunk, lanes_done=f16_reduce(tile), tail=tail,
+                        enums=f", UNFUSED = {main + (k - main) // 8 * 8}")

@@ -1,8 +1,9 @@
 """GEMV and GEMM kernels for float weights (F16, BF16), reading f32 activation rows, as CUDA C.
 
-Owns: the F16 and BF16 kernel texts. Does not own the tile (gemv_tile.py), the entry points and the
-table of formats (gemv.py) or the meaning (kinetic/ir/numerics/dots.py `float_dot`, ggml_vec_dot_f16
-and ggml_vec_dot_bf16 as the reference builds them).
+Owns: the F16 and BF16 kernel texts, and the kernel frame and F16 reduction gemv_f32.py shares. Does not
+own the tile (gemv_tile.py), the entry points and the table of formats (gemv.py) or the meaning
+(kinetic/ir/numerics/dots.py `float_dot`, ggml_vec_dot_f16 and ggml_vec_dot_bf16 as the reference builds
+them).
 
 A float weight's dot takes the activations rounded to the weight's own type (QUANT_TYPES'
 activation "f16" / "bf16"): each thread rounds the values it reads (F16: cvt.rn.f16.f32, as numpy's
@@ -47,7 +48,7 @@ def float_gemv(wtype: Q, n_out: int, k: int, tile: Tile) -> Kernel:
         raise NotImplementedError(f"no CUDA GEMV for {wtype.name}")
     if k % 2:
         raise ValueError(f"{wtype.name} rows of an odd number of values ({k}) have no CUDA kernel")
-    chunk, lanes_done = (_f16_chunk, _f16_reduce) if wtype is Q.F16 else (_bf16_chunk, _bf16_reduce)
+    chunk, lanes_done = (_f16_chunk, f16_reduce) if wtype is Q.F16 else (_bf16_chunk, _bf16_reduce)
     acc, hi = tile.of("acc"), tile.of("hi")
     # the float64 sum the tail starts from: F16's reduced lanes; BF16's two vectors added to 0
     start = f"(double)L({acc})" if wtype is Q.F16 else f"k_dadd(k_dadd(0.0, (double)L({acc})), (double)L({hi}))"
@@ -58,10 +59,19 @@ double sumf = {start};
 #pragma unroll 1
 for (int i = MAIN; i < K; ++i) sumf = k_dadd(sumf, (double)k_mul({xi}, {wi}));
 ST(float, y, (long)row * N + n, k_d2f(sumf));"""
+    return lanes_kernel(wtype, n_out, k, tile, chunk=chunk(tile), lanes_done=lanes_done(tile), tail=tail)
+
+
+def lanes_kernel(wtype: Q, n_out: int, k: int, tile: Tile, *, chunk: str, lanes_done: str, tail: str,
+                 enums: str = "") -> Kernel:
+    """The kernel every float weight shares (module docstring; gemv_f32.py's too): one warp per
+    output, lanes `acc` and `hi` zeroed, `chunk` per 64 values up to MAIN, `lanes_done` reducing
+    them, then lane 0 runs `tail` per row (it stores y). `enums`: more constants after N, K, MAIN."""
+    acc, hi = tile.of("acc"), tile.of("hi")
     body = f"""\
 {tile.declare("float", "acc")}{tile.declare("float", "hi")}\
   LANE(float, other);
-  enum {{ N = {n_out}, K = {k}, MAIN = {k - k % FLOAT_CHUNK} }};
+  enum {{ N = {n_out}, K = {k}, MAIN = {k - k % FLOAT_CHUNK}{enums} }};
 BODY
 {tile.top}\
   const int n = BX * {GEMV_WARPS} + WARP;
@@ -70,9 +80,9 @@ BODY
 {tile.each_row(f"L({acc}) = 0.0f; L({hi}) = 0.0f;", 6)}\
     }}
     for (int c = 0; c < MAIN; c += {FLOAT_CHUNK}) {{
-{chunk(tile)}\
+{chunk}\
     }}
-{lanes_done(tile)}\
+{lanes_done}\
     LANES {{
       if (LANE_ID == 0) {{
 {tile.each_row(tail, 8)}\
@@ -99,7 +109,7 @@ L({hi}) = k_fma(k_h2f(k_f2h(LD(float, x, xr + 32))), w1, L({hi}));"""
 """
 
 
-def _f16_reduce(tile: Tile) -> str:
+def f16_reduce(tile: Tile) -> str:
     """t16's inner pair in each thread, the rest of the tree by the butterfly."""
     acc = tile.of("acc")
     return f"""\

@@ -1,8 +1,8 @@
 """GEMV and GEMM kernels for Q2_K weights (super-blocks of 256, Q8_K activations), as CUDA C.
 
-Owns: the Q2_K kernel text. Does not own the tile (gemv_tile.py), the entry points (gemv.py), the
-activation quantizer (quantize.py) or the meaning (kinetic/ir/numerics/dots.py `_parts_dot`,
-"scalar" order, on kinetic/ir/quant_dots.py's integer parts).
+Owns: the Q2_K kernel text and the kernel frame Q4_K's (gemv.py) shares with it. Does not own the tile
+(gemv_tile.py), the entry points (gemv.py), the activation quantizer (quantize.py) or the meaning
+(kinetic/ir/numerics/dots.py `_parts_dot`, "scalar" order, on kinetic/ir/quant_dots.py's integer parts).
 
 The order is the repacked gemv llama.cpp runs for Q2_K on x86 (ggml_gemv_q2_K_8x8_q8_K), as for
 Q4_K: per super-block the exact integer sums iacc = sum of sc * q * q_x over its 256 values and
@@ -54,17 +54,37 @@ LANES {{
   L({acc}) = k_fma(k_i2f(L(iacc)), k_mul(dx, L(dw)), L({acc}));
   L({accmin}) = k_fma(k_i2f(L(imin)), k_mul(dx, L(dmin)), L({accmin}));
 }}"""
+    decode = """\
+        const int w4 = LANE_ID >> 1, p = LANE_ID & 1, h = w4 >> 3, j4 = w4 & 7;
+        const u8* blk = w + ((long)n * NSB + b) * BLOCK_BYTES;
+        const u32 qs = LDB(u32, blk, 16 + 4 * w4);
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          const int s = 2 * p + i, sub = LDB(u8, blk, 8 * h + 2 * s + (j4 >> 2));
+          L(qv[i]) = (int)((qs >> (2 * s)) & 0x03030303u);
+          L(sc[i]) = sub & 15;
+          L(mn[i]) = sub >> 4;
+        }
+        L(dw) = k_h2f(LDB(u16, blk, 80)); L(dmin) = k_h2f(LDB(u16, blk, 82));
+"""
+    return chains_kernel(Q.Q2_K, n_out, k, tile, lanes=("qv[2]", "sc[2]", "mn[2]"), decode=decode,
+                         per_row=per_row, enums=f", BLOCK_BYTES = {QUANT_TYPES[Q.Q2_K].block_bytes}")
+
+
+def chains_kernel(wtype: Q, n_out: int, k: int, tile: Tile, *, lanes: tuple[str, ...], decode: str,
+                  per_row: str, enums: str = "") -> Kernel:
+    """The kernel Q2_K and Q4_K (gemv.py) share: one warp per output, per super-block b `decode` (the
+    weights into the int LANE values `lanes`, the float ones dw and dmin), then `per_row` for each row
+    of the tile (its integer sums into the chains acc and accmin); lane 0 stores acc - accmin. `enums`:
+    more constants after N, K, NSB."""
+    acc, accmin = tile.of("acc"), tile.of("accmin")
+    declared = "".join(f"  LANE(int, {name});\n" for name in ("iacc", "imin", "itmp", *lanes))
     body = f"""\
-  LANE(int, iacc);
-  LANE(int, imin);
-  LANE(int, itmp);
-  LANE(int, qv[2]);
-  LANE(int, sc[2]);
-  LANE(int, mn[2]);
+{declared}\
   LANE(float, dw);
   LANE(float, dmin);
 {tile.declare("float", "acc")}{tile.declare("float", "accmin")}\
-  enum {{ N = {n_out}, K = {k}, NSB = {k // 256}, BLOCK_BYTES = {QUANT_TYPES[Q.Q2_K].block_bytes} }};
+  enum {{ N = {n_out}, K = {k}, NSB = {k // 256}{enums} }};
 BODY
 {tile.top}\
   const int n = BX * {GEMV_WARPS} + WARP;
@@ -74,17 +94,7 @@ BODY
     }}
     for (int b = 0; b < NSB; ++b) {{
       LANES {{
-        const int w4 = LANE_ID >> 1, p = LANE_ID & 1, h = w4 >> 3, j4 = w4 & 7;
-        const u8* blk = w + ((long)n * NSB + b) * BLOCK_BYTES;
-        const u32 qs = LDB(u32, blk, 16 + 4 * w4);
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {{
-          const int s = 2 * p + i, sub = LDB(u8, blk, 8 * h + 2 * s + (j4 >> 2));
-          L(qv[i]) = (int)((qs >> (2 * s)) & 0x03030303u);
-          L(sc[i]) = sub & 15;
-          L(mn[i]) = sub >> 4;
-        }}
-        L(dw) = k_h2f(LDB(u16, blk, 80)); L(dmin) = k_h2f(LDB(u16, blk, 82));
+{decode}\
       }}
 {tile.each_row(per_row, 6)}\
     }}
@@ -95,4 +105,4 @@ BODY
     }}
   }}
 """
-    return tile.kernel(Q.Q2_K, n_out, k, -(-n_out // GEMV_WARPS), False, body)
+    return tile.kernel(wtype, n_out, k, -(-n_out // GEMV_WARPS), False, body)

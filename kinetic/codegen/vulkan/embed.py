@@ -20,10 +20,9 @@ from gguf import GGMLQuantizationType as Q
 
 from kinetic.codegen.vulkan import builders
 from kinetic.codegen.vulkan.device import Kernel, Unsupported
-from kinetic.codegen.vulkan.elementwise import flat_index
-from kinetic.codegen.vulkan.gather import WORKGROUP
+from kinetic.codegen.vulkan.gather import render_lookup
 from kinetic.codegen.vulkan.matvec_k import k4_scale_words, scale_min_k4
-from kinetic.codegen.vulkan.spirv import Function, Module, Op
+from kinetic.codegen.vulkan.spirv import Function
 from kinetic.ir.quants import QUANT_TYPES
 
 SUPPORTED = (Q.Q8_0, Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K, Q.F16, Q.BF16)
@@ -134,19 +133,5 @@ def render_embed(wtype: Q, n_embd: int) -> Kernel:
         row_bytes = QUANT_TYPES[wtype].row_bytes(n_embd)
     except ValueError as e:
         raise Unsupported(f"embedding: {e}") from None
-    m = Module()
-    table = m.storage_buffer(0, m.u32, readonly=True, name="table")
-    ids = m.storage_buffer(1, m.u32, readonly=True, name="ids")
-    out = m.storage_buffer(2, m.f32, name="out")
-    params, _ = m.push_constants([m.u32, m.u32, m.u32])
-    fn = m.compute_entry((WORKGROUP, 1, 1))
-    index = flat_index(fn, WORKGROUP)
-    in_range = fn.icmp(Op.ULessThan, index, fn.imul(fn.push(params, 0, m.u32), m.u(n_embd)))
-    row = fn.udiv(index, m.u(n_embd))
-    mine = fn.isub(fn.buf_load(ids, fn.select(in_range, row, m.u(0))), fn.push(params, 1, m.u32))  # wraps if below
-    with fn.if_(fn.logical_and(in_range, fn.icmp(Op.ULessThan, mine, fn.push(params, 2, m.u32)))):
-        i = fn.umod(index, m.u(n_embd))
-        fn.buf_store(out, index, _value(fn, wtype, table, fn.imul(mine, m.u(row_bytes)), i))
-    fn.end()
-    return Kernel(f"embed_{wtype.name.lower()}_{n_embd}", m.to_bytes(), (True, True, False), (WORKGROUP, 1, 1),
-                  push_size=12)
+    return render_lookup(f"embed_{wtype.name.lower()}_{n_embd}", n_embd,
+                         lambda fn, table, mine, i: _value(fn, wtype, table, fn.imul(mine, fn.m.u(row_bytes)), i))

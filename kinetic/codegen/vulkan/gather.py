@@ -2,17 +2,21 @@
 Q8_0 rows, take_rows and columns (a range of each row); one invocation per output element (or f16
 pair).
 
-Owns: these kernels. Does not own which rows go where (the runtime's slots, the pass's token ids and
-output rows). Every kernel here is exact on every device: integer moves, the f16 rounding done by
-integer operations (builders.f32_to_f16_bits, half to even), and one f32 product (d * q).
+Owns: these kernels, and the lookup frame embed.py's tables share (`render_lookup`). Does not own which
+rows go where (the runtime's slots, the pass's token ids and output rows). Every kernel here is exact on
+every device: integer moves, the f16 rounding done by integer operations (builders.f32_to_f16_bits, half
+to even), and one f32 product (d * q).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
 from kinetic.codegen.vulkan import builders
 from kinetic.codegen.vulkan.device import Kernel, Unsupported
 from kinetic.codegen.vulkan.elementwise import flat_index
-from kinetic.codegen.vulkan.spirv import Module, Op
+from kinetic.codegen.vulkan.spirv import Function, Module, Op
 
 WORKGROUP = 64
 
@@ -31,8 +35,7 @@ def render_kv_store(width: int) -> Kernel:
     params, _ = m.push_constants([m.u32])
     fn = m.compute_entry((WORKGROUP, 1, 1))
     index = flat_index(fn, WORKGROUP)
-    with fn.if_(fn.icmp(Op.ULessThan, index, fn.imul(fn.push(params, 0, m.u32), m.u(pairs)))):
-        row, p = fn.udiv(index, m.u(pairs)), fn.umod(index, m.u(pairs))
+    with each_of_rows(fn, params, index, pairs) as (row, p):
         src = fn.iadd(fn.imul(row, m.u(width)), fn.imul(p, m.u(2)))
         lo = builders.f32_to_f16_bits(fn, fn.buf_load(x, src))
         hi = builders.f32_to_f16_bits(fn, fn.buf_load(x, fn.iadd(src, m.u(1))))
@@ -50,6 +53,23 @@ def render_embed_q8_0(n_embd: int) -> Kernel:
     if n_embd % 32:
         raise Unsupported(f"embedding width {n_embd} is not a multiple of Q8_0's 32")
     row_bytes = n_embd // 32 * 34
+
+    def value(fn: Function, table: int, mine: int, i: int) -> int:
+        m = fn.m
+        block = fn.iadd(fn.imul(mine, m.u(row_bytes)), fn.imul(fn.shr(i, m.u(5)), m.u(34)))
+        d = builders.f16_bits_to_f32(fn, builders.load_u16_at(fn, table, block))
+        at = fn.iadd(block, fn.iadd(m.u(2), fn.band(i, m.u(31))))
+        word = fn.buf_load(table, fn.shr(at, m.u(2)))
+        qv = fn.bits_s(fn.bitcast(word, m.i32), None, 8, offset_id=fn.shl(fn.band(at, m.u(3)), m.u(3)))
+        return fn.fmul(d, fn.convert(qv, m.f32))
+
+    return render_lookup(f"embed_q8_0_{n_embd}", n_embd, value)
+
+
+def render_lookup(name: str, n_embd: int, value: Callable[[Function, int, int, int], int]) -> Kernel:
+    """An embedding lookup (render_embed_q8_0's bindings and push constants; embed.py's tables too):
+    out[r, i] = value(fn, table, mine, i), mine the row's id less `first`, for the rows whose id the
+    table holds."""
     m = Module()
     table = m.storage_buffer(0, m.u32, readonly=True, name="table")
     ids = m.storage_buffer(1, m.u32, readonly=True, name="ids")
@@ -61,15 +81,17 @@ def render_embed_q8_0(n_embd: int) -> Kernel:
     row = fn.udiv(index, m.u(n_embd))
     mine = fn.isub(fn.buf_load(ids, fn.select(in_range, row, m.u(0))), fn.push(params, 1, m.u32))  # wraps if below
     with fn.if_(fn.logical_and(in_range, fn.icmp(Op.ULessThan, mine, fn.push(params, 2, m.u32)))):
-        i = fn.umod(index, m.u(n_embd))
-        block = fn.iadd(fn.imul(mine, m.u(row_bytes)), fn.imul(fn.shr(i, m.u(5)), m.u(34)))
-        d = builders.f16_bits_to_f32(fn, builders.load_u16_at(fn, table, block))
-        at = fn.iadd(block, fn.iadd(m.u(2), fn.band(i, m.u(31))))
-        word = fn.buf_load(table, fn.shr(at, m.u(2)))
-        qv = fn.bits_s(fn.bitcast(word, m.i32), None, 8, offset_id=fn.shl(fn.band(at, m.u(3)), m.u(3)))
-        fn.buf_store(out, index, fn.fmul(d, fn.convert(qv, m.f32)))
+        fn.buf_store(out, index, value(fn, table, mine, fn.umod(index, m.u(n_embd))))
     fn.end()
-    return Kernel(f"embed_q8_0_{n_embd}", m.to_bytes(), (True, True, False), (WORKGROUP, 1, 1), push_size=12)
+    return Kernel(name, m.to_bytes(), (True, True, False), (WORKGROUP, 1, 1), push_size=12)
+
+
+@contextmanager
+def each_of_rows(fn: Function, params: int, index: int, width: int) -> Iterator[tuple[int, int]]:
+    """In the block: invocation `index` below rows (push constant 0) x width, as (row, column)."""
+    m = fn.m
+    with fn.if_(fn.icmp(Op.ULessThan, index, fn.imul(fn.push(params, 0, m.u32), m.u(width)))):
+        yield fn.udiv(index, m.u(width)), fn.umod(index, m.u(width))
 
 
 def render_take_rows(width: int) -> Kernel:
@@ -82,8 +104,7 @@ def render_take_rows(width: int) -> Kernel:
     params, _ = m.push_constants([m.u32])
     fn = m.compute_entry((WORKGROUP, 1, 1))
     i = flat_index(fn, WORKGROUP)
-    with fn.if_(fn.icmp(Op.ULessThan, i, fn.imul(fn.push(params, 0, m.u32), m.u(width)))):
-        row, col = fn.udiv(i, m.u(width)), fn.umod(i, m.u(width))
+    with each_of_rows(fn, params, i, width) as (row, col):
         src = fn.iadd(fn.imul(fn.buf_load(index, row), m.u(width)), col)
         fn.buf_store(out, i, fn.buf_load(x, src))
     fn.end()
@@ -99,8 +120,7 @@ def render_columns(width: int, start: int, count: int) -> Kernel:
     params, _ = m.push_constants([m.u32])
     fn = m.compute_entry((WORKGROUP, 1, 1))
     i = flat_index(fn, WORKGROUP)
-    with fn.if_(fn.icmp(Op.ULessThan, i, fn.imul(fn.push(params, 0, m.u32), m.u(count)))):
-        row, col = fn.udiv(i, m.u(count)), fn.umod(i, m.u(count))
+    with each_of_rows(fn, params, i, count) as (row, col):
         src = fn.iadd(fn.imul(row, m.u(width)), fn.iadd(m.u(start), col))
         fn.buf_store(out, i, fn.buf_load(x, src))
     fn.end()
@@ -117,8 +137,7 @@ def render_place_columns(width: int, total: int) -> Kernel:
     params, _ = m.push_constants([m.u32, m.u32])
     fn = m.compute_entry((WORKGROUP, 1, 1))
     i = flat_index(fn, WORKGROUP)
-    with fn.if_(fn.icmp(Op.ULessThan, i, fn.imul(fn.push(params, 0, m.u32), m.u(width)))):
-        row, col = fn.udiv(i, m.u(width)), fn.umod(i, m.u(width))
+    with each_of_rows(fn, params, i, width) as (row, col):
         dst = fn.iadd(fn.imul(row, m.u(total)), fn.iadd(fn.push(params, 1, m.u32), col))
         fn.buf_store(out, dst, fn.buf_load(x, i))
     fn.end()

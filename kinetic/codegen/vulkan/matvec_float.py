@@ -1,8 +1,9 @@
 """Matrix-vector products for float weights (F16, BF16) on Vulkan, in the order of `numerics/dots.py`'s
 `float_dot` (ggml_vec_dot_f16 / ggml_vec_dot_bf16 as the reference builds them), reading f32 rows.
 
-Owns: `render_matvec_float`. Does not own the dispatch (ops.py: no quantizer runs before it, the
-activations are rounded here), the weights' upload (ops.py / model.py) or the meaning (numerics).
+Owns: `render_matvec_float`, and the frame matvec_f32.py shares (bindings, layout, lanes, store).
+Does not own the dispatch (ops.py: no quantizer runs before it, the activations are rounded here),
+the weights' upload (ops.py / model.py) or the meaning (numerics).
 
 A float weight meets activations rounded to its own type (QUANT_TYPES' activation): each invocation
 rounds the values it reads, by integer operations (F16: builders.f32_to_f16_bits, half to even,
@@ -29,6 +30,10 @@ the row alone. Float64 is needed for BF16 and for a tail (K not a multiple of 64
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 
 from gguf import GGMLQuantizationType as Q
 
@@ -81,7 +86,7 @@ def _flush(fn: Function, value: int) -> int:
     return fn.bitcast(fn.select(tiny, fn.band(bits, m.u(0x80000000)), bits), m.f32)
 
 
-def _reduce16(fn: Function, v: list[int]) -> int:
+def reduce16(fn: Function, v: list[int]) -> int:
     """_mm512_reduce_add_ps over 16 values (see the module docstring)."""
     while len(v) > 4:
         half = len(v) // 2
@@ -99,8 +104,49 @@ def render_matvec_float(t: Target, wtype: Q, n_out: int, k: int, f64: bool) -> K
     main = k - k % FLOAT_CHUNK
     if (main != k or wtype is Q.BF16) and not f64:
         raise Unsupported(f"matvec: {wtype.name} rows of {k} values need float64 (this device has none)")
+    frame = open_frame(n_out, k, weight_type="u32")
+    fn, m, rows = frame.fn, frame.m, frame.rows
+    lanes = _f16_lanes if wtype is Q.F16 else _bf16_lanes
+    with first_invocation(frame, n_out, lanes(fn, t, frame.weights, frame.x, rows, frame.lane, main)) as held:
+        f64_t = m.float_(64) if f64 else None
+        if wtype is Q.F16:
+            total = reduce16(fn, [fn.fadd(held[i], held[16 + i]) for i in range(16)])
+            start = fn.convert(total, f64_t) if main != k else None
+        else:
+            sums = [fn.convert(reduce16(fn, held[16 * v : 16 * v + 16]), f64_t) for v in range(2)]
+            zero = m.const(f64_t, 0.0)  # 0 + s_0 is s_0 with a zero made +0 (a driver may fold the add)
+            start = fn.fadd(fn.select(fn.fcmp(Op.FOrdEqual, sums[0], zero), zero, sums[0]), sums[1])
+        if start is not None:
+            total = fn.convert(_tail(fn, wtype, frame.weights, frame.x, rows, start, main, k), m.f32)
+        store_output(frame, n_out, total)
+    return close_frame(frame, f"matvec_{wtype.name.lower()}_{n_out}x{k}")
+
+
+@dataclass(frozen=True)
+class Frame:
+    """The layout both float-weight matvecs share (module docstring): bindings weights, x, y; the
+    shared lanes; this invocation's lane and output; `rows`: the ids of its first weight and first
+    activation."""
+
+    m: Module
+    fn: Function
+    weights: int
+    x: int
+    y: int
+    scratch: int
+    own_slot: int  # this invocation's place in the shared lanes
+    lane: int
+    local_out: int
+    row_x: int
+    n: int
+    rows: tuple[int, int]
+
+
+def open_frame(n_out: int, k: int, *, weight_type: str) -> Frame:
+    """The module, its bindings (weights of element type `weight_type`: "u32" or "f32", x f32, y f32)
+    and the invocation's place: output n (past n_out it reads the last row and stores nothing)."""
     m = Module()
-    words = m.storage_buffer(0, m.u32, readonly=True, name="weights")
+    weights = m.storage_buffer(0, getattr(m, weight_type), readonly=True, name="weights")
     x = m.storage_buffer(1, m.f32, readonly=True, name="x")
     y = m.storage_buffer(2, m.f32, name="y")
     scratch = m.shared_array(m.f32, WORKGROUP, "lanes")
@@ -112,26 +158,33 @@ def render_matvec_float(t: Target, wtype: Q, n_out: int, k: int, f64: bool) -> K
     n = fn.iadd(fn.imul(fn.emit(Op.CompositeExtract, m.u32, wg, 0), m.u(OUTPUTS_PER_GROUP)), local_out)
     n_read = fn.glsl2(GLSL.UMin, n, m.u(n_out - 1))  # past n_out: read the last row, store nothing
     rows = (fn.imul(n_read, m.u(k)), fn.imul(row_x, m.u(k)))  # first weight, first activation
-    lanes = _f16_lanes if wtype is Q.F16 else _bf16_lanes
-    fn.store(fn.shared_ptr(scratch, index), lanes(fn, t, words, x, rows, lane, main))
+    own_slot = fn.shared_ptr(scratch, index)
+    return Frame(m, fn, weights, x, y, scratch, own_slot, lane, local_out, row_x, n, rows)
+
+
+@contextmanager
+def first_invocation(frame: Frame, n_out: int, own: int) -> Iterator[list[int]]:
+    """Stores this invocation's value `own` in the shared lanes; in the block, the output's first
+    invocation (of an output below n_out) holds its 32 invocations' values, in order."""
+    fn, m = frame.fn, frame.m
+    fn.store(frame.own_slot, own)
     fn.workgroup_barrier()
-    first = fn.logical_and(fn.icmp(Op.IEqual, lane, m.u(0)), fn.icmp(Op.ULessThan, n, m.u(n_out)))
+    first = fn.logical_and(fn.icmp(Op.IEqual, frame.lane, m.u(0)), fn.icmp(Op.ULessThan, frame.n, m.u(n_out)))
     with fn.if_(first):
-        base = fn.imul(local_out, m.u(INVOCATIONS))
-        held = [fn.load(fn.shared_ptr(scratch, fn.iadd(base, m.u(i)))) for i in range(INVOCATIONS)]
-        f64_t = m.float_(64) if f64 else None
-        if wtype is Q.F16:
-            total = _reduce16(fn, [fn.fadd(held[i], held[16 + i]) for i in range(16)])
-            start = fn.convert(total, f64_t) if main != k else None
-        else:
-            sums = [fn.convert(_reduce16(fn, held[16 * v : 16 * v + 16]), f64_t) for v in range(2)]
-            zero = m.const(f64_t, 0.0)  # 0 + s_0 is s_0 with a zero made +0 (a driver may fold the add)
-            start = fn.fadd(fn.select(fn.fcmp(Op.FOrdEqual, sums[0], zero), zero, sums[0]), sums[1])
-        if start is not None:
-            total = fn.convert(_tail(fn, wtype, words, x, rows, start, main, k), m.f32)
-        fn.buf_store(y, fn.iadd(fn.imul(row_x, m.u(n_out)), n), total)
-    fn.end()
-    return Kernel(f"matvec_{wtype.name.lower()}_{n_out}x{k}", m.to_bytes(), (True, True, False), (WORKGROUP, 1, 1))
+        base = fn.imul(frame.local_out, m.u(INVOCATIONS))
+        yield [fn.load(fn.shared_ptr(frame.scratch, fn.iadd(base, m.u(i)))) for i in range(INVOCATIONS)]
+
+
+def store_output(frame: Frame, n_out: int, total: int) -> None:
+    """y[row, n] = total."""
+    fn = frame.fn
+    fn.buf_store(frame.y, fn.iadd(fn.imul(frame.row_x, frame.m.u(n_out)), frame.n), total)
+
+
+def close_frame(frame: Frame, name: str) -> Kernel:
+    """The finished kernel `name`."""
+    frame.fn.end()
+    return Kernel(name, frame.m.to_bytes(), (True, True, False), (WORKGROUP, 1, 1))
 
 
 def _f16_lanes(fn: Function, t: Target, words, x, rows, lane: int, main: int) -> int:

@@ -21,11 +21,10 @@ from gguf import GGMLQuantizationType as Q
 
 from kinetic.codegen.cuda import embed, gemv
 from kinetic.codegen.cuda.renderer import CudaRenderer
-from kinetic.ir.graph import GraphBuilder
-from kinetic.ir.ops import InputAttrs, Op
+from kinetic.ir.ops import Op
 from kinetic.ir.quants import dequantize_rows
-from kinetic.ir.types import TensorType
 from kinetic.passes.pipeline import run_pipeline
+from tests.codegen.weight_graphs import matmul_graph
 from tests.device_checks import same_bits
 
 ROWS = (1, 2, 3, 8, 17)
@@ -54,22 +53,12 @@ def test_gemv_and_gemm_equal_reference(host, wtype, n, k):
             assert same_bits(got, ref), f"{name} {wtype.name} n={n} k={k} rows={rows}: {_first_difference(got, ref)}"
 
 
-def _matmul_graph(wtype: Q, n_out: int, k: int):
-    """tokens -> embed (a Q8_0 table) -> matmul with weights of `wtype`."""
-    b = GraphBuilder()
-    tokens = b.add(Op.INPUT, attrs=InputAttrs("tokens"))
-    x = b.add(Op.EMBED, (b.param("token_embd.weight", TensorType("q8_0", (32, k))), tokens))
-    w = b.param("w.weight", TensorType(wtype.name.lower(), (n_out, k)))
-    b.output("out", b.add(Op.MATMUL, (x, w)))
-    return b.build()
-
-
 @pytest.mark.parametrize("wtype", sorted(WEIGHT_TYPE_CASES, key=lambda t: t.name), ids=lambda t: t.name)
 def test_renderer_runs_the_type(wtype):
     """A matmul with these weights renders to its GEMV and GEMM (after the device phase: a Q8_K
     quantize node before K-quants, none before F16), with nothing refused."""
     renderer = CudaRenderer()
-    graph = renderer.lower(run_pipeline(_matmul_graph(wtype, 13, 512)))
+    graph = renderer.lower(run_pipeline(matmul_graph(wtype, 13, 512)))
     rendering = renderer.render(graph)
     assert not rendering.unsupported, rendering.unsupported
     names = {k.name for k in rendering.distinct()}

@@ -14,11 +14,9 @@ from vulkan_helpers import assert_reference, bits, random_weight
 
 from kinetic.codegen.vulkan.kernels import unsupported
 from kinetic.ir import numerics
-from kinetic.ir.graph import GraphBuilder
-from kinetic.ir.ops import InputAttrs, Op
 from kinetic.ir.quants import dequantize_rows
-from kinetic.ir.types import TensorType
 from kinetic.passes.pipeline import run_pipeline
+from tests.codegen.weight_graphs import matmul_graph
 
 ROWS = (1, 2, 3, 8, 17)
 CASES = [(Q.Q5_K, 256), (Q.Q5_K, 512), (Q.Q3_K, 256), (Q.Q3_K, 512), (Q.Q2_K, 256), (Q.Q2_K, 512),
@@ -46,20 +44,10 @@ def test_matvec_equals_reference_for_every_row_count(ops, device, wtype, k):
         ops.device.free(wbuf)
 
 
-def _matmul_graph(wtype: Q, n_out: int, k: int):
-    """tokens -> embed (a Q8_0 table) -> matmul with weights of `wtype`."""
-    b = GraphBuilder()
-    tokens = b.add(Op.INPUT, attrs=InputAttrs("tokens"))
-    x = b.add(Op.EMBED, (b.param("token_embd.weight", TensorType("q8_0", (32, k))), tokens))
-    w = b.param("w.weight", TensorType(wtype.name.lower(), (n_out, k)))
-    b.output("out", b.add(Op.MATMUL, (x, w)))
-    return b.build()
-
-
 @pytest.mark.parametrize("wtype", [Q.Q5_K, Q.Q3_K, Q.Q2_K, Q.F16, Q.BF16], ids=lambda t: t.name)
 def test_the_table_accepts_the_type(wtype):
     """A matmul with these weights (after the pipeline, its reduction order named) is not refused."""
-    assert unsupported(run_pipeline(_matmul_graph(wtype, 13, 512))) is None
+    assert unsupported(run_pipeline(matmul_graph(wtype, 13, 512))) is None
 
 
 TABLES = [Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K, Q.F16, Q.BF16]
