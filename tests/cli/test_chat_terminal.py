@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -77,6 +78,8 @@ def test_ctrl_c_stops_the_answer_and_the_chat_goes_on(smollm2_path):
     child.sendintr()
     child.expect_exact("[stopped]")
     child.expect_exact(READY)
+    child.expect_exact(">")  # the prompt is drawn: keys sent before it can be lost on a loaded machine
+    time.sleep(0.5)
     child.sendline("Say hello.")
     child.expect_exact(SENT)
     child.expect(r"\[300 tokens at [0-9.]+ tok/s")  # answered in full
