@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import queue
+import signal
 import sys
 import threading
 
@@ -87,6 +88,7 @@ class _Chat:
         from prompt_toolkit.history import InMemoryHistory
 
         self._header()
+        _let_ctrl_c_through()
         reader = PromptSession(history=InMemoryHistory(), key_bindings=_continuation_keys())
         while True:
             try:
@@ -269,3 +271,12 @@ def _continuation_keys():
             buffer.validate_and_handle()
 
     return keys
+
+
+def _let_ctrl_c_through() -> None:
+    """Ctrl+C must stop an answer even when the program that started chat ignored or blocked SIGINT
+    (both are inherited across exec, and Python keeps an inherited SIG_IGN instead of installing its
+    KeyboardInterrupt handler): the interactive chat installs that handler and unblocks the signal."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -17,10 +18,16 @@ READY = "\x1b[?2004h"  # prompt_toolkit turns bracketed paste on when the prompt
 SENT = "\x1b[?2004l"  # and off once Enter sent it
 
 
-def spawn_chat(*flags: str):
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def spawn_chat(*flags: str, sigint_ignored: bool = False):
+    """chat in a terminal; `sigint_ignored`: started by a program that ignores SIGINT (inherited)."""
     env = dict(os.environ, TERM="xterm", PROMPT_TOOLKIT_NO_CPR="1")
     child = pexpect.spawn(sys.executable, ["-m", "kinetic.cli.main", "chat", "smollm2-135m", *flags], env=env,
-                          encoding="utf-8", timeout=60, dimensions=(50, 200))
+                          encoding="utf-8", timeout=60, dimensions=(50, 200),
+                          preexec_fn=_ignore_sigint if sigint_ignored else None)
     child.expect("Ctrl\\+D quits")
     child.expect_exact(READY)
     return child
@@ -68,10 +75,12 @@ def test_two_turns_commands_and_receipt(smollm2_path, tmp_path):
     assert "identical" in rerun or re.search(r"the same (\d+) of \1 output tokens", rerun), rerun
 
 
-def test_ctrl_c_stops_the_answer_and_the_chat_goes_on(smollm2_path):
+@pytest.mark.parametrize("sigint_ignored", [False, True], ids=["sigint-default", "sigint-ignored-by-parent"])
+def test_ctrl_c_stops_the_answer_and_the_chat_goes_on(smollm2_path, sigint_ignored):
     """Ctrl+C while an answer is being written stops that answer, the program stays, and the next
-    message is answered; /exit quits with 0."""
-    child = spawn_chat("--temp", "0", "--ignore-eos", "-n", "300", "-c", "1024")
+    message is answered; /exit quits with 0. Also when chat was started by a program that ignores
+    SIGINT (an inherited SIG_IGN: the full test run's pytest had one and Ctrl+C did nothing)."""
+    child = spawn_chat("--temp", "0", "--ignore-eos", "-n", "300", "-c", "1024", sigint_ignored=sigint_ignored)
     child.sendline("Tell me a long story about a lighthouse.")
     child.expect_exact(SENT)
     child.expect(r"\w+ \w+ \w+")  # the answer has started streaming
