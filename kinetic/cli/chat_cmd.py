@@ -24,6 +24,7 @@ from kinetic.cli.runtime_options import add_runtime_args, check_runtime_args, lo
 from kinetic.cli.sampling_options import apply_sampling, sampling_changes
 from kinetic.devices import DEVICE_NAMES
 from kinetic.errors import KineticError
+from kinetic.ktc.keys import read_signing_key
 
 HELP = """\
 /clear            start a new conversation
@@ -63,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
         raise KineticError("no model given", "Usage: kinetic chat MODEL; see `kinetic chat --help`.")
     check_runtime_args(args)
     changes = sampling_changes(args)
-    key = _signing_key(args.sign_key)
+    key = read_signing_key(args.sign_key) if args.sign_key else None  # read before the model loads
     model = load_model(args, spec)
     session = ChatSession(model, apply_sampling(model.sampling_defaults(), changes),
                           max_tokens=None if args.n_predict <= 0 else args.n_predict, system=args.system,
@@ -237,15 +238,6 @@ class _Chat:
         sys.stdout.flush()
         sys.stderr.write((DIM + line + RESET if self.color else line) + "\n")
         sys.stderr.flush()
-
-
-def _signing_key(path: str | None):
-    """--sign-key's key, read before the model loads (a bad key file fails at once), or None."""
-    if path is None:
-        return None
-    from kinetic.ktc.keys import read_signing_key
-
-    return read_signing_key(path)
 
 
 def _number(command: str, text: str, kind):
