@@ -45,10 +45,12 @@ class Shape:
     context_length: int | None  # the training context
     weights: int  # bytes of every tensor
     layer_weights: tuple[int, ...]  # bytes of each block's tensors (blk.N.*)
+    kv_heads: int | None = None  # KV heads over all layers when they differ by layer (0: a recurrent layer)
 
     @property
     def kv_per_token(self) -> int:
-        return self.n_layer * self.n_kv_head * self.head_dim * 2 * KV_ITEM_BYTES
+        heads = self.n_layer * self.n_kv_head if self.kv_heads is None else self.kv_heads
+        return heads * self.head_dim * 2 * KV_ITEM_BYTES
 
     @property
     def working(self) -> int:
@@ -82,7 +84,8 @@ def read_shape(path: str | os.PathLike) -> Shape:
     from kinetic.frontend.gguf_file import open_gguf
 
     gguf = open_gguf(path)
-    d = hparams.decoder(gguf, default_eps=1e-5)
+    kv_heads = _hybrid_kv_heads(gguf)
+    d = hparams.decoder(gguf, default_eps=1e-5) if kv_heads is None else _hybrid_decoder(gguf)
     n_ff = gguf.metadata.get(f"{gguf.architecture}.feed_forward_length", 4 * d.n_embd)
     n_vocab = gguf.metadata.array_length("tokenizer.ggml.tokens") or 0
     per_layer = [0] * d.n_layer
@@ -94,7 +97,32 @@ def read_shape(path: str | os.PathLike) -> Shape:
     return Shape(n_layer=d.n_layer, n_kv_head=d.n_kv_head, head_dim=d.head_dim, n_embd=d.n_embd,
                  n_ff=n_ff if isinstance(n_ff, int) else max(n_ff), n_vocab=n_vocab,
                  context_length=context if isinstance(context, int) and context > 0 else None,
-                 weights=sum(t.nbytes for t in gguf.tensors.values()), layer_weights=tuple(per_layer))
+                 weights=sum(t.nbytes for t in gguf.tensors.values()), layer_weights=tuple(per_layer),
+                 kv_heads=kv_heads)
+
+
+def _hybrid_kv_heads(gguf) -> int | None:
+    """All layers' KV heads for a file whose `attention.head_count_kv` is an array with recurrent
+    layers (0: lfm2, granitehybrid; docs/recurrent.md), None otherwise. A recurrent layer's state is
+    a fixed size per sequence, not per token, and is left out of the estimate."""
+    from kinetic.frontend import hparams
+    from kinetic.frontend.recurrent_blocks import kv_heads_per_layer
+
+    raw = gguf.metadata.get(f"{gguf.architecture}.attention.head_count_kv")
+    if not hasattr(raw, "__len__") or 0 not in list(raw):
+        return None
+    n_head = hparams.key(gguf, "attention.head_count")
+    return sum(kv_heads_per_layer(gguf, n_layer=hparams.key(gguf, "block_count"), n_head=n_head))
+
+
+def _hybrid_decoder(gguf):
+    """The decoder facts of a hybrid file, its per-layer KV heads aside (n_kv_head 0: see kv_heads)."""
+    from kinetic.frontend import hparams
+
+    n_embd, n_head = hparams.key(gguf, "embedding_length"), hparams.key(gguf, "attention.head_count")
+    return hparams.Decoder(n_layer=hparams.key(gguf, "block_count"), n_embd=n_embd, n_head=n_head, n_kv_head=0,
+                           head_dim=hparams.key(gguf, "attention.key_length", n_embd // n_head),
+                           eps=float(hparams.key(gguf, "attention.layer_norm_rms_epsilon", 1e-5)))
 
 
 def max_context(shape: Shape, memory: int) -> int:

@@ -98,6 +98,18 @@ KEYS: dict[str, Spec] = {
     "attention.scale": Spec(float, 0.0, MAX_FLOAT),
     "logit_scale": Spec(float, 0.0, MAX_FLOAT, positive=True),  # the logits are divided by it
     "rope.scaling.alpha": Spec(float, 0.0, MAX_FLOAT),  # hunyuan: NTK alpha, folded into the base
+    "shortconv.l_cache": Spec(int, 2, 64),  # lfm2: taps of the short convolution (its state: l_cache - 1 rows)
+    # Mamba-2 layers (granitehybrid, falcon-h1): conv taps, inner width, state size, heads, B/C groups
+    "ssm.conv_kernel": Spec(int, 2, 64),
+    "ssm.inner_size": Spec(int, 1, MAX_WIDTH),
+    "ssm.state_size": Spec(int, 1, 1024),
+    "ssm.time_step_rank": Spec(int, 1, MAX_HEADS),
+    "ssm.group_count": Spec(int, 1, MAX_HEADS),
+    # embedding models (kinetic/frontend/encoder.py): BERT's norm eps, whether attention is causal, and
+    # llama.cpp's pooling type (0 none, 1 mean, 2 CLS, 3 last, 4 rank)
+    "attention.layer_norm_epsilon": Spec(float, 0.0, 1.0, positive=True),
+    "attention.causal": Spec(bool),
+    "pooling_type": Spec(int, 0, 4),
 }
 
 

@@ -44,7 +44,7 @@ class Interpreter:
         for node in graph.nodes:  # each op's meaning is its spec's reference (kinetic/ir/reference.py)
             env[node.id] = OPS[node.op].reference(ev, node, [env[i] for i in node.inputs])
         outputs = {name: env[node_id] for name, node_id in graph.outputs}
-        return PassResult(outputs, ev.new_kv)
+        return PassResult(outputs, ev.new_kv, ev.new_state)
 
     def close(self) -> None:
         self._dequantized.clear()

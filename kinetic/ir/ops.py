@@ -13,7 +13,9 @@ and one row in each device's kernel table.
 
 Row semantics: activations are `f32[T, width]`, one row per token of the pass. Attention reads
 which KV-cache entries each row may see from the pass's row table (sequence, position, parent),
-which the runtime supplies; the graph only names the cache through a `state` node.
+which the runtime supplies; the graph only names the cache through a `state` node. A recurrent
+layer names its per-sequence state through a `recurrent_state` node (`rs[rows,width]`): each row
+continues the state its parent row left (docs/recurrent.md).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ class Op(enum.Enum):
     INPUT = "input"  # per-pass data from the runtime: token ids, positions, output rows
     PARAM = "param"  # a weight, naming its GGUF tensor and keeping its stored type
     STATE = "state"  # runtime-owned state (KV cache) handle
+    RECURRENT_STATE = "recurrent_state"  # runtime-owned per-sequence recurrent state (docs/recurrent.md)
     # lookups and projections
     EMBED = "embed"  # rows of a (possibly quantized) table
     MATMUL = "matmul"  # x @ w.T with w stored [n_out, n_in]
@@ -41,9 +44,13 @@ class Op(enum.Enum):
     COLUMNS = "columns"  # a range of each row's values, x[:, start:start+count] (gemma4's per-layer inputs)
     # normalization and position
     RMS_NORM = "rms_norm"
+    LAYER_NORM = "layer_norm"  # (x - mean) / sqrt(variance + eps), times an optional weight (BERT's LLM_NORM)
     ROPE = "rope"
     # attention over the KV cache
     ATTENTION = "attention"
+    # recurrent layers: each row continues the state its parent row (or the committed state) left
+    SHORT_CONV = "short_conv"  # causal depthwise convolution over a rolling cache of past rows (lfm2)
+    SSM_SCAN = "ssm_scan"  # Mamba-2's selective scan, plus x * D (granitehybrid, falcon-h1)
     # elementwise
     ADD = "add"
     ADD_BIAS = "add_bias"  # a bias vector added to every row (ggml_add of a [n] tensor after a projection)
@@ -78,7 +85,7 @@ class NoAttrs:
 
 @dataclass(frozen=True)
 class InputAttrs:
-    name: str  # "tokens", "positions" or "output_rows"
+    name: str  # "tokens", "positions", "token_types" (BERT's segment ids) or "output_rows"
 
 
 @dataclass(frozen=True)
@@ -92,6 +99,20 @@ class StateAttrs:
     layer: int
     n_kv_head: int
     head_dim: int
+
+
+@dataclass(frozen=True)
+class RecurrentStateAttrs:
+    name: str  # e.g. "conv.0": the key of the sequence's state the runtime keeps (one per name)
+    layer: int
+
+
+@dataclass(frozen=True)
+class SsmScanAttrs:
+    n_head: int
+    head_dim: int
+    n_group: int  # B and C groups; head h reads group h // (n_head / n_group)
+    d_state: int
 
 
 @dataclass(frozen=True)
@@ -112,6 +133,12 @@ class MatmulAttrs:
 class RmsNormAttrs:
     eps: float
     group: int = 0  # normalize each consecutive group of this many values (per head); 0 = the whole row
+    order: str = ""  # the reduction order (kinetic/ir/orders.py); "" until the batch-invariance pass
+
+
+@dataclass(frozen=True)
+class LayerNormAttrs:
+    eps: float
     order: str = ""  # the reduction order (kinetic/ir/orders.py); "" until the batch-invariance pass
 
 
@@ -199,7 +226,7 @@ def _n_inputs(ins: list[TensorType], n: int, op: Op) -> None:
 
 def _infer_input(ins, a: InputAttrs) -> TensorType:
     _n_inputs(ins, 0, Op.INPUT)
-    _check(a.name in ("tokens", "positions", "output_rows"), f"unknown input {a.name!r}")
+    _check(a.name in ("tokens", "positions", "token_types", "output_rows"), f"unknown input {a.name!r}")
     return i32(R) if a.name == "output_rows" else i32(T)
 
 
@@ -253,6 +280,15 @@ def _infer_rms_norm(ins, a: RmsNormAttrs) -> TensorType:
     return ins[0]
 
 
+def _infer_layer_norm(ins, a: LayerNormAttrs) -> TensorType:
+    _check(len(ins) in (1, 2), f"layer_norm takes x and an optional weight, got {len(ins)} inputs")
+    rows, width = _activation(ins[0], "layer_norm input")
+    if len(ins) == 2:
+        _check(ins[1].shape == (width,), f"layer_norm weight must be [{width}], got {ins[1]}")
+    _check(a.eps >= 0, "layer_norm eps must not be negative")
+    return ins[0]
+
+
 def _infer_rope(ins, a: RopeAttrs) -> TensorType:
     _n_inputs(ins, 2, Op.ROPE)
     x, pos = ins
@@ -281,6 +317,36 @@ def _infer_attention(ins, a: AttentionAttrs) -> TensorType:
     _check(a.n_head % a.n_kv_head == 0, "attention heads must be a multiple of kv heads")
     _check(a.kv_dtype in ("f16", "f32"), f"kv cache dtype must be f16 or f32, got {a.kv_dtype!r}")
     return q
+
+
+def _infer_short_conv(ins, a) -> TensorType:
+    _n_inputs(ins, 3, Op.SHORT_CONV)
+    x, w, state = ins
+    rows, width = _activation(x, "short_conv input")
+    _check(len(w.shape) == 2 and w.dtype == "f32" and w.shape[0] == width and w.shape[1] >= 2,
+           f"short_conv weight must be f32[{width}, kernel >= 2], got {w}")
+    _check(state.dtype == "rs" and state.shape == (w.shape[1] - 1, width),
+           f"short_conv state must be rs[{w.shape[1] - 1},{width}] (kernel - 1 past rows), got {state}")
+    return x
+
+
+def _infer_ssm_scan(ins, a: SsmScanAttrs) -> TensorType:
+    _n_inputs(ins, 7, Op.SSM_SCAN)
+    x, dt, decay, b, c, skip, state = ins
+    rows, width = _activation(x, "ssm_scan x")
+    _check(width == a.n_head * a.head_dim and a.n_head % a.n_group == 0,
+           f"ssm_scan x must be {a.n_head} heads x {a.head_dim} over groups dividing them, got {x} "
+           f"({a.n_group} groups)")
+    _check(dt == f32(rows, a.n_head), f"ssm_scan dt must be f32[{rows},{a.n_head}], got {dt}")
+    groups = a.n_group * a.d_state
+    for t, name in ((b, "B"), (c, "C")):
+        _check(t == f32(rows, groups), f"ssm_scan {name} must be f32[{rows},{groups}], got {t}")
+    for t, name in ((decay, "A"), (skip, "D")):
+        _check(t.dtype == "f32" and t.shape in ((a.n_head, 1), (a.n_head,)),
+               f"ssm_scan {name} must be f32[{a.n_head},1], got {t}")
+    _check(state.dtype == "rs" and state.shape == (width, a.d_state),
+           f"ssm_scan state must be rs[{width},{a.d_state}], got {state}")
+    return x
 
 
 # the formats a quantize node makes -> values per block
@@ -361,14 +427,19 @@ OPS: dict[Op, OpSpec] = {
     Op.INPUT: _spec(InputAttrs, _infer_input, ref.input_, Group.LEAF),
     Op.PARAM: _spec(ParamAttrs, None, ref.param, Group.LEAF),
     Op.STATE: _spec(StateAttrs, None, ref.state, Group.LEAF),
+    Op.RECURRENT_STATE: _spec(RecurrentStateAttrs, None, ref.recurrent_state, Group.LEAF),
     Op.EMBED: _spec(EmbedAttrs, _infer_embed, ref.embed),
     Op.MATMUL: _spec(MatmulAttrs, _infer_matmul, ref.matmul, Group.REDUCE, order=orders.matmul_order),
     Op.TAKE_ROWS: _spec(NoAttrs, _infer_take_rows, ref.take_rows),
     Op.COLUMNS: _spec(ColumnsAttrs, _infer_columns, ref.columns),
     Op.RMS_NORM: _spec(RmsNormAttrs, _infer_rms_norm, ref.rms_norm, Group.REDUCE, order=orders.rms_norm_order),
+    Op.LAYER_NORM: _spec(LayerNormAttrs, _infer_layer_norm, ref.layer_norm, Group.REDUCE,
+                         order=orders.layer_norm_order),
     Op.ROPE: _spec(RopeAttrs, _infer_rope, ref.rope),
     Op.ATTENTION: _spec(AttentionAttrs, _infer_attention, ref.attention, Group.REDUCE,
                         order=orders.attention_order),
+    Op.SHORT_CONV: _spec(NoAttrs, _infer_short_conv, ref.short_conv),
+    Op.SSM_SCAN: _spec(SsmScanAttrs, _infer_ssm_scan, ref.ssm_scan),
     Op.ADD: _spec(NoAttrs, _infer_binary(Op.ADD), ref.add, Group.ELEMENTWISE),
     Op.ADD_BIAS: _spec(NoAttrs, _infer_add_bias, ref.add_bias),  # a broadcast: not ELEMENTWISE's same-position rule
     Op.MUL: _spec(NoAttrs, _infer_binary(Op.MUL), ref.mul, Group.ELEMENTWISE),

@@ -22,6 +22,7 @@ import numpy as np
 
 from kinetic.ir import numerics
 from kinetic.ir.quants import dequantize_rows
+from kinetic.ir.recurrence import scan_rows
 from kinetic.ir.rows import KVView, PassRows, visibility
 
 if TYPE_CHECKING:
@@ -54,6 +55,7 @@ class Evaluation:
     rows: PassRows
     kv: KVView
     new_kv: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)  # layer -> (k, v), cache dtype
+    new_state: dict[str, dict] = field(default_factory=dict)  # recurrent state -> {row: f32 [rows, width]}
 
 
 # ---- leaves -------------------------------------------------------------------------------------
@@ -62,7 +64,7 @@ class Evaluation:
 def input_(ev: Evaluation, node: Node, x: list) -> np.ndarray:
     """The pass's row data the node names: token ids, positions or the rows whose output is wanted."""
     rows = ev.rows
-    return {"tokens": rows.tokens, "positions": rows.positions, "output_rows": rows.output_rows}[node.attrs.name]
+    return rows.input(node.attrs.name)
 
 
 def param(ev: Evaluation, node: Node, x: list) -> Node:
@@ -72,6 +74,12 @@ def param(ev: Evaluation, node: Node, x: list) -> Node:
 
 def state(ev: Evaluation, node: Node, x: list):
     """The cache handle (its attributes); attention reads the cache through the pass's KV view."""
+    return node.attrs
+
+
+def recurrent_state(ev: Evaluation, node: Node, x: list):
+    """The recurrent state handle (its attributes); recurrent ops read each row's state through
+    kinetic/ir/recurrence.py."""
     return node.attrs
 
 
@@ -107,6 +115,15 @@ def rms_norm(ev: Evaluation, node: Node, x: list) -> np.ndarray:
     if len(x) == 2:
         w = ev.runner.weight(x[1]).values.reshape(-1)
         y = (y.reshape(y.shape[0], y.shape[1] // w.size, w.size) * w).reshape(y.shape)
+    return y.astype(F32)
+
+
+def layer_norm(ev: Evaluation, node: Node, x: list) -> np.ndarray:
+    """Each row minus its mean over sqrt(variance + eps) (numerics.layer_norm), times the weight if there
+    is one (ggml_mul: one f32 rounding a value); the bias is an add_bias after it."""
+    y = numerics.layer_norm(x[0], node.attrs.eps)
+    if len(x) == 2:
+        y = y * ev.runner.weight(x[1]).values.reshape(-1)
     return y.astype(F32)
 
 
@@ -151,6 +168,44 @@ def attention(ev: Evaluation, node: Node, x: list) -> np.ndarray:
         visible = visibility(rows, mine, cpos, a.window)
         out[mine] = ev.runner.attend(q[mine], keys, vals, visible, a)
     return out
+
+
+# ---- recurrent layers (each row continues its parent's state: kinetic/ir/recurrence.py) ------------
+
+
+def short_conv(ev: Evaluation, node: Node, x: list) -> np.ndarray:
+    """Causal depthwise convolution of x[0] f32 [T, C] with the kernel x[1] f32 [C, K]: a row's output
+    is each channel's dot of the kernel with that channel's last K values along the row's path (the
+    K - 1 its state holds, then its own); the state it leaves is its window's last K - 1 rows."""
+    values, weight, handle = x
+    kernel = ev.runner.weight(weight).values.reshape(values.shape[1], -1)
+
+    def step(state: np.ndarray, r: int):
+        window = np.concatenate([state, values[r: r + 1]])  # f32 [K, C], oldest first
+        return numerics.short_conv_row(window, kernel), window[1:]
+
+    return scan_rows(ev, handle.name, values.shape[1], step)
+
+
+def ssm_scan(ev: Evaluation, node: Node, x: list) -> np.ndarray:
+    """Mamba-2's selective scan (numerics.ssm_scan_row) of each row along its path, plus x * D: inputs
+    x f32 [T, n_head*head_dim], dt f32 [T, n_head], A and D (weights, one value per head), B and C f32
+    [T, n_group*d_state], the state rs[n_head*head_dim, d_state]. Returns y + x * D (ggml_add of
+    ggml_mul: two roundings), f32 [T, n_head*head_dim]."""
+    values, dt, a_node, b, c, d_node, handle = x
+    a = node.attrs
+    decay = ev.runner.weight(a_node).values.reshape(-1).astype(F32)
+    skip = ev.runner.weight(d_node).values.reshape(-1).astype(F32)
+    group_of = np.arange(a.n_head) // (a.n_head // a.n_group)
+
+    def step(state: np.ndarray, r: int):
+        heads = values[r].reshape(a.n_head, a.head_dim)
+        bs, cs = (t[r].reshape(a.n_group, a.d_state)[group_of] for t in (b, c))
+        y, new = numerics.ssm_scan_row(state.reshape(a.n_head, a.head_dim, a.d_state), heads, dt[r], decay, bs, cs)
+        out = (y + (heads * skip[:, None]).astype(F32)).astype(F32)
+        return out.reshape(-1), new.reshape(state.shape)
+
+    return scan_rows(ev, handle.name, values.shape[1], step)
 
 
 # ---- elementwise --------------------------------------------------------------------------------

@@ -2,9 +2,10 @@
 what the pass gives back.
 
 Owns: `PassRows` (the row table), `visibility` (which cache entries and pass rows a row attends to),
-the `KVView` / `SequenceKV` protocols (everything a runner may ask of the runtime's caches, and no
-more) and `PassResult`. Does not own the caches themselves (kinetic/runtime/kv_cache.py implements
-the protocols), nor what a pass computes (the interpreter and the device runners).
+the `KVView` / `SequenceKV` protocols (everything a runner may ask of the runtime's caches and
+recurrent states, and no more) and `PassResult`. Does not own the caches themselves
+(kinetic/runtime/kv_cache.py implements the protocols), nor what a pass computes (the interpreter
+and the device runners).
 
 A pass is a table of rows: each row is a token with its sequence, its position and its parent row in
 this pass (-1: it follows the committed context of its sequence directly). A row's attention sees
@@ -15,7 +16,7 @@ several users are several chains with different sequences.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
@@ -29,6 +30,49 @@ class PassRows:
     parents: np.ndarray  # i32 [T], -1 = attaches to the committed context
     output_rows: np.ndarray  # i32 [R], rows whose logits are wanted
     chain_seq: int = -1  # set by chain(): every row is this sequence's, each the child of the one before
+    # the rows whose recurrent state after them the runtime may keep (PassResult.new_state); None: all
+    # (a verify pass). A committing pass names each sequence's last row (kinetic/runtime/recurrent.py)
+    state_rows: np.ndarray | None = None
+    # an encoder's pass (non-causal attention, BERT): every row sees every row of its sequence in the
+    # pass, whatever the parents say; such a pass is a sequence's whole text over an empty cache
+    bidirectional: bool = False
+    token_types: np.ndarray | None = None  # i32 [T], BERT's segment ids; None: all 0 ("sentence A")
+
+    @staticmethod
+    def encoder(sequences: list[list[int]]) -> PassRows:
+        """Several whole texts in one non-causal pass: text i is sequence i at positions 0.., every row
+        an output (an embedding model's hidden state per token)."""
+        lengths = [len(s) for s in sequences]
+        starts = np.cumsum([0] + lengths[:-1])
+        return PassRows(
+            tokens=np.asarray([t for s in sequences for t in s], np.int32),
+            positions=np.concatenate([np.arange(n) for n in lengths]).astype(np.int32),
+            seqs=np.concatenate([np.full(n, i) for i, n in enumerate(lengths)]).astype(np.int32),
+            parents=np.concatenate([np.arange(-1, n - 1) + np.where(np.arange(n) > 0, s, 0)
+                                    for s, n in zip(starts, lengths, strict=True)]).astype(np.int32),
+            output_rows=np.arange(sum(lengths), dtype=np.int32),
+            bidirectional=True,
+        )
+
+    def input(self, name: str) -> np.ndarray:
+        """The per-pass data an `input` node names (kinetic/ir/ops.py, InputAttrs)."""
+        if name == "token_types":
+            return self.token_types if self.token_types is not None else np.zeros(len(self.tokens), np.int32)
+        return {"tokens": self.tokens, "positions": self.positions, "output_rows": self.output_rows}[name]
+
+    def pass_sight(self) -> np.ndarray:
+        """u8 [T, T]: 1 where row r sees pass row j (its ancestors and itself; in a bidirectional
+        pass every row of its sequence)."""
+        n = len(self.tokens)
+        if self.bidirectional:
+            return (self.seqs[:, None] == self.seqs[None, :]).astype(np.uint8)
+        sight = np.zeros((n, n), np.uint8)
+        for r in range(n):
+            p = r
+            while p >= 0:
+                sight[r, p] = 1
+                p = int(self.parents[p])
+        return sight
 
     @staticmethod
     def chain(tokens, start_pos: int, seq: int = 0, outputs: str = "last") -> PassRows:
@@ -46,7 +90,10 @@ class PassRows:
         )
 
     def ancestors(self, row: int) -> list[int]:
-        """The rows of this pass that `row` sees: its chain of parents, then itself."""
+        """The rows of this pass that `row` sees: its chain of parents, then itself (in a bidirectional
+        pass, every row of its sequence, in order)."""
+        if self.bidirectional:
+            return [int(r) for r in np.flatnonzero(self.seqs == self.seqs[row])]
         chain = [row]
         while self.parents[chain[-1]] >= 0:
             chain.append(int(self.parents[chain[-1]]))
@@ -113,8 +160,15 @@ class KVView(Protocol):
     def sequence(self, seq: int) -> SequenceKV:
         """Sequence `seq`'s whole cache, for runners that read or write it in place."""
 
+    def recurrent(self, seq: int, name: str) -> np.ndarray:
+        """Sequence `seq`'s committed recurrent state `name`, f32 [rows, width]: the state after its
+        last committed token (kinetic/runtime/recurrent.py; read only)."""
+
 
 @dataclass
 class PassResult:
     outputs: dict[str, np.ndarray]
     new_kv: dict[int, tuple[np.ndarray, np.ndarray]]  # layer -> (k, v) of every row, cache dtype
+    # recurrent state name -> {pass row: f32 [rows, width]}: the state after each row of
+    # rows.state_rows (every row when None), along the row's own path
+    new_state: dict[str, dict[int, np.ndarray]] = field(default_factory=dict)

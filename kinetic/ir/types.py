@@ -20,7 +20,7 @@ Dim = int | str
 
 FLOAT_DTYPES = ("f32", "f16")
 INT_DTYPES = ("i32",)
-STATE_DTYPES = ("kv",)  # opaque handle to a runtime-owned cache
+STATE_DTYPES = ("kv", "rs")  # handles to runtime-owned state: a KV cache, a recurrent state rs[rows,width]
 QUANT_DTYPES = tuple(t.name.lower() for t in GGMLQuantizationType)
 DTYPES = FLOAT_DTYPES + INT_DTYPES + STATE_DTYPES + tuple(q for q in QUANT_DTYPES if q not in ("f32", "f16"))
 

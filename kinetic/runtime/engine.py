@@ -1,9 +1,10 @@
 """The engine: runs passes of rows through a compiled graph and keeps sequence state.
 
 Owns: forward passes over a batch of rows (tokens with sequence, position and parent), prompt
-processing in fixed-size chunks, one-token decode, greedy selection and rollback, and the shared pass
-of Convoy (`run`: several sequences' rows, each given as a `SeqRows`, in one pass). It knows nothing
-about text: it works on token ids (the tokenizer lives in the frontend). The passes run on a device's
+processing in chunks on a fixed grid (`grid_chunks`: each ends at a multiple of `batch` counted
+from position 0), one-token decode, greedy selection and rollback, and the shared pass of Convoy
+(`run`: several sequences' rows, each given as a `SeqRows`, in one pass). It knows nothing about
+text: it works on token ids (the tokenizer lives in the frontend). The passes run on a device's
 runner (kinetic/codegen/runner.py), opened through the device registry (kinetic/devices.py). Does not
 own which sequences share a pass (kinetic/runtime/scheduler.py).
 """
@@ -22,6 +23,7 @@ from kinetic.ir.interpreter import WeightSource
 from kinetic.ir.ops import Op
 from kinetic.ir.rows import PassRows
 from kinetic.runtime.kv_cache import KVCache, SequenceCaches, check_cache_fits
+from kinetic.runtime.recurrent import part_states, recurrent_shapes, state_rows
 
 DEFAULT_CONTEXT = 4096
 DEFAULT_BATCH = 128  # prompt rows per pass (measured: Gemma-3 pp512 +3.5% over 64, SmolLM2 even)
@@ -47,17 +49,21 @@ class SeqRows:
     rows: PassRows
     commit: bool = True
     logits: np.ndarray | None = None
+    top: int = 0  # Shortlist (docs/shortlist.md): > 0, only logits that can be among the `top` best are exact
 
 
 class Engine:
     def __init__(self, graph: Graph, weights: WeightSource, *, n_ctx: int = DEFAULT_CONTEXT,
                  batch: int = DEFAULT_BATCH, device: str = "cpu", threads: int | None = None,
-                 gpu_layers: int | None = None):
+                 gpu_layers: int | None = None, shortlist: bool = True):
         self.graph = graph
         self.n_ctx = n_ctx
         self.batch = batch
         self.device = device
-        self.runner: Runner = devices.open_runner(device, graph, weights,
+        # Shortlist (docs/shortlist.md; False is --off shortlist): the runner runs the graph cut before
+        # its output layer and self.head scores that layer, in full or only the rows that can win
+        self.head, self._run_graph = _shortlist_head(graph, weights, device, threads) if shortlist else (None, graph)
+        self.runner: Runner = devices.open_runner(device, self._run_graph, weights,
                                                   RunnerOptions(batch, threads, n_ctx, gpu_layers))
         self.kv_width: dict[int, int] = {}
         self.kv_dtype = np.float16
@@ -66,6 +72,7 @@ class Engine:
                 self.kv_width[node.attrs.layer] = node.attrs.n_kv_head * node.attrs.head_dim
             if node.op is Op.ATTENTION and node.attrs.kv_dtype == "f32":
                 self.kv_dtype = np.float32
+        self.recurrent_shapes = recurrent_shapes(graph)  # recurrent state name -> (rows, width)
         self.n_vocab = graph.output("logits").type.shape[1]
         self.passes = 0  # forward passes run (prompt chunks, decode steps, verification passes)
         declared = devices.DEVICES[device].capabilities if device in devices.DEVICES else None
@@ -93,33 +100,52 @@ class Engine:
 
     def new_sequence(self) -> Sequence:
         check_cache_fits(self.n_ctx, sum(self.kv_width.values()), np.dtype(self.kv_dtype).itemsize)
-        return Sequence(KVCache(self.kv_width, self.n_ctx, self.kv_dtype), [])
+        return Sequence(KVCache(self.kv_width, self.n_ctx, self.kv_dtype, recurrent=self.recurrent_shapes), [])
 
-    def forward(self, rows: PassRows, seqs: dict[int, Sequence], commit: bool = True) -> np.ndarray:
-        """One pass: logits f32 [R, n_vocab] for rows.output_rows; commits every row unless told not to."""
+    def forward(self, rows: PassRows, seqs: dict[int, Sequence], commit: bool = True, top: int = 0) -> np.ndarray:
+        """One pass: logits f32 [R, n_vocab] for rows.output_rows; commits every row unless told not to.
+        `top` > 0: only the logits that can be among each row's `top` best are exact (SeqRows.top)."""
         if commit and rows.chain_seq >= 0:
             seqs[rows.chain_seq].cache.check_room(len(rows.tokens))
         elif commit:
             for sid, s in seqs.items():
                 s.cache.check_room(int(np.count_nonzero(rows.seqs == sid)))
         caches = SequenceCaches({sid: s.cache for sid, s in seqs.items()})
-        result = self.runner.run(self.graph, rows, caches)
+        if commit and self.recurrent_shapes:  # the runner returns only the states a commit keeps
+            rows = state_rows(rows)
+        result = self.runner.run(self._run_graph, rows, caches)
         self.passes += 1
         if commit and rows.chain_seq >= 0 and self.in_place:  # one sequence's chain: every row is its own
             s = seqs[rows.chain_seq]
             s.cache.commit_written(rows.positions)
+            s.cache.recurrent.commit(result.new_state, np.arange(len(rows.tokens)))
             s.tokens.extend(rows.tokens.tolist())
         elif commit:
             for sid, s in seqs.items():
-                self._commit(s, rows, np.flatnonzero(rows.seqs == sid), result.new_kv)
-        return result.outputs["logits"]
+                self._commit(s, rows, np.flatnonzero(rows.seqs == sid), result.new_kv, result.new_state)
+        return self._logits(result.outputs, top)
 
-    def _commit(self, seq: Sequence, rows: PassRows, mine: np.ndarray, new_kv: dict) -> None:
-        """Append pass rows `mine` (one sequence's, in order) to its cache and tokens."""
+    def _logits(self, outputs: dict, top: int) -> np.ndarray:
+        """A pass's logits, f32 [R, n_vocab]: the graph's, or Shortlist's head on its hidden rows."""
+        if self.head is None:
+            return outputs["logits"]
+        return self.head.logits(outputs["hidden"], top)
+
+    def _parts_logits(self, outputs: dict, parts: list[SeqRows]) -> np.ndarray:
+        """A merged pass's logits: each part's rows with its own Shortlist `top`."""
+        tops = {p.top for p in parts}
+        if self.head is None or len(tops) == 1:
+            return self._logits(outputs, tops.pop())
+        return np.concatenate([self._logits({"hidden": h}, p.top)
+                               for p, h in zip(parts, _split_outputs(outputs["hidden"], parts), strict=True)])
+
+    def _commit(self, seq: Sequence, rows: PassRows, mine: np.ndarray, new_kv: dict, new_state: dict) -> None:
+        """Append pass rows `mine` (one sequence's, in order) to its cache, recurrent state and tokens."""
         if self.in_place:
             seq.cache.commit_written(rows.positions[mine])
         else:
             seq.cache.commit(new_kv, mine, rows.positions)
+        seq.cache.recurrent.commit(new_state, mine)
         seq.tokens.extend(int(t) for t in rows.tokens[mine])
 
     def run(self, parts: list[SeqRows]) -> None:
@@ -128,7 +154,8 @@ class Engine:
         invariance makes each part's logits the ones it gets in a pass of its own."""
         if len(parts) == 1:  # the usual pass keeps the one-sequence paths (a chain's short tables)
             part = parts[0]
-            part.logits = self.forward(part.rows, {0: part.seq}) if part.commit else self.verify(part.seq, part.rows)
+            part.logits = (self.forward(part.rows, {0: part.seq}, top=part.top) if part.commit
+                           else self.verify(part.seq, part.rows, top=part.top))
             return
         if self.max_sequences is not None and len(parts) > self.max_sequences:
             raise ValueError(f"{len(parts)} sequences in one pass; the device runs {self.max_sequences}")
@@ -137,49 +164,54 @@ class Engine:
         for part in parts:
             part.seq.cache.check_room(len(part.rows.tokens))
         rows = _merged([p.rows for p in parts])
-        result = self.runner.run(self.graph, rows, SequenceCaches({i: p.seq.cache for i, p in enumerate(parts)}))
+        if self.recurrent_shapes:  # a committing part keeps its last row's state, a held one every row's
+            rows = state_rows(rows, held={i for i, p in enumerate(parts) if not p.commit})
+        result = self.runner.run(self._run_graph, rows, SequenceCaches({i: p.seq.cache for i, p in enumerate(parts)}))
         self.passes += 1
-        logits = result.outputs["logits"]  # f32 [sum of the parts' outputs, n_vocab], in part order
+        logits = self._parts_logits(result.outputs, parts)  # f32 [sum of the parts' outputs, n_vocab], in part order
         first_row = first_out = 0
         for part in parts:
             mine = np.arange(first_row, first_row + len(part.rows.tokens))
             n_out = len(part.rows.output_rows)
             part.logits = logits[first_out:first_out + n_out]
             if part.commit:
-                self._commit(part.seq, rows, mine, result.new_kv)
+                self._commit(part.seq, rows, mine, result.new_kv, result.new_state)
             else:  # as verify(): keep() commits the accepted path
                 new_kv = {layer: (k[mine], v[mine]) for layer, (k, v) in result.new_kv.items()}
                 part.seq.pending = (part.rows, new_kv, part.seq.cache.length)
+                part.seq.cache.recurrent.hold(part_states(result.new_state, mine))
             first_row, first_out = first_row + len(mine), first_out + n_out
 
-    def prefill(self, seq: Sequence, tokens: list[int]) -> np.ndarray:
-        """Feed tokens after what the sequence holds, in chunks; logits of the last one, f32 [n_vocab]."""
+    def prefill(self, seq: Sequence, tokens: list[int], top: int = 0) -> np.ndarray:
+        """Feed tokens after what the sequence holds, in grid chunks; logits of the last one, f32 [n_vocab]
+        (`top` > 0: Shortlist's, exact for the tokens that can be among the `top` best, SeqRows.top)."""
         if not tokens:
             raise ValueError("prefill needs at least one token")
-        last = (len(tokens) - 1) // self.batch * self.batch
+        last = grid_chunks(seq.cache.length, len(tokens), self.batch)[-1][0] - seq.cache.length
         self.feed(seq, tokens[:last])
-        return self.forward(PassRows.chain(tokens[last:], seq.cache.length), {0: seq})[-1]
+        return self.forward(PassRows.chain(tokens[last:], seq.cache.length), {0: seq}, top=top)[-1]
 
     def feed(self, seq: Sequence, tokens: list[int]) -> None:
-        """Feed tokens in the engine's chunks without computing logits (the output layer is skipped):
+        """Feed tokens in grid chunks without computing logits (the output layer is skipped):
         prefill's chunks before its last, or a prompt whose chunks a caller interleaves with checks."""
-        for start in range(0, len(tokens), self.batch):
-            self.forward(PassRows.chain(tokens[start : start + self.batch], seq.cache.length, outputs="none"),
-                         {0: seq})
+        base = seq.cache.length
+        for lo, hi in grid_chunks(base, len(tokens), self.batch):
+            self.forward(PassRows.chain(tokens[lo - base:hi - base], seq.cache.length, outputs="none"), {0: seq})
 
-    def decode(self, seq: Sequence, token: int) -> np.ndarray:
-        return self.prefill(seq, [token])
+    def decode(self, seq: Sequence, token: int, top: int = 0) -> np.ndarray:
+        return self.prefill(seq, [token], top)
 
-    def verify(self, seq: Sequence, rows: PassRows) -> np.ndarray:
+    def verify(self, seq: Sequence, rows: PassRows, top: int = 0) -> np.ndarray:
         """One pass of a draft tree of one sequence (rows.seqs all 0, parents before children) that
         commits nothing: logits f32 [T, n_vocab] for rows.output_rows (all rows, for verification).
         keep() then commits the accepted path; the compiled step has already written every row in
         place at slot length + i."""
         seq.cache.check_room(len(rows.tokens))
-        result = self.runner.run(self.graph, rows, SequenceCaches({0: seq.cache}))
+        result = self.runner.run(self._run_graph, rows, SequenceCaches({0: seq.cache}))
         self.passes += 1
         seq.pending = (rows, result.new_kv, seq.cache.length)
-        return result.outputs["logits"]
+        seq.cache.recurrent.hold(result.new_state)  # each row's state along its path, until keep()
+        return self._logits(result.outputs, top)
 
     def keep(self, seq: Sequence, path: list[int]) -> None:
         """Commit rows `path` of the last verify() pass (root first, each row the parent of the next)
@@ -193,11 +225,20 @@ class Engine:
             seq.cache.keep_written(path, rows.positions[path])
         else:
             seq.cache.commit(new_kv, path, rows.positions)
+        seq.cache.recurrent.keep(path)  # the state after the path's last row
         seq.tokens.extend(int(t) for t in rows.tokens[path])
 
     def rollback(self, seq: Sequence, length: int) -> None:
-        seq.cache.truncate(length)
-        del seq.tokens[length:]
+        """Cut the sequence back to its first `length` tokens. A recurrent state cannot be cut back:
+        it restarts from its latest checkpoint at or before `length` and the tokens from there are
+        fed again (kinetic/runtime/recurrent.py), giving bit for bit the state it had there."""
+        if not 0 <= length <= len(seq.tokens):
+            raise ValueError(f"cannot roll back to {length}: the sequence holds {len(seq.tokens)}")
+        start = seq.cache.recurrent.rewind(length)
+        refeed = seq.tokens[start:length]
+        seq.cache.truncate(start)
+        del seq.tokens[start:]
+        self.feed(seq, refeed)
 
     def greedy(self, seq: Sequence, prompt: list[int], max_tokens: int,
                stop: set[int] = frozenset()) -> Iterator[int]:
@@ -209,6 +250,16 @@ class Engine:
             if token in stop:
                 return
             logits = self.decode(seq, token)
+
+
+def grid_chunks(start: int, n: int, batch: int) -> list[tuple[int, int]]:
+    """The chunks (from, to) of n tokens fed after `start` cache entries: each ends at a multiple of
+    `batch` counted from position 0 (the grid), the last at start + n. A prompt is cut the same way
+    whether it starts at 0 or resumes from a state stored at a grid point (kinetic/runtime/warm.py)."""
+    if n <= 0:
+        return []
+    cuts = [start, *range((start // batch + 1) * batch, start + n, batch), start + n]
+    return list(zip(cuts[:-1], cuts[1:], strict=True))
 
 
 def _merged(tables: list[PassRows]) -> PassRows:
@@ -223,3 +274,22 @@ def _merged(tables: list[PassRows]) -> PassRows:
                                 for t, o in zip(tables, offsets, strict=True)]).astype(np.int32),
         output_rows=np.concatenate([t.output_rows + o for t, o in zip(tables, offsets, strict=True)]).astype(np.int32),
     )
+
+
+def _split_outputs(hidden: np.ndarray, parts: list[SeqRows]) -> list[np.ndarray]:
+    """A merged pass's hidden rows (f32 [sum of the parts' outputs, K]) cut into each part's."""
+    bounds = np.cumsum([0] + [len(p.rows.output_rows) for p in parts])
+    return [hidden[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+
+
+def _shortlist_head(graph: Graph, weights: WeightSource, device: str, threads: int | None):
+    """(Shortlist's output head, the graph the runner runs): on the CPU, for an output layer it can
+    serve (kinetic/codegen/cpu/shortlist.py), the head and the graph cut before that layer; else
+    (None, graph)."""
+    if device != "cpu":
+        return None, graph
+    from kinetic.codegen.cpu import shortlist
+    from kinetic.codegen.cpu.step_threads import available_cpus
+
+    head = shortlist.open_head(graph, weights, threads=threads or available_cpus())
+    return (head, shortlist.cut_before_head(graph)) if head is not None else (None, graph)

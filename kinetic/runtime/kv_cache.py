@@ -2,8 +2,10 @@
 
 Owns: cache layout (per layer, [n_ctx, n_kv_head * head_dim] in the cache dtype, plus the position
 of each entry), committing a pass's rows, and rollback to a length (speculative decoding keeps only
-the accepted rows). Does not own what the model computes. Runners see a KVCache only through the
-protocols of kinetic/ir/rows.py (`SequenceKV`, `KVView`), which it and `SequenceCaches` implement.
+the accepted rows). A cache carries its sequence's recurrent states too (`recurrent`,
+kinetic/runtime/recurrent.py: they cannot be cut back; the engine commits and rewinds them). Does
+not own what the model computes. Runners see a KVCache only through the protocols of
+kinetic/ir/rows.py (`SequenceKV`, `KVView`), which it and `SequenceCaches` implement.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import os
 import numpy as np
 
 from kinetic.errors import KineticError
+from kinetic.runtime.recurrent import RecurrentState
 
 
 def available_memory() -> int | None:
@@ -45,8 +48,11 @@ def check_cache_fits(n_ctx: int, kv_width_total: int, itemsize: int) -> None:
 class KVCache:
     """The cache of one sequence: entries [0, length) are committed."""
 
-    def __init__(self, kv_width: dict[int, int], n_ctx: int, dtype=np.float16):
+    def __init__(self, kv_width: dict[int, int], n_ctx: int, dtype=np.float16,
+                 recurrent: dict[str, tuple[int, int]] | None = None):
         self.n_ctx = n_ctx
+        # the sequence's recurrent states (graphs with recurrent layers; empty otherwise): recurrent.py
+        self.recurrent = RecurrentState(recurrent or {})
         self.k = {layer: np.zeros((n_ctx, w), dtype) for layer, w in kv_width.items()}
         self.v = {layer: np.zeros((n_ctx, w), dtype) for layer, w in kv_width.items()}
         self.positions = np.zeros(n_ctx, np.int32)
@@ -155,3 +161,6 @@ class SequenceCaches:
 
     def sequence(self, seq: int) -> KVCache:
         return self.caches[seq]
+
+    def recurrent(self, seq: int, name: str) -> np.ndarray:
+        return self.caches[seq].recurrent.values[name]

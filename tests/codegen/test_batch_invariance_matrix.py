@@ -146,6 +146,20 @@ CASES: dict[str, Case] = {
     "gelu": _unary("gelu"),
     "softcap": _unary("softcap", " {cap=1.5}"),
     "columns": Case(64, 24, "%9 = columns(%4) {start=40, count=24} : f32[T,24]"),  # a range of each row
+    "short_conv": Case(64, 64, """
+%5 = param() {tensor="conv"} : f32[64,20]
+%6 = recurrent_state() {name="conv.0", layer=0} : rs[19,64]
+%9 = short_conv(%4, %5, %6) : f32[T,64]""", (("conv", Q.F32, (64, 20)),)),  # 16 rounded taps, 4 fused
+    "ssm_scan": Case(224, 64, """
+%5 = columns(%4) {start=0, count=64} : f32[T,64]
+%6 = columns(%4) {start=64, count=2} : f32[T,2]
+%7 = columns(%4) {start=66, count=64} : f32[T,64]
+%8 = columns(%4) {start=130, count=64} : f32[T,64]
+%10 = param() {tensor="a"} : f32[2,1]
+%11 = param() {tensor="d"} : f32[2,1]
+%12 = recurrent_state() {name="ssm.0", layer=0} : rs[64,64]
+%9 = ssm_scan(%5, %6, %10, %7, %8, %11, %12) {n_head=2, head_dim=32, n_group=1, d_state=64} : f32[T,64]""",
+                     (("a", Q.F32, (2, 1)), ("d", Q.F32, (2, 1)))),  # x, dt, B, C: columns of one row
 }
 
 

@@ -28,8 +28,8 @@ def test_every_op_has_one_spec():
 
 def test_op_sets_come_from_the_spec_groups():
     """LEAVES, ELEMENTWISE and REDUCE are the ops whose spec names the group, and nothing else."""
-    assert ops.LEAVES == {Op.INPUT, Op.PARAM, Op.STATE}
-    assert ops.REDUCE == {Op.MATMUL, Op.RMS_NORM, Op.ATTENTION, Op.ADD_RMS_NORM}
+    assert ops.LEAVES == {Op.INPUT, Op.PARAM, Op.STATE, Op.RECURRENT_STATE}
+    assert ops.REDUCE == {Op.MATMUL, Op.RMS_NORM, Op.ATTENTION, Op.ADD_RMS_NORM, Op.LAYER_NORM}
     assert ops.ELEMENTWISE == {Op.ADD, Op.MUL, Op.SCALE, Op.SILU, Op.GELU, Op.SOFTCAP, Op.SWIGLU, Op.GEGLU}
 
 

@@ -33,7 +33,7 @@ from gguf import GGMLQuantizationType as Q
 
 from kinetic.codegen.common.orders import refused_order
 from kinetic.codegen.common.tables import RopeTables
-from kinetic.codegen.cpu import float_matmul_ir, tape, target
+from kinetic.codegen.cpu import encoder_ops, float_matmul_ir, recurrent_ops, tape, target
 from kinetic.codegen.cpu.quant_blocks import LAYOUTS
 from kinetic.codegen.cpu.step_kernels import StepKernels
 from kinetic.codegen.cpu.tape_plan import Instr, Plan, Ref
@@ -182,6 +182,9 @@ def _rope_tables(b: TapeBuilder) -> None:
 
 def _embed(b: TapeBuilder, node: Node, ins: list[Node]) -> None:
     table, width = ins[0], _width(node)
+    if ins[1].op is not Op.INPUT or ins[1].attrs.name != "tokens":  # positions, token types (encoder_ops)
+        encoder_ops.embed_by_input(b, node, table, ins[1])
+        return
     if table.type.ggml_type not in EMBED_KINDS:  # dequantized by Python before the tape
         b.add_python(_python_embed(table, node, b.weights), writes=(("v", node.id),))
         return
@@ -383,6 +386,9 @@ LOWERINGS: dict[Op, OpLowering] = {
     Op.ATTENTION: OpLowering(_attention, _refuse_attention),
     **{op: OpLowering(_elementwise) for op in ELEMENTWISE},
     Op.ADD_BIAS: OpLowering(_add_bias),
+    Op.LAYER_NORM: OpLowering(encoder_ops.layer_norm, encoder_ops.refuse_layer_norm),
+    Op.SHORT_CONV: OpLowering(recurrent_ops.short_conv),  # Python instructions (no generated kernels yet)
+    Op.SSM_SCAN: OpLowering(recurrent_ops.ssm_scan),
 }
 
 

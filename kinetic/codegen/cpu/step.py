@@ -33,10 +33,10 @@ import numpy as np
 
 from kinetic.codegen.cpu import tape
 from kinetic.codegen.cpu.lowering import TapeBuilder, device_graph, lower_graph, step_layers
-from kinetic.codegen.cpu.native import cycle_count, sched_yield_address
+from kinetic.codegen.cpu.native import cycle_count
 from kinetic.codegen.cpu.pass_tables import PassTables
 from kinetic.codegen.cpu.step_kernels import StepKernels
-from kinetic.codegen.cpu.step_threads import Contention, available_cpus, run_parallel
+from kinetic.codegen.cpu.step_threads import Contention, PhaseCounters, available_cpus, run_parallel
 from kinetic.codegen.cpu.tape_plan import align_columns, allocate, encode, place_barriers
 from kinetic.errors import KineticError
 from kinetic.ir import numerics
@@ -59,8 +59,6 @@ class CompiledStep:
         self.kernels = StepKernels()
         self.gelu = numerics.gelu_table().astype(np.float32)
         self.layers = step_layers(graph)
-        self.barrier = np.zeros(32, np.int64)
-        self.yield_addr = sched_yield_address()
         self.contention = Contention(self.threads)
         self._lock = threading.Lock()  # a step's buffers serve one pass at a time
         self._outputs = [(name, node_id, graph.node(node_id).type.shape[0] == "R") for name, node_id in graph.outputs]
@@ -83,6 +81,7 @@ class CompiledStep:
         self.tape, self.column_tape, self.ftape = tapes.rows, tapes.columns, tapes.floats
         self.segments = tapes.segments
         self.cycles = np.zeros((len(plan.instrs), 2), np.int64)  # per op: cycles working, cycles waiting
+        self.phase_counters = PhaseCounters(len(self.tape))  # a tape has at most one phase per row
 
     # -- running ----------------------------------------------------------------------------------
 
@@ -105,6 +104,7 @@ class CompiledStep:
             self._build(max(n, 2 * self.capacity))
         n_out = len(rows.output_rows)
         self.pass_rows = rows
+        self.pass_caches, self.new_state = caches, {}  # recurrent ops read states and add each row's
         tables = PassTables(rows, caches, self.layers)
         positions = rows.positions.astype(np.int32, copy=False)
         tokens = rows.tokens.astype(np.int32, copy=False)
@@ -115,20 +115,20 @@ class CompiledStep:
         common = (self.arena, self.arena.ctypes.data, n, n_out, rows.output_rows.astype(np.int32, copy=False),
                   tokens, positions,
                   tables.row_slot, tables.row_cidx, tables.slot_rows, tables.anc, tables.kv_addr, tables.clen,
-                  tables.cpos_addr, self.gelu, self.barrier.ctypes.data, self.yield_addr, self.cycles)
+                  tables.cpos_addr, self.gelu)
         threads = self.contention.threads_now()
         begin, waited = cycle_count(), 0
         for seg in self.segments:
             if isinstance(seg, tuple):
                 tape_now = self.column_tape if n < threads else self.tape
-                waited += run_parallel(tape_now, self.ftape, seg, threads, common)
+                waited += run_parallel(tape_now, self.ftape, seg, threads, common, self.phase_counters, self.cycles)
             else:
                 seg.python(self, n, n_out)
         if threads > 1:
             self.contention.record(waited, cycle_count() - begin)
         outputs = {name: self.view(node_id, n_out if per_output else n).copy()
                    for name, node_id, per_output in self._outputs}
-        return PassResult(outputs, {})
+        return PassResult(outputs, {}, self.new_state)
 
     # -- where the time goes ----------------------------------------------------------------------
 

@@ -7,13 +7,18 @@ from __future__ import annotations
 
 from kinetic.errors import KineticError
 from kinetic.frontend.families import (
+    bert,
     ernie4_5,
     exaone4,
+    falcon_h1,
     gemma3,
     gemma4,
     granite,
+    granitehybrid,
     hunyuan_dense,
+    lfm2,
     llama,
+    nomic_bert,
     olmo2,
     qwen2,
     qwen3,
@@ -31,6 +36,11 @@ FAMILIES: tuple[Family, ...] = (
     granite.FAMILY,
     olmo2.FAMILY,
     exaone4.FAMILY,
+    lfm2.FAMILY,
+    granitehybrid.FAMILY,
+    falcon_h1.FAMILY,
+    bert.FAMILY,
+    nomic_bert.FAMILY,
 )
 
 _BY_ARCH = {arch: f for f in FAMILIES for arch in f.architectures}

@@ -1,5 +1,5 @@
 """Reference numerics shared by the interpreter: activation quantization, matmul, norms, rotary,
-activations, attention. A package of seven modules, re-exported here, so `numerics.X` names them all.
+activations, attention, layer norm. A package of eight modules, re-exported here, so `numerics.X` names them all.
 
 The default semantics is ggml's CPU backend (llama.cpp b1-0c1e570, x86-64 with AVX2/FMA/AVX-512F and
 AVX512-BF16, GCC) as it runs one decode row, reproduced bit for bit where docs/numerics.md says so; facts read
@@ -33,7 +33,8 @@ keeps plain float32 matmuls of dequantized weights.
 Modules: floats (the C library's float functions, a true fma), activations (Q8_0 / Q8_1 / Q8_K and
 f16 / bf16 rounding of activation rows), weights (a weight decoded once for its dot), dots (the
 quantized and float dot products, `matmul`), pointwise (rms_norm, GELU, SiLU, softcap),
-rotary (angles with every scaling, cos/sin, rotation),
+rotary (angles with every scaling, cos/sin, rotation), layer_norm (BERT's mean-and-variance norm),
+recurrent (one row of a recurrent layer: short_conv_row, ssm_scan_row, softplus),
 attention (dot_f16, attention_online).
 """
 
@@ -50,6 +51,7 @@ from kinetic.ir.numerics.activations import (
 from kinetic.ir.numerics.attention import attention_online, dot_f16
 from kinetic.ir.numerics.dots import FLOAT_CHUNK, float_dot, matmul
 from kinetic.ir.numerics.floats import _LIBM, F32, fma_f32, libm_f32, logf, powf
+from kinetic.ir.numerics.layer_norm import layer_norm
 from kinetic.ir.numerics.pointwise import (
     GELU_COEF_A,
     SQRT_2_OVER_PI,
@@ -60,6 +62,7 @@ from kinetic.ir.numerics.pointwise import (
     silu,
     softcap,
 )
+from kinetic.ir.numerics.recurrent import short_conv_row, softplus, ssm_scan_row
 from kinetic.ir.numerics.rotary import Rotary, rope_angles, rope_cos_sin, rope_mscale, rope_rotate, yarn_corr_dims
 from kinetic.ir.numerics.weights import LANE_TYPES, DequantizedWeight, block_minimums
 
@@ -67,7 +70,8 @@ __all__ = [
     "F32", "FLOAT_CHUNK", "FLOAT_WEIGHTS", "GELU_COEF_A", "LANE_TYPES", "Q8_0_USERS", "Q8_1_USERS",
     "SQRT_2_OVER_PI", "DequantizedWeight", "_LIBM", "activation_format", "attention_online",
     "block_minimums", "dot_f16", "expf_ggml", "float_dot", "fma_f32", "gelu_ggml", "gelu_table",
-    "libm_f32", "logf", "matmul", "powf", "q8_1_sums", "quantize_q8_0", "quantize_q8_k", "quantized_activations",
-    "Rotary", "rms_norm", "rope_angles", "rope_cos_sin", "rope_mscale", "rope_rotate", "silu", "softcap",
+    "layer_norm", "libm_f32", "logf", "matmul", "powf", "q8_1_sums", "quantize_q8_0", "quantize_q8_k",
+    "quantized_activations",
+    "Rotary", "rms_norm", "rope_angles", "rope_cos_sin", "rope_mscale", "rope_rotate", "short_conv_row", "silu", "softcap", "softplus", "ssm_scan_row",
     "yarn_corr_dims",
 ]
