@@ -28,7 +28,8 @@ from kinetic import __version__
 from kinetic.devices import DEVICE_NAMES, DEVICES, resolve_device
 from kinetic.errors import KineticError
 
-# Speed technologies `--off` can name; of them only RAD-1 is built: --off rad1 turns drafting off.
+# Speed technologies `--off` can name; RAD-1 and Shortlist are built: --off rad1 turns drafting off,
+# --off shortlist makes every decode step score the whole output layer.
 OFF_NAMES = ("rad1", "shortlist", "torque", "warm-start")
 EDIT_TOKENS = 256
 EDIT_SKIPPED = "not measured: skipped"
@@ -131,6 +132,7 @@ class BenchResult:
     parameters: int
     weight_type: str  # the type holding most of the file's bytes, e.g. Q4_1
     peak_rss_bytes: int
+    shortlist_share: float | None = None  # tg's rows of the output layer scored exactly, per token (None: off)
     tests: list[TestResult] = field(default_factory=list)
     edit: EditResult | None = None
 
@@ -169,7 +171,8 @@ def run_bench(
     start = time.perf_counter()
     draft = "rad1" not in (off or [])
     model = Model(
-        model_spec, n_ctx=max(n_prompt, n_gen, 1024 + n_edit) + 1, device=device, threads=threads, draft=draft
+        model_spec, n_ctx=max(n_prompt, n_gen, 1024 + n_edit) + 1, device=device, threads=threads, draft=draft,
+        shortlist="shortlist" not in (off or []),
     )
     load_seconds = time.perf_counter() - start
     engine = model.engine
@@ -195,9 +198,13 @@ def run_bench(
         )
     if n_gen > 0:
         first = _first_token(model.gguf.metadata, prompt[0])
+        head = getattr(engine, "head", None)
+        before = (head.calls, head.scored) if head else None
         result.tests.append(
             TestResult(f"tg{n_gen}", n_gen, [_time_generate(engine, first, n_gen) for _ in range(repetitions)])
         )
+        if head and head.calls > before[0]:
+            result.shortlist_share = (head.scored - before[1]) / (head.calls - before[0]) / head.n
     if n_edit > 0:
         result.edit = run_edit(model, n_edit, repetitions, draft)
     result.peak_rss_bytes = peak_rss_bytes()
@@ -209,7 +216,7 @@ def _warm_up(engine, tokens: list[int], n_gen: int) -> None:
     seq = engine.new_sequence()
     logits = engine.prefill(seq, tokens)
     if n_gen > 0:
-        engine.decode(seq, int(np.argmax(logits)))
+        engine.decode(seq, int(np.argmax(logits)), top=1)
 
 
 def _time_prompt(engine, tokens: list[int]) -> float:
@@ -221,13 +228,14 @@ def _time_prompt(engine, tokens: list[int]) -> float:
 
 
 def _time_generate(engine, first: int, n_gen: int) -> float:
-    """n_gen decode steps after one untimed token, each feeding back the likeliest token."""
+    """n_gen decode steps after one untimed token, each feeding back the likeliest token (greedy: with
+    Shortlist on, only the output layer's rows that can be the likeliest are scored)."""
     seq = engine.new_sequence()
-    logits = engine.prefill(seq, [first])
+    logits = engine.prefill(seq, [first], top=1)
     gc.collect()
     start = time.perf_counter()
     for _ in range(n_gen):
-        logits = engine.decode(seq, int(np.argmax(logits)))
+        logits = engine.decode(seq, int(np.argmax(logits)), top=1)
     return time.perf_counter() - start
 
 
@@ -326,14 +334,15 @@ def peak_rss_bytes() -> int:
 
 
 def technologies_on(off: list[str]) -> str:
-    """`on: RAD-1` (JSON's technologies), `on: none` with --off rad1."""
-    return "on: none" if "rad1" in off else "on: RAD-1"
+    """`on: RAD-1, Shortlist` (JSON's technologies), without those --off names, `on: none` without both."""
+    on = [name for key, name in (("rad1", "RAD-1"), ("shortlist", "Shortlist")) if key not in off]
+    return f"on: {', '.join(on) or 'none'}"
 
 
 def technologies_line(off: list[str]) -> str:
     told = f" (--off {','.join(off)})" if off else ""
     return (
-        f"speed technologies {technologies_on(off)}{told}; Shortlist and Torque are not built yet"
+        f"speed technologies {technologies_on(off)}{told}; Torque is not built yet"
         "; Warm Start, Zero Wait and Convoy take no part"
     )
 
@@ -363,6 +372,9 @@ def table(r: BenchResult) -> str:
         edit_line(r.edit) if r.edit else f"edit: {EDIT_SKIPPED}",
         f"peak memory {_gib(r.peak_rss_bytes)}",
     ]
+    if r.shortlist_share is not None:
+        share = 100 * r.shortlist_share
+        notes.append(f"shortlist: {share:.2f} % of the output layer's rows scored exactly per tg token")
     return "\n".join(head + rows + [""] + notes)
 
 
@@ -386,6 +398,7 @@ def to_json(r: BenchResult) -> dict:
         "technologies": technologies_on(r.off),
         "off": r.off,
         "peak_rss_bytes": r.peak_rss_bytes,
+        "shortlist_share": r.shortlist_share,
         "kinetic_version": __version__,
     }
 

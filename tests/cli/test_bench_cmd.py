@@ -93,7 +93,7 @@ def test_json_report(capsys, smollm2_path):
         assert min(test["runs"]) <= test["mean"] <= test["t_s"] and test["stddev"] >= 0
     assert report["prefill_tokens_per_second"] == report["tests"][0]["t_s"]
     assert report["edit_tokens"] == 0 and report["edit_identical"] is None
-    assert report["technologies"] == "on: none"
+    assert report["technologies"] == "on: Shortlist"
     assert report["off"] == ["torque", "rad1"] and report["load_seconds"] > 0
     assert report["peak_rss_bytes"] > smollm2_path.stat().st_size and report["kinetic_version"] == __version__
 
@@ -146,18 +146,18 @@ def test_edit_test_drafted_equals_plain(capsys, smollm2_path):
     assert "edit: drafted output identical to plain decoding: yes" in out
     row = next(line for line in out.splitlines() if "| edit48 |" in line)
     assert float(row.strip("|").split("|")[-1]) > 0
-    assert "speed technologies on: RAD-1;" in out
+    assert "speed technologies on: RAD-1, Shortlist;" in out
 
 
 def test_edit_test_json_and_off_rad1(capsys, smollm2_path):
     """--json has the seed's edit fields; --off rad1 runs the edit test without drafting (nothing guessed)."""
     code, out, _ = kinetic(capsys, "bench", str(smollm2_path), *EDIT, "--json")
     drafted = json.loads(out)
-    assert code == 0 and drafted["edit_identical"] is True and drafted["technologies"] == "on: RAD-1"
+    assert code == 0 and drafted["edit_identical"] is True and drafted["technologies"] == "on: RAD-1, Shortlist"
     assert 1 < drafted["edit_tokens"] <= 48 and drafted["edit_tokens_per_second"] > 0 and drafted["edit_guessed"] > 0
     code, out, _ = kinetic(capsys, "bench", str(smollm2_path), *EDIT, "--off", "rad1", "--json")
     plain = json.loads(out)
-    assert code == 0 and plain["edit_identical"] is True and plain["technologies"] == "on: none"
+    assert code == 0 and plain["edit_identical"] is True and plain["technologies"] == "on: Shortlist"
     assert plain["edit_guessed"] == 0 and plain["edit_drafted"] is False
     assert plain["edit_tokens"] == drafted["edit_tokens"]
 

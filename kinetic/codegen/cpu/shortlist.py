@@ -1,0 +1,259 @@
+"""Shortlist on the CPU: the output layer scored through a smaller copy with a proven error bound.
+
+Owns: `OutputHead`, the output layer of a graph whose logits are one quantized matmul (Q8_0 or Q6_K
+weights, the tied embedding included): `full(hidden)` computes every logit with the layer's own
+generated kernel (the tape's, bit for bit), `shortlist(hidden_row, k)` computes exact logits only
+for the rows that can be among the k best and proves the others cannot, `logits(hidden, top)` is
+either for the engine; `eligible(graph)` and `cut_before_head(graph)` say which graphs have such a
+layer and give the graph that stops before it. Does not own the copies and their constants
+(shortlist_copy.py), which requests may use it (kinetic/runtime/shortlist.py), nor the pass that
+produces the hidden rows (the compiled step of the cut graph).
+
+The bound (docs/shortlist.md has the proof): the copy and the original read the same quantized
+activations x, so for a row w and its copy w', |S - A| = |(w - w').x| <= ||w - w'|| ||x||
+(Cauchy-Schwarz), and each kernel's float result is within gamma_K times the sum of its parts'
+|w_i x_i| of its exact value. So |exact kernel score - copy kernel score| <= c_row ||x|| + 4 K 2^-149,
+with c_row from shortlist_copy.make_copy (rounded up) and ||x|| computed in f64 (inflated by SLACK).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit
+
+from kinetic.codegen.cpu.matmul import MATMUL_SIG, _split, quantize_activations
+from kinetic.codegen.cpu.shortlist_copy import COPIES, SLACK, make_copy
+from kinetic.codegen.cpu.step_kernels import StepKernels
+from kinetic.ir.graph import Graph
+from kinetic.ir.ops import Op
+
+TINY = 2.0**-149  # the smallest f32 subnormal: the absolute error an underflowing product can add
+EXACT_ROWS_PER_THREAD = 16384  # fewer exact rows than this run on the calling thread (7,000 rows: 0.4 ms)
+
+
+def eligible(graph: Graph) -> str | None:
+    """The weight tensor of the graph's output layer when Shortlist can serve it (the logits are one
+    q8 matmul of a Q8_0 weight, nothing after it: no scale or softcap), else None."""
+    if "logits" not in dict(graph.outputs):  # an embedding model
+        return None
+    logits = graph.output("logits")
+    if logits.op is not Op.MATMUL or getattr(logits.attrs, "activations", None) != "q8":
+        return None
+    weight = graph.node(logits.inputs[1])
+    if weight.op is not Op.PARAM or weight.type.dtype not in COPIES:
+        return None
+    return weight.attrs.tensor
+
+
+def cut_before_head(graph: Graph) -> Graph:
+    """The graph whose output "hidden" is the output layer's input (f32 [R, K], the final norm's
+    rows) in place of "logits"; node ids unchanged, the output matmul dropped."""
+    logits = graph.output("logits")
+    outputs = tuple(("hidden", logits.inputs[0]) if name == "logits" else (name, i) for name, i in graph.outputs)
+    return Graph(tuple(n for n in graph.nodes if n.id != logits.id), outputs, graph.meta)
+
+
+# -- choosing rows -------------------------------------------------------------------------------
+
+
+@njit(cache=True)
+def _best_rows(a, m):
+    """Indices of the m largest entries of a (any m of them on ties), by a running sorted buffer."""
+    vals = np.full(m, -np.inf, np.float32)
+    idx = np.full(m, -1, np.int64)
+    for i in range(a.shape[0]):
+        v = a[i]
+        if v > vals[0] or idx[0] < 0:
+            j = 0
+            while j + 1 < m and (v > vals[j + 1] or idx[j + 1] < 0):
+                vals[j] = vals[j + 1]
+                idx[j] = idx[j + 1]
+                j += 1
+            vals[j] = v
+            idx[j] = i
+    return idx[idx >= 0]
+
+
+@njit(cache=True)
+def _rows_reaching(a, c, xnorm, floor, tiny, cmax):
+    """Indices i whose upper bound a[i] + c[i] * xnorm + tiny (f64, inflated by SLACK, and by 2^-40 of
+    itself for the additions' rounding) reaches floor. A first test against the largest margin
+    (cmax: c.max()) passes over most rows with one comparison."""
+    out = np.empty(a.shape[0], np.int64)
+    n = 0
+    slack = 1.0 + 2.0**-30
+    widest = (cmax * xnorm + tiny) * slack
+    low = floor - widest - abs(floor) * 2.0**-30 - widest * 2.0**-30
+    for i in range(a.shape[0]):
+        ai = np.float64(a[i])
+        if ai >= low or ai != ai:  # a NaN copy score is kept, never skipped
+            upper = ai + (np.float64(c[i]) * xnorm + tiny) * slack
+            if not upper + abs(upper) * 2.0**-40 < floor:
+                out[n] = i
+                n += 1
+    return out[:n]
+
+
+@dataclass
+class Shortlisted:
+    """One hidden row's exact logits for every row that can be among the k best: ids i64, scores f32."""
+
+    ids: np.ndarray
+    scores: np.ndarray
+
+
+class FasterOfTwo:
+    """Which of two exact ways to score a row is faster here, by measurement: each is tried PROBES
+    times, then the one with the lower running mean (seconds per row) runs, and the other is tried
+    again every EXPLORE calls, so a change of load or of how many rows pass the bound is followed."""
+
+    PROBES = 4
+    EXPLORE = 64
+    WEIGHT = 0.25  # of the newest time in the running mean
+
+    def __init__(self):
+        self.mean = {True: 0.0, False: 0.0}
+        self.count = {True: 0, False: 0}
+        self.calls = 0
+
+    def pick(self) -> bool:
+        self.calls += 1
+        for way in (True, False):
+            if self.count[way] < self.PROBES:
+                return way
+        faster = self.mean[True] <= self.mean[False]
+        return (not faster) if self.calls % self.EXPLORE == 0 else faster
+
+    def record(self, way: bool, seconds: float) -> None:
+        first = self.count[way] == 0
+        self.mean[way] = seconds if first else self.mean[way] + self.WEIGHT * (seconds - self.mean[way])
+        self.count[way] += 1
+
+
+class OutputHead:
+    """The output layer of one graph on the CPU: its raw weight, its copy (made on first use) and the
+    kernels. `logits(hidden, top)` is what the engine calls after a pass of the graph cut before it."""
+
+    def __init__(self, raw: np.ndarray, dtype: str, k: int, *, threads: int, bound_scale: float = 1.0):
+        self.raw = raw  # u8 [N, row bytes], the file's rows (memory-mapped)
+        self.dtype = dtype
+        self.kind = COPIES[dtype]  # the copy's type and the activations both kernels read
+        self.k = k
+        self.n = raw.shape[0]
+        self.threads = max(1, threads)
+        self.bound_scale = bound_scale  # tests break the bound with a scale below 1
+        self.copy: np.ndarray | None = None  # u8 [N, the copy's row bytes], made on first use
+        self.c: np.ndarray | None = None  # f32 [N], each row's bound per unit of ||x||
+        self.cmax = 0.0
+        self.tiny = 4.0 * k * TINY
+        kernels = StepKernels()
+        self._exact = MATMUL_SIG(kernels.matmul(self.kind.original, k))
+        self._approx = MATMUL_SIG(kernels.matmul(self.kind.copy, k))
+        self.scored = 0  # rows scored exactly by shortlist(), summed over calls (the bench reports it)
+        self.calls = 0
+        self.choice = FasterOfTwo()
+        self.adaptive = True  # False: shortlist whenever asked (tests), whatever it costs
+
+    def logits(self, hidden: np.ndarray, top: int) -> np.ndarray:
+        """Logits f32 [R, N] for hidden rows f32 [R, K]: every one (top 0), or for each row the exact
+        logits of every token that can be among its `top` best and -inf for the tokens proven not to.
+        Where the full layer has lately been faster per row (the `choice` rule), it is used instead:
+        the answer is the same either way."""
+        if top <= 0 or len(hidden) == 0:
+            return self.full(hidden)
+        shortlisting = self.choice.pick() if self.adaptive else True
+        if shortlisting:
+            self._make_copy()  # once, and not timed: the choice compares the two ways' running costs
+        began = time.perf_counter()
+        if not shortlisting:
+            out = self.full(hidden)
+        else:
+            out = np.full((len(hidden), self.n), -np.inf, np.float32)
+            for r in range(len(hidden)):
+                found = self.shortlist(hidden[r], top)
+                if found is None:
+                    out[r] = self.full(hidden[r:r + 1])[0]
+                else:
+                    out[r, found.ids] = found.scores
+        self.choice.record(shortlisting, (time.perf_counter() - began) / len(hidden))
+        return out
+
+    def _run(self, kernel, weight: np.ndarray, acts, m: int, threads: int) -> np.ndarray:
+        out = np.empty((m, weight.shape[0]), np.float32)
+        extra = None if acts.extra is None else acts.extra.ctypes.data  # q8_k: the sums of 16
+        args = (weight.ctypes.data, acts.q.ctypes.data, acts.d.ctypes.data, extra, out.ctypes.data, m)
+        _split(kernel, args, weight.shape[0], threads)
+        return out
+
+    def full(self, hidden: np.ndarray) -> np.ndarray:
+        """Every logit, f32 [R, N], by the layer's own kernel (what the full graph's tape computes)."""
+        if len(hidden) == 0:
+            return np.empty((0, self.n), np.float32)
+        acts = quantize_activations(hidden, self.kind.activations)
+        return self._run(self._exact, self.raw, acts, len(hidden), self.threads)
+
+    def shortlist(self, hidden: np.ndarray, k: int) -> Shortlisted | None:
+        """Exact logits of every row that can be among the k best of one hidden row (f32 [K]); the rows
+        left out are proven below k of those returned. None when the bound cannot be used (a hidden
+        value that is not finite)."""
+        acts = quantize_activations(hidden[None, :], self.kind.activations)
+        approx, xnorm = self._approximate(acts)
+        if not np.isfinite(xnorm):
+            return None
+        first = _best_rows(approx, max(1, min(k, self.n)))
+        first_scores = self._exact_rows(acts, first)
+        floor = float(np.sort(first_scores)[-min(k, len(first))])
+        if not np.isfinite(floor):
+            return None
+        reaching = _rows_reaching(approx, self.c, xnorm, floor, self.tiny, self.cmax)
+        rest = np.setdiff1d(reaching, first, assume_unique=True)
+        ids = np.concatenate([first, rest])
+        scores = np.concatenate([first_scores, self._exact_rows(acts, rest)])
+        self.scored += len(ids)
+        self.calls += 1
+        return Shortlisted(ids, scores)
+
+    def bounds(self, hidden: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For one hidden row f32 [K]: the copy's scores f32 [N] and each row's bound f64 [N], the most
+        the layer's exact score can differ from the copy's (what shortlist() relies on)."""
+        approx, xnorm = self._approximate(quantize_activations(hidden[None, :], self.kind.activations))
+        return approx, (self.c.astype(np.float64) * xnorm + self.tiny) * SLACK
+
+    def _approximate(self, acts) -> tuple[np.ndarray, float]:
+        """The copy's scores f32 [N] of one quantized row, and that row's ||x|| (rounded up)."""
+        self._make_copy()
+        x = acts.q.astype(np.float64).reshape(acts.d.size, -1) * acts.d.astype(np.float64).reshape(-1, 1)
+        xnorm = float(np.sqrt(np.sum(x * x))) * SLACK
+        return self._run(self._approx, self.copy, acts, 1, self.threads)[0], xnorm
+
+    def _make_copy(self) -> None:
+        """The copy and its constants, on first use (about 4 s for Gemma 3's 262,144 rows)."""
+        if self.copy is None:
+            self.copy, c = make_copy(self.raw, self.k, self.dtype)
+            self.c = (c * np.float32(self.bound_scale)).astype(np.float32)
+            self.cmax = float(self.c.max())
+
+    def _exact_rows(self, acts, ids: np.ndarray) -> np.ndarray:
+        """The exact kernel on some weight rows: each row's float operations are the same sequence
+        whatever rows share the call (matmul_ir), so each value is the full layer's."""
+        if len(ids) == 0:
+            return np.empty(0, np.float32)
+        rows = np.ascontiguousarray(self.raw[ids])
+        threads = self.threads if len(ids) >= EXACT_ROWS_PER_THREAD else 1  # a thread's start costs more
+        return self._run(self._exact, rows, acts, 1, threads)[0]
+
+
+def open_head(graph: Graph, weights, *, threads: int, bound_scale: float = 1.0) -> OutputHead | None:
+    """The graph's output layer as an OutputHead, or None when Shortlist cannot serve it."""
+    tensor = eligible(graph)
+    if tensor is None:
+        return None
+    weight = graph.node(graph.output("logits").inputs[1])
+    k = weight.type.shape[1]
+    if k % COPIES[weight.type.dtype].block:
+        return None
+    return OutputHead(np.asarray(weights.tensor(tensor)), weight.type.dtype, k, threads=threads,
+                      bound_scale=bound_scale)
