@@ -10,6 +10,7 @@ keys.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
@@ -18,21 +19,25 @@ from typing import TYPE_CHECKING
 
 from kinetic import hub
 from kinetic.compiler import compile_graph
+from kinetic.embeddings import as_matrix, embedding_setup, inputs_to_ids, make_embedder, rerank_ids
 from kinetic.errors import KineticError
 from kinetic.frontend.blocks import Options
 from kinetic.frontend.gguf_file import open_gguf
 from kinetic.ktc.load import load_if_ktc, required_signer
-from kinetic.limits import check_threads
+from kinetic.limits import MAX_BATCH, check_threads
+from kinetic.runtime.embedding import Embedder, is_embedding_graph
 from kinetic.runtime.engine import DEFAULT_CONTEXT, Engine
 from kinetic.runtime.generation import Generation, GenerationRequest, Generator, Piece
 from kinetic.runtime.sampling import SamplingSettings, settings_from_metadata
 from kinetic.runtime.sampling.settings import SettingError, token_limit
 from kinetic.runtime.speculative import SpeculativeDecoder
+from kinetic.runtime.warm import DEFAULT_MEMORY_BYTES, WarmStore, model_key
 from kinetic.runtime.weights import GGUFWeights
 
 if TYPE_CHECKING:
     from kinetic.frontend.template_pool import RenderBudget
     from kinetic.grammar import Grammar, GrammarMatcher
+    from kinetic.runtime.engine import Sequence
 
 
 @dataclass
@@ -46,6 +51,7 @@ class GenerationStats:
     sampling: SamplingSettings | None = None  # the settings used, with the seed actually drawn from
     drafted: int = 0  # RAD-1's guessed rows and the guesses it kept
     accepted: int = 0
+    cached_tokens: int = 0  # prompt tokens not computed (Warm Start: an earlier call's state)
 
 
 class Model:
@@ -55,11 +61,23 @@ class Model:
                  chat_template_file: str | os.PathLike | None = None, options: Options | None = None,
                  device: str = "cpu", threads: int | None = None, draft: bool = True,
                  gpu_layers: int | None = None, template_budget: RenderBudget | None = None,
-                 require_signature: str | bytes | None = None, chat_template: str | None = None):
+                 require_signature: str | bytes | None = None, chat_template: str | None = None,
+                 warm_start: bool = True, cache_dir: str | os.PathLike | None = None,
+                 warm_memory_bytes: int = DEFAULT_MEMORY_BYTES, batch: int | None = None, pooling: str | None = None,
+                 shortlist: bool = True):
         """`require_signature`: a public key (64 hex digits, a file holding them, or 32 bytes); only a
         .ktc file it signed loads. Without it, $KINETIC_REQUIRE_SIGNATURE when set (docs/security.md).
         `chat_template`: a built-in template's name (kinetic.frontend.chat.BUILTIN_TEMPLATES), as
-        llama.cpp's --chat-template NAME, in place of the file's template."""
+        llama.cpp's --chat-template NAME, in place of the file's template.
+        `warm_start`: keep the states prompts leave behind and start each prompt from the longest
+        prefix stored (docs/warm-start.md; exact, so it changes only speed): in memory, up to
+        `warm_memory_bytes`, and under `cache_dir` too when given (kept across restarts;
+        kinetic.runtime.warm_disk.default_directory() is where the CLI keeps them).
+        `batch`: prompt rows per pass, the grid prompts are cut on [default: the .ktc profile's, else 128].
+        `pooling`: an embedding model's pooling (none, mean, cls, last, rank) in place of the file's,
+        as llama.cpp's --pooling (docs/embeddings.md).
+        `shortlist`: score only the output layer's rows that can win when a request allows it
+        (docs/shortlist.md; exact, so it changes only speed); False is --off shortlist."""
         _check_template_name(chat_template)
         threads = check_threads(threads)
         signer = required_signer(require_signature)
@@ -70,8 +88,13 @@ class Model:
         self.options = options or Options()  # what a receipt records of how the graph was lowered
         self.graph = self.ktc.graph(options) if self.ktc else compile_graph(self.gguf, options)
         run = self.ktc.engine_settings(device, threads) if self.ktc else {"threads": threads}
+        if batch is not None:
+            run = {**run, "batch": _checked_batch(batch)}
+        self._embedding = embedding_setup(self.graph, self.gguf, n_ctx=n_ctx, pooling=pooling)
+        if is_embedding_graph(self.graph):  # a pass holds a whole input (an encoder's rows see each other)
+            run = {**run, "batch": self._embedding.max_tokens}
         self.engine = Engine(self.graph, GGUFWeights(self.gguf), n_ctx=n_ctx, device=device, gpu_layers=gpu_layers,
-                             **run)
+                             shortlist=shortlist, **run)
         self._chat_template_file = chat_template_file
         self._chat_template_name = chat_template
         self._template_budget = template_budget  # None: chat.DEFAULT_BUDGET (2 s, 16 MiB out, 512 MiB memory)
@@ -80,6 +103,19 @@ class Model:
         self._generator: Generator | None = None
         self._draft = draft  # RAD-1 (docs/rad1.md): exact, so it changes only speed; False is --off rad1
         self._last: Generation | None = None
+        self._embedder: Embedder | None = None
+        self.warm: WarmStore | None = self._warm_store(cache_dir, warm_memory_bytes) if warm_start else None
+        self._spare: Sequence | None = None  # the last call's sequence, cut back and continued by the next
+
+    def _warm_store(self, cache_dir, memory_bytes: int) -> WarmStore:
+        disk = None
+        if cache_dir is not None:
+            from kinetic.runtime.warm_disk import DiskTier
+
+            disk = DiskTier(Path(cache_dir))
+        key = functools.partial(model_key, model_file=self.path, graph=self.engine.graph, device=self.engine.device,
+                                batch=self.engine.batch)
+        return WarmStore(key, batch=self.engine.batch, memory_bytes=memory_bytes, disk=disk)
 
     @property
     def n_vocab(self) -> int:
@@ -132,6 +168,38 @@ class Model:
                                                         budget=budget)
         return self._template
 
+    # -- embeddings (docs/embeddings.md) ---------------------------------------------------------------
+
+    @property
+    def embedder(self) -> Embedder:
+        """The runtime's embedder for this model; refused for a model that is not an embedding model."""
+        if self._embedder is None:
+            if not is_embedding_graph(self.graph):
+                raise KineticError(f"{self.path.name} is not an embedding model (no pooling in the file)",
+                                   "Use an embedding model: bert, nomic-bert, or a decoder file with "
+                                   "<arch>.pooling_type (Qwen3-Embedding). See docs/embeddings.md.")
+            self._embedder = make_embedder(self.engine, self.graph, self.gguf, self._embedding)
+        return self._embedder
+
+    def embed(self, texts: str | list, normalize: bool = True, truncate: bool = False):
+        """Embeddings of `texts` (a string, a list of strings, or lists of token ids): f32 [n, width]
+        (pooling none: an array of f32 [tokens, width], one per input), L2-normalized by default.
+        Several inputs share passes; each gets the vector it gets alone. An input longer than the
+        context is refused unless `truncate`."""
+        items = [texts] if isinstance(texts, str) else list(texts)
+        if items and all(isinstance(t, int) for t in items):
+            items = [items]  # one list of token ids
+        ids = inputs_to_ids(self.tokenizer, items, n_vocab=self.tokenizer.vocab_size,
+                            limit=self.embedder.max_tokens, truncate=truncate)
+        return as_matrix(self.embedder.embed(ids, normalized=normalize))
+
+    def rerank(self, query: str, documents: list[str], truncate: bool = False) -> list[float]:
+        """Relevance scores of `documents` to `query` from a reranker's classification head (pooling
+        rank), one per document in order, as llama-server's /rerank scores them."""
+        limit = self.embedder.max_tokens
+        pairs = [rerank_ids(self.tokenizer, self.gguf, query, doc) for doc in documents]
+        return self.embedder.scores([p[:limit] for p in pairs] if truncate else pairs)
+
     # -- generation ----------------------------------------------------------------------------------
 
     def generate(self, prompt: str | list[int], max_tokens: int | None = None, temperature: float | None = None,
@@ -155,17 +223,27 @@ class Model:
         ids = self._prompt_ids(prompt)
         matcher = None if grammar is None else self._grammar_matcher(grammar)
         request = GenerationRequest(tuple(ids), settings, max_tokens, grammar=matcher, draft=draft)
-        self._last = self.generator.generate(request)
-        pieces = _token_ids(self._last) if return_tokens else _texts(self._last)
+        sequence, self._spare = (self._spare, None) if self.warm is not None else (None, None)
+        self._last = self.generator.generate(request, sequence=sequence)
+        events = self._returning(self._last)
+        pieces = _token_ids(events) if return_tokens else _texts(events)
         if stream:
             return pieces
         return list(pieces) if return_tokens else "".join(pieces)
+
+    def _returning(self, generation: Generation) -> Iterator:
+        """The generation's events; once it ends, its sequence is the one the next call continues."""
+        try:
+            yield from generation
+        finally:
+            if self.warm is not None:
+                self._spare = generation.sequence
 
     @property
     def generator(self) -> Generator:
         """The runtime's generation loop for this model (kinetic/runtime/generation.py)."""
         if self._generator is None:
-            self._generator = Generator(self.engine, self.tokenizer, draft=self._draft)
+            self._generator = Generator(self.engine, self.tokenizer, draft=self._draft, warm=self.warm)
         return self._generator
 
     @property
@@ -185,7 +263,8 @@ class Model:
         if g is None:
             return GenerationStats()
         return GenerationStats(len(g.request.prompt), g.prompt_seconds, len(g.tokens), g.generate_seconds,
-                               g.finish_reason, list(g.tokens), g.sampler.settings, g.drafted, g.accepted)
+                               g.finish_reason, list(g.tokens), g.sampler.settings, g.drafted, g.accepted,
+                               g.n_cached)
 
     def sampling_defaults(self) -> SamplingSettings:
         """llama.cpp's defaults with the file's general.sampling.* recommendations over them."""
@@ -260,3 +339,10 @@ def _checked_limit(max_tokens) -> int | None:
         return token_limit(max_tokens)
     except SettingError as e:
         raise KineticError(f"bad max_tokens: {e.reason}", "Give a count of tokens, or None for no limit.") from None
+
+
+def _checked_batch(batch) -> int:
+    if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= MAX_BATCH:
+        raise KineticError(f"the batch must be a whole number from 1 to {MAX_BATCH}, not {batch!r}",
+                           "Leave it out for the default, 128 prompt rows per pass.")
+    return batch

@@ -100,6 +100,7 @@ class ChatSession:
             reasoning, content = splitter.flush()
             yield from ((kind, t) for kind, t in ((REASONING, reasoning), (CONTENT, content)) if t)
         answer = "".join(pieces)
+        reused = finished.cached_tokens if finished is not None else reused  # Warm Start may restore more
         self.last = Turn(messages, ids, reused, answer, finished)
         if answer or finished.generated_tokens:
             self.messages += [{"role": "user", "content": text}, {"role": "assistant", "content": answer}]
@@ -124,7 +125,7 @@ class ChatSession:
             self._sequence = engine.new_sequence()
         held = self._sequence.tokens
         keep = 0
-        limit = min(len(held), len(ids) - 1)
+        limit = min(len(held), len(ids) - 1) if getattr(self.model, "warm", None) is not None else 0  # --off warm-start
         while keep < limit and held[keep] == ids[keep]:
             keep += 1
         engine.rollback(self._sequence, keep)

@@ -113,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
     sys.stdout.write("\n")
     s = model.last_stats
     sys.stderr.write(status_line(s.generated_tokens, s.generate_seconds, s.prompt_tokens, s.prompt_seconds,
-                                 args) + "\n")
+                                 args, cached=s.cached_tokens) + "\n")
     if args.receipt:
         from kinetic.receipts import Answer
 
@@ -126,12 +126,15 @@ def run(args: argparse.Namespace) -> int:
 
 
 def status_line(generated: int, generate_seconds: float, prompt: int, prompt_seconds: float,
-                args: argparse.Namespace) -> str:
-    """`[45 tokens at 25.5 tok/s; prompt 37 tokens at 62.8 tok/s on the CPU; context 8192 (the model's)]`."""
+                args: argparse.Namespace, *, cached: int = 0) -> str:
+    """`[45 tokens at 25.5 tok/s; prompt 37 tokens at 62.8 tok/s on the CPU; context 8192 (the model's)]`;
+    with `cached` prompt tokens restored by Warm Start, `prompt 37 tokens at 62.8 tok/s, 512 cached`."""
     answer_speed = generated / generate_seconds if generate_seconds else 0.0
-    prompt_speed = prompt / prompt_seconds if prompt_seconds else 0.0
-    return (f"[{generated} tokens at {answer_speed:.1f} tok/s; prompt {prompt} tokens at {prompt_speed:.1f} tok/s "
-            f"on {DEVICE_NAMES[args.device]}; context {args.context.tokens} ({args.context.why})]")
+    ran = prompt - cached
+    prompt_speed = ran / prompt_seconds if prompt_seconds else 0.0
+    reused = f", {cached} cached" if cached else ""
+    return (f"[{generated} tokens at {answer_speed:.1f} tok/s; prompt {ran} tokens at {prompt_speed:.1f} tok/s"
+            f"{reused} on {DEVICE_NAMES[args.device]}; context {args.context.tokens} ({args.context.why})]")
 
 
 def _stdin_is_terminal() -> bool:

@@ -155,9 +155,25 @@ def check_template_args(args: argparse.Namespace) -> None:
 # -- the rest of the runtime options, and loading the model they describe -----------------------------
 
 def add_off_arg(p: argparse.ArgumentParser) -> None:
-    """--off LIST, as kinetic bench takes it; run, chat and serve act on rad1 (drafting off, same tokens)."""
+    """--off LIST, as kinetic bench takes it; run, chat and serve act on rad1 (drafting off, same tokens),
+    shortlist (the whole output layer every token, same tokens) and warm-start; and Warm Start's
+    --cache-dir and --no-prompt-cache (docs/warm-start.md)."""
     p.add_argument("--off", metavar="LIST", help="speed technologies to turn off, comma-separated: rad1 "
-                   "(RAD-1's drafting; the answer is the same, only slower), shortlist, torque, warm-start")
+                   "(RAD-1's drafting), shortlist (the output layer's shortcut), torque, warm-start; the answer is the "
+                   "same, only slower")
+    p.add_argument("--cache-dir", metavar="DIR", help="where Warm Start keeps prompt states "
+                   "[default: kinetic/warm in the user's cache directory]")
+    p.add_argument("--no-prompt-cache", action="store_true", help="run every prompt from its first token; "
+                   "same as --off warm-start")
+
+
+def warm_settings(args: argparse.Namespace) -> dict:
+    """Model's Warm Start keywords for --off warm-start, --no-prompt-cache and --cache-dir."""
+    from kinetic.runtime.warm_disk import default_directory
+
+    if args.no_prompt_cache or "warm-start" in parse_off(args.off):
+        return {"warm_start": False}
+    return {"warm_start": True, "cache_dir": args.cache_dir or default_directory()}
 
 
 def parse_off(text: str | None) -> list[str]:
@@ -204,8 +220,10 @@ def load_model(args: argparse.Namespace, spec: str, **extra):
     with CompileProgress.shown():
         model = Model(spec, n_ctx=args.context.tokens, chat_template_file=args.chat_template_file,
                       chat_template=args.chat_template, device=args.device, threads=args.threads,
-                      draft="rad1" not in parse_off(args.off), gpu_layers=args.gpu_layers,
-                      require_signature=args.require_signature, options=lowering_options(args), **extra)
+                      draft="rad1" not in parse_off(args.off), shortlist="shortlist" not in parse_off(args.off),
+                      gpu_layers=args.gpu_layers,
+                      require_signature=args.require_signature, options=lowering_options(args),
+                      **warm_settings(args), **extra)
         warm_up(model)
     return model
 

@@ -1,9 +1,8 @@
 """Checking a receipt: its token hashes, its signature, its model file, then a plain rerun.
 
 Owns: each check as a function returning what it found, and the rerun: the recorded prompt ids with
-the recorded settings, one sequence, nothing drafted (Model(draft=False): RAD-1 off), nothing cached.
-Does not own the
-command line or printing (kinetic/cli/verify_receipt_cmd.py).
+the recorded settings, one sequence, nothing drafted (Model(draft=False): RAD-1 off), nothing cached
+(warm_start=False). Does not own the command line or printing (kinetic/cli/verify_receipt_cmd.py).
 """
 
 from __future__ import annotations
@@ -95,7 +94,7 @@ def rerun(receipt: dict[str, Any], path: Path, *, device: str, threads: int | No
     recorded = receipt["output"]["tokens"]["ids"]
     limit = len(recorded) + 1 if max_tokens is None else min(max_tokens, len(recorded) + 1)
     model = Model(path, n_ctx=settings["ctx-size"], device=device, threads=threads,
-                  options=options_from_settings(settings), draft=False)
+                  options=options_from_settings(settings), draft=False, warm_start=False)
     text = model.generate(receipt["prompt"]["ids"], max_tokens=limit, sampling=sampling)
     stats = model.last_stats
     result = Rerun(list(stats.tokens), stats.stop_reason, text, device_class_of(device), build_hash(), __version__,

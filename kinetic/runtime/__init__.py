@@ -18,5 +18,8 @@ HTTP (kinetic/server) or command lines (kinetic/cli); it imports neither of the 
     speculative.py   SpeculativeDecoder: drafted decoding that yields plain decoding's tokens
     stop_strings.py  HoldBack: streamed text held back only where a stop string may still begin
     conformance.py   greedy tokens against llama.cpp's golden data, up to near-ties
+    warm.py          WarmStore: Warm Start's prefix states in memory, resume and keep on the grid
+    warm_costs.py    RestoreCosts: measured speeds, whether restoring beats recomputing
+    warm_disk.py     DiskTier: Warm Start's states as checked files under the cache folder
     sampling/        llama.cpp's sampler chain: settings, filters, DRY, Mirostat, the Sampler
 """

@@ -15,9 +15,11 @@ Exactness: the prompt goes through the decoder's steps in `Engine.prefill`'s own
 logits are the same whether or not a caller watches for cancellation between chunks; whether each
 pass runs alone (iterating a Generation) or beside other answers' rows (steps() under the
 scheduler's Convoy), batch invariance gives every row the same bits, so the answer is the same.
-A caller's `sequence` (a conversation's cache, holding a prefix of the prompt: `kinetic chat`) is
-continued rather than refilled; batch invariance makes its entries the ones a fresh prefill
-computes, so the answer is the same.
+A caller's `sequence` (a conversation's cache: `kinetic chat`, a server slot's, the Python API's) is
+continued rather than refilled; with Warm Start (kinetic/runtime/warm.py) it is first cut back to
+what it shares with the prompt and extended from a stored state at a grid point when one reaches
+further. Batch invariance makes those entries the ones a fresh prefill computes, and the rest of the
+prompt runs in the grid chunks a cold run gives it, so the answer is the same.
 """
 
 from __future__ import annotations
@@ -34,12 +36,14 @@ import numpy as np
 from kinetic.errors import KineticError
 from kinetic.runtime.engine import SeqRows
 from kinetic.runtime.sampling import Sampler, SamplingSettings, log_softmax, top_logprobs
-from kinetic.runtime.speculative import DraftStats, SpeculativeDecoder, run_alone
+from kinetic.runtime.speculative import DraftStats, SpeculativeDecoder, feed_steps, run_alone
 from kinetic.runtime.stop_strings import HoldBack
+from kinetic.runtime.warm import grid_floor
 
 if TYPE_CHECKING:
     from kinetic.grammar import ConstrainedSampler, GrammarMatcher
     from kinetic.runtime.engine import Engine, Sequence
+    from kinetic.runtime.warm import WarmStore
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,7 @@ class GenerationRequest:
     keep_special: bool = False  # keep control tokens' text (tool-call markers such as [TOOL_CALLS])
     grammar: GrammarMatcher | None = None  # hold the answer to this grammar
     draft: bool | None = None  # RAD-1 on or off for this answer; None: the Generator's default
+    prefill_only: bool = False  # Zero Wait: run the prompt's whole grid chunks, keep the state, answer nothing
 
 
 @dataclass(frozen=True)
@@ -88,16 +93,19 @@ class Finished:
     passes: int = 0  # engine passes this answer ran (prompt chunks, decode steps, verifications)
     drafted: int = 0  # RAD-1's guessed rows and the guesses it kept
     accepted: int = 0
+    cached_tokens: int = 0  # prompt tokens not computed: reused from a sequence or restored (Warm Start)
+    held_tokens: int = 0  # prompt tokens in the sequence when the prompt part ended (a prefill's result)
 
 
 class Generator:
     """Generation for one engine and tokenizer: the RAD-1 decoder (one per engine: it learns pass
     costs and indexes every request) and the token texts, built once."""
 
-    def __init__(self, engine: Engine, tokenizer, draft: bool = True):
+    def __init__(self, engine: Engine, tokenizer, draft: bool = True, warm: WarmStore | None = None):
         self.engine = engine
         self.tokenizer = tokenizer
         self.draft = draft  # RAD-1 (docs/rad1.md): exact, so it changes only speed; False is --off rad1
+        self.warm = warm  # Warm Start's states (kinetic/runtime/warm.py); None: --off warm-start
         self._decoder: SpeculativeDecoder | None = None
         self._pieces: list[bytes] | None = None
 
@@ -135,8 +143,19 @@ class Generator:
 
     def generate(self, request: GenerationRequest, cancelled: threading.Event | None = None,
                  sequence: Sequence | None = None) -> Generation:
-        """`sequence`: continue this sequence, whose tokens are a prefix of the prompt (None: a new one)."""
+        """`sequence`: continue this sequence (None: a new one). With Warm Start it is cut back to
+        what it shares with the prompt and may be extended from a stored state; without, its tokens
+        must be a prefix of the prompt."""
         return Generation(self, request, cancelled, sequence)
+
+    def resume(self, seq: Sequence, ids: list[int]) -> int:
+        """Prepare `seq` for the prompt `ids`; returns the prompt tokens it then holds (not recomputed)."""
+        if self.warm is not None:
+            return self.warm.resume(self.engine, seq, ids)
+        done = len(seq.tokens)
+        if done >= len(ids) or seq.tokens != ids[:done]:
+            raise ValueError("the sequence must hold a prefix of the prompt, at least one token shorter")
+        return done
 
 
 class Generation:
@@ -154,6 +173,8 @@ class Generation:
         self.cancelled = cancelled or threading.Event()
         self.sampler = generator.sampler(request.settings, list(request.prompt), request.grammar)
         self.n_prompt_processed = 0
+        self.n_cached = 0  # prompt tokens not computed (held by the sequence or restored: Warm Start)
+        self.n_held = 0  # prompt tokens in the sequence when the prompt part ended
         self.tokens: list[int] = []
         self.prompt_seconds = 0.0
         self.generate_seconds = 0.0
@@ -218,7 +239,7 @@ class Generation:
             yield Piece(tail, pending.take_all())
         yield Finished(self.finish_reason, stop_type, word, len(request.prompt),
                        len(self.tokens), list(self.tokens), self.prompt_seconds, self.generate_seconds,
-                       self.sampler.settings, self.passes, self.drafted, self.accepted)
+                       self.sampler.settings, self.passes, self.drafted, self.accepted, self.n_cached, self.n_held)
 
     def _tokens(self, eot: set[int]) -> Iterator[SeqRows | tuple[int, TokenInfo]]:
         """The model's tokens as plain decoding picks them: RAD-1's decoder's steps (drafting as the
@@ -226,14 +247,18 @@ class Generation:
         tokens). Yields the rows each pass wants and (token, its TokenInfo); stops when cancelled."""
         generator, engine, request = self.generator, self.generator.engine, self.request
         ids = list(request.prompt)
-        seq = self.sequence if self.sequence is not None else engine.new_sequence()
-        done = len(seq.tokens)  # already in the cache (a conversation's earlier turns)
-        if done >= len(ids) or seq.tokens != ids[:done]:
-            raise ValueError("the sequence must hold a prefix of the prompt, at least one token shorter")
+        if self.sequence is None:
+            self.sequence = engine.new_sequence()
+        seq = self.sequence
+        began = time.perf_counter()
+        done = self.n_cached = self.n_prompt_processed = generator.resume(seq, ids)
         picker = _Recording(self.sampler, self._info)
         draft = generator.draft if request.draft is None else request.draft
-        steps = generator.decoder.steps(seq, ids[done:], request.max_tokens, stop=eot, picker=picker, draft=draft,
-                                        stats=self.stats)
+        if request.prefill_only:  # whole grid chunks only: the request that follows runs the same ones
+            steps = feed_steps(engine, seq, ids[done:grid_floor(len(ids), engine.batch)])
+        else:
+            steps = generator.decoder.steps(seq, ids[done:], request.max_tokens, stop=eot, picker=picker,
+                                            draft=draft, stats=self.stats, top=0 if request.logprobs else None)
         try:
             for item in steps:
                 if self.cancelled.is_set():
@@ -245,10 +270,21 @@ class Generation:
                     self.passes += 1
                     self.n_prompt_processed = min(len(seq.tokens), len(ids))
                     continue
+                if not self.tokens:  # the prompt's part has ended: its speed teaches Warm Start
+                    self._prompt_done(seq, ids, time.perf_counter() - began)
                 self.n_prompt_processed = len(ids)
                 yield item, picker.take(item)
         finally:
             steps.close()
+            if not self.tokens:
+                self._prompt_done(seq, ids, time.perf_counter() - began)
+            if generator.warm is not None:
+                generator.warm.keep(engine, seq)
+
+    def _prompt_done(self, seq: Sequence, ids: list[int], seconds: float) -> None:
+        self.n_held = min(len(seq.tokens), len(ids))
+        if self.generator.warm is not None:
+            self.generator.warm.costs.observe_prefill(self.n_held - self.n_cached, seconds)
 
     def _info(self, token: int, logits: np.ndarray) -> TokenInfo:
         piece = self.generator.piece

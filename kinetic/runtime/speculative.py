@@ -35,7 +35,8 @@ from kinetic.runtime.drafting import (
     drafters_for,
     seen_index,
 )
-from kinetic.runtime.engine import Engine, SeqRows, Sequence
+from kinetic.runtime.engine import Engine, SeqRows, Sequence, grid_chunks
+from kinetic.runtime.shortlist import picker_rows_needed
 
 Steps = Iterator["SeqRows | int"]  # a decoding loop's steps: rows it wants (logits filled in) and tokens
 
@@ -126,15 +127,23 @@ def generation_limit(engine: Engine, seq: Sequence, prompt: list[int], max_token
     return room if max_tokens is None or max_tokens < 0 else min(max_tokens, room)
 
 
-def prefill_steps(engine: Engine, seq: Sequence, tokens: list[int]) -> Generator[SeqRows, None, np.ndarray]:
-    """Engine.prefill as steps: the same chunks (only the last one's last row gives logits); returns
-    those logits, f32 [n_vocab]."""
+def feed_steps(engine: Engine, seq: Sequence, tokens: list[int]) -> Generator[SeqRows, None, None]:
+    """Engine.feed as steps: the tokens in grid chunks, no logits."""
+    base = seq.cache.length
+    for lo, hi in grid_chunks(base, len(tokens), engine.batch):
+        yield SeqRows(seq, PassRows.chain(tokens[lo - base:hi - base], seq.cache.length, outputs="none"))
+
+
+def prefill_steps(engine: Engine, seq: Sequence, tokens: list[int],
+                  top: int = 0) -> Generator[SeqRows, None, np.ndarray]:
+    """Engine.prefill as steps: the same grid chunks (only the last one's last row gives logits);
+    returns those logits, f32 [n_vocab] (`top`: Shortlist's, SeqRows.top)."""
     if not tokens:
         raise ValueError("prefill needs at least one token")
-    last = (len(tokens) - 1) // engine.batch * engine.batch
-    for start in range(0, last, engine.batch):
-        yield SeqRows(seq, PassRows.chain(tokens[start:start + engine.batch], seq.cache.length, outputs="none"))
-    want = SeqRows(seq, PassRows.chain(tokens[last:], seq.cache.length))
+    base = seq.cache.length
+    chunks = grid_chunks(base, len(tokens), engine.batch)
+    yield from feed_steps(engine, seq, tokens[:chunks[-1][0] - base])
+    want = SeqRows(seq, PassRows.chain(tokens[chunks[-1][0] - base:], seq.cache.length), top=top)
     yield want
     return want.logits[-1]
 
@@ -196,9 +205,10 @@ class SpeculativeDecoder:
 
     def steps(self, seq: Sequence, prompt: list[int], max_tokens: int | None,
               stop: Collection[int] = frozenset(), picker: Picker | None = None,
-              draft: bool | None = None, stats: DraftStats | None = None) -> Steps:
+              draft: bool | None = None, stats: DraftStats | None = None, top: int | None = None) -> Steps:
         """generate()'s loop as steps: yields a SeqRows before each pass (prompt chunks, then one
-        decode row or a draft tree per pass; resume it once its logits are filled in) and each token."""
+        decode row or a draft tree per pass; resume it once its logits are filled in) and each token.
+        `top`: Shortlist's rows per choice (SeqRows.top; 0 every logit; None: as the picker needs)."""
         engine, picker, stats = self.engine, picker or GreedyPicker(), stats if stats is not None else DraftStats()
         limit = generation_limit(engine, seq, prompt, max_tokens)
         if limit <= 0:
@@ -207,7 +217,9 @@ class SpeculativeDecoder:
         start = len(seq.tokens)
         drafters = drafters_for(engine, seen) if (self.draft if draft is None else draft) else []
         policy = DraftPolicy(self.costs, self.max_rows)
-        token = pick(picker, (yield from prefill_steps(engine, seq, prompt)))
+        # Shortlist: how many best logits the picker's choice depends on (0: all; kinetic/runtime/shortlist.py)
+        top = picker_rows_needed(picker, logprobs=False, n_vocab=engine.n_vocab) if top is None else top
+        token = pick(picker, (yield from prefill_steps(engine, seq, prompt, top)))
         context, generated = list(seq.tokens), 1
         try:
             while True:
@@ -220,7 +232,7 @@ class SpeculativeDecoder:
                 if drafters and room > 0 and policy.ready():
                     proposals = [p for d in drafters if (p := d.propose(context, min(room, self.max_rows)))]
                 out, guessed, kept = yield from self._pass(seq, token, policy.choose(proposals, room), picker,
-                                                           limit - generated, stop, stats)
+                                                           limit - generated, stop, stats, top)
                 policy.record(proposals, out, guessed > 0, kept)
                 for t in out[:-1]:  # accepted guesses: never a stop token, never past the limit
                     yield t
@@ -231,20 +243,21 @@ class SpeculativeDecoder:
                 seen.extend(seq.tokens[start:] + [token])
 
     def _pass(self, seq: Sequence, token: int, choice: tuple[Proposal, int, int] | None, picker: Picker, left: int,
-              stop: Collection[int], stats: DraftStats) -> Generator[SeqRows, None, tuple[list[int], int, int]]:
+              stop: Collection[int], stats: DraftStats,
+              top: int = 0) -> Generator[SeqRows, None, tuple[list[int], int, int]]:
         """One pass after `token`, as a step: plain (choice None) or a drafted tree. Returns the tokens
         it generates (at most `left`), the guessed rows and the guesses kept. The pass's time, which
         teaches the costs, is the whole shared pass when others share it."""
         engine = self.engine
         began = time.perf_counter()
         if choice is None:
-            want = SeqRows(seq, PassRows.chain([token], seq.cache.length))
+            want = SeqRows(seq, PassRows.chain([token], seq.cache.length), top=top)
             yield want
             out, guessed, kept = [pick(picker, want.logits[-1])], 0, 0
         else:
             proposal, rows, spare = choice
             tree = build_tree(token, proposal.branches, rows, spare)
-            want = SeqRows(seq, tree.rows(seq.cache.length), commit=False)
+            want = SeqRows(seq, tree.rows(seq.cache.length), commit=False, top=top)
             yield want
             path, out = accept_draft(tree, want.logits, picker, left, stop)
             engine.keep(seq, path)
