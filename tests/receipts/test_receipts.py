@@ -231,10 +231,10 @@ def test_a_receipt_made_with_drafting_verifies_identical(made, capsys, monkeypat
     kept = []
     steps = speculative.SpeculativeDecoder.steps  # the one decoding loop (generate and Generation use it)
 
-    def counting(self, seq, prompt, max_tokens, stop=frozenset(), picker=None, draft=None, stats=None):
+    def counting(self, seq, prompt, max_tokens, stop=frozenset(), picker=None, draft=None, stats=None, **more):
         stats = stats if stats is not None else speculative.DraftStats()
         try:
-            return (yield from steps(self, seq, prompt, max_tokens, stop, picker, draft, stats))
+            return (yield from steps(self, seq, prompt, max_tokens, stop, picker, draft, stats, **more))
         finally:  # the caller closes the generator at the end-of-turn token
             kept.append(stats.accepted)
 
