@@ -2,11 +2,14 @@
 
 Owns: the attention kernel for an f16 cache (keys and values as f16 bits, a visibility mask per row
 and key, which the runtime derives from the pass's row table). Does not own: the cache's layout or
-which keys a row sees (the runtime), or the meaning (numerics.attention_online).
+which keys a row sees (the runtime: common/pass_caches.py), or the meaning (numerics.attention_online).
 
-The kernel reads the number of cached keys from device memory (meta[0]) and each row's mask at a
-fixed stride (`mask_stride`, a literal in its text: the cache's capacity), so one launch replays in a
-CUDA graph for every pass. Keys at or past meta[0] are never read, whatever the buffers hold there.
+The kernel reads the number of mask columns from device memory (meta[0]), each row's mask at a
+fixed stride (`mask_stride`, a literal in its text: the cache's capacity) and each row's cache from
+kv_rows (its first row in the device's pool of caches, common/kv_mirror.py: key j of row r is pool
+row kv_rows[r][1] + j), so one launch replays in a CUDA graph for every pass, and rows of several
+sequences (Convoy) share a launch, each over its own cache. Keys at or past meta[0] are never read,
+whatever the buffers hold there.
 
 The reference is ggml's CPU flash attention for one query row, and this kernel follows it exactly:
 one warp per (row, head); lane t holds head values 32i + t. Per visible key, in cache order:
@@ -67,13 +70,15 @@ def _score_sum(spaces: int) -> str:
 def attention(n_head: int, n_kv_head: int, head_dim: int, scale: float, softcap: float = 0.0, *,
               mask_stride: int) -> Kernel:
     """out f32 [rows, n_head*head_dim] from q f32 [rows, n_head*head_dim], keys and values as f16 bits
-    u16 [>= n_keys, n_kv_head*head_dim] (the cache, capacity rows), mask u8 [rows, mask_stride] (1: the
-    row sees the key) and meta i32 [n_keys, base_slot] (base_slot is kv_store's; only n_keys is read).
-    Keys past mask_stride are seen by no row (n_keys above it counts as mask_stride)."""
+    u16 [pool rows, n_kv_head*head_dim] (the pool of caches), mask u8 [rows, mask_stride] (1: the row
+    sees its cache's key), meta i32 [n_keys, 0] and kv_rows i32 [rows, 2] (per row the pool row its
+    key was stored at, kv_store's, and the first pool row of its cache, read here: key j is pool
+    row base + j). Keys past mask_stride are seen by no row (n_keys above it counts as mask_stride)."""
     _check(n_head, n_kv_head, head_dim, softcap, mask_stride)
     per_lane = head_dim // 32
     params = (Param("q", "const float*"), Param("keys", "const u16*"), Param("values", "const u16*"),
-              Param("mask", "const u8*"), Param("meta", "const int*"), Param("out", "float*"))
+              Param("mask", "const u8*"), Param("meta", "const int*"), Param("kv_rows", "const int*"),
+              Param("out", "float*"))
     decl = "".join(f"  LANE(float, q{i});\n  LANE(float, acc{i});\n" for i in range(per_lane))
     lanes = range(per_lane)
     load_q = _load_q(per_lane, 6)
@@ -93,6 +98,7 @@ BODY
   const int head = BX * {HEADS_PER_BLOCK} + WARP;
   const int cached = LD(int, meta, 0);
   const int n_keys = cached < MASK_STRIDE ? cached : MASK_STRIDE;
+  const long cache_row = LD(int, kv_rows, 2 * BY + 1);  // the row's cache in the pool
   if (head < NH) {{
     LANES {{
       const long qrow = (long)BY * NH * HD + (long)head * HD;
@@ -104,12 +110,12 @@ BODY
     for (int j = 0; j < n_keys; ++j) {{
       if (!LD(u8, mask, (long)BY * MASK_STRIDE + j)) continue;
       LANES {{
-        const long krow = (long)j * KVW + (long)(head / GROUP) * HD;
+        const long krow = (cache_row + j) * KVW + (long)(head / GROUP) * HD;
 {_score(per_lane, 8)}
       }}
 {_score_sum(6)}\
       LANES {{
-        const long krow = (long)j * KVW + (long)(head / GROUP) * HD;
+        const long krow = (cache_row + j) * KVW + (long)(head / GROUP) * HD;
         const float s = k_mul(L(score), {f32_literal(scale)});
         const bool new_max = s > L(m);
         const float e = k_expf_libc(new_max ? k_sub(L(m), s) : k_sub(s, L(m)));
@@ -157,7 +163,8 @@ def attention_rows(n_head: int, n_kv_head: int, head_dim: int, scale: float, sof
     _check(n_head, n_kv_head, head_dim, softcap, mask_stride, most=PAR_THREADS)
     per_lane = head_dim // 32
     params = (Param("q", "const float*"), Param("keys", "const u16*"), Param("values", "const u16*"),
-              Param("mask", "const u8*"), Param("meta", "const int*"), Param("scratch", "float*"),
+              Param("mask", "const u8*"), Param("meta", "const int*"), Param("kv_rows", "const int*"),
+              Param("scratch", "float*"),
               Param("out", "float*"), *pointwise.quantized_params(quantize))
     decl = "".join(f"  LANE(float, q{i});\n" for i in range(per_lane))
     width, shared = n_head * head_dim, 4 * PAR_THREADS
@@ -176,6 +183,7 @@ def attention_rows(n_head: int, n_kv_head: int, head_dim: int, scale: float, sof
   const int n_keys = cached < MASK_STRIDE ? cached : MASK_STRIDE;
   const long mrow = (long)BY * MASK_STRIDE;
   const long base = ((long)BY * NH + head) * 2 * MASK_STRIDE;  // scores, then ms; vs at + MASK_STRIDE
+  const long cache_row = LD(int, kv_rows, 2 * BY + 1);  // the row's cache in the pool
 """
     if quantize == "q8_k":  # the block's 256 values are one super-block: a barrier between its two halves
         quantized = (pointwise.q8_k_reduce() + "  }\n  BARRIER();\n  {\n" + setup
@@ -203,7 +211,7 @@ BODY
   for (int j = WARP; j < n_keys; j += {PAR_WARPS}) {{
     if (!LD(u8, mask, mrow + j)) continue;
     LANES {{
-      const long krow = (long)j * KVW + (long)(head / GROUP) * HD;
+      const long krow = (cache_row + j) * KVW + (long)(head / GROUP) * HD;
 {_score(per_lane, 6)}
     }}
 {_score_sum(4)}\
@@ -253,7 +261,8 @@ BODY
       for (int j = 0; j < n_keys; ++j) {{
         if (!LD(u8, mask, mrow + j)) continue;
         const float ms = LD(float, scratch, base + j), vs = LD(float, scratch, base + MASK_STRIDE + j);
-        acc = k_h2f(k_f2h(k_fma(k_h2f(LD(u16, values, (long)j * KVW + vcol)), vs, k_h2f(k_f2h(k_mul(acc, ms))))));
+        const float v = k_h2f(LD(u16, values, (cache_row + j) * KVW + vcol));
+        acc = k_h2f(k_f2h(k_fma(v, vs, k_h2f(k_f2h(k_mul(acc, ms))))));
         s_sum = k_fma(s_sum, ms, vs);
       }}
       const float inv = s_sum == 0.0f ? 0.0f : k_div(1.0f, s_sum);

@@ -2,7 +2,7 @@
 
 Owns: `embed_q8_0` (rows of a Q8_0 table by token id, dequantized), `take_rows` (rows of an f32
 tensor by index), `columns` (a range of each row) and `kv_store` (f32 rows rounded to f16 and
-written into the device KV cache at the pass's first slot), each specialized to its width. Does not
+written into the device KV cache at each row's own slot), each specialized to its width. Does not
 own: the cache's layout, capacity or which slots a pass takes (the runtime), nor the meaning
 (kinetic/ir/reference.py's `embed`, `take_rows` and `columns`, quants.dequantize for Q8_0).
 
@@ -78,13 +78,14 @@ BODY
 
 
 def kv_store(width: int, pair: bool = False) -> Kernel:
-    """cache row meta[1] + row = f16 bits of x row `row`, for x f32 [rows, width], meta i32 [n_keys,
-    base_slot] (the attention kernel's meta; only base_slot is read) and cache u16 [capacity, width].
-    The runtime keeps base_slot + rows within the capacity. pair: a layer's keys and values in one
-    launch, (k, v, meta, kcache, vcache), the same slots."""
+    """cache row kv_rows[row][0] = f16 bits of x row `row`, for x f32 [rows, width], kv_rows i32
+    [rows, 2] (per row: the cache row it is stored at, and the first row of its sequence's cache,
+    which attention reads; see common/pass_caches.py) and cache u16 [capacity, width]. The runtime
+    keeps every stored row within the capacity. pair: a layer's keys and values in one launch, (k,
+    v, kv_rows, kcache, vcache), the same slots."""
     sources = ("k", "v") if pair else ("x",)
     caches = ("kcache", "vcache") if pair else ("cache",)
-    params = (*(Param(x, "const float*") for x in sources), Param("meta", "const int*"),
+    params = (*(Param(x, "const float*") for x in sources), Param("kv_rows", "const int*"),
               *(Param(c, "u16*") for c in caches))
     stores = "\n".join(f"      ST(u16, {c}, slot * W + i, k_f2h(LD(float, {x}, (long)BY * W + i)));"
                         for x, c in zip(sources, caches, strict=True))
@@ -94,7 +95,7 @@ BODY
   LANES {{
     const int i = BX * {GATHER_THREADS} + TID;
     if (i < W) {{
-      const long slot = (long)LD(int, meta, 1) + BY;
+      const long slot = (long)LD(int, kv_rows, 2 * BY);
 {stores}
     }}
   }}

@@ -6,17 +6,21 @@ renderer.CudaRenderer.lower), checking once that every op and weight of it has a
 (refusing with the reason otherwise), choosing the backend (a GPU for `--device cuda`, the host emulation for `--device
 cuda-emulated`) and how many layers fit there (the first ones run on the CPU runner the registry
 hands in: `SplitModel`), uploading the weights once, and per pass shape a `Plan` (plan.py: its
-launches, buffers and staging) recorded once per sequence and replayed: on a GPU one host-to-device
-copy, one graph launch, one copy back. Does not own the kernels (renderer.py and the kernel modules),
-the device calls (backends.py), the device copy of each sequence's cache (common/kv_mirror.py) or
-the cache's bookkeeping (the runtime's KVCache: length, positions, rollback).
+launches, buffers and staging) recorded once and replayed: on a GPU one host-to-device copy, one
+graph launch, one copy back. Does not own the kernels (renderer.py and the kernel modules), the
+device calls (backends.py), the device copies of the sequences' caches (common/kv_mirror.py), where
+each row of a pass reads and writes them (common/pass_caches.py) or the cache's bookkeeping (the
+runtime's KVCache: length, positions, rollback).
 
-The KV cache: each sequence's cache gets, on first use, a device copy of its keys and values per
-layer (capacity n_ctx, f16), kept in step by the `host_writes` protocol (common/kv_mirror.py). A pass
-stores its rows' keys and values (rounded to f16) at slots length + i on the device, attention reads
-them there, and the same rows come back in one copy (the keys' and values' f32 rows sit side by side
-in one buffer; the host rounds them to f16 exactly as the device did) and are written into the host
-cache in place (`in_place`, as the CPU step).
+The KV cache: each sequence's cache gets, on first use, a slot in the device's pool of caches (per
+layer one buffer of keys and one of values, n_ctx f16 rows per slot), kept in step by the
+`host_writes` protocol (common/kv_mirror.py). A pass may hold the rows of several sequences
+(Convoy): each row's key and value are stored (rounded to f16) at its own cache's slots length + k,
+each row attends over its own cache only (kv_rows: its cache's first pool row; its mask: its own
+cache's keys), and the rows come back in one copy (the keys' and values' f32 rows sit side by side
+in one buffer; the host rounds them to f16 exactly as the device did) and are written into each
+sequence's host cache in place (`in_place`, as the CPU step). Recordings do not depend on which
+sequences a pass holds; the pool growing (more caches alive at once) drops them.
 
 Exactness: every kernel computes its reference's value bit for bit (RMS norm: see pointwise.py), and
 a row's result never depends on the other rows of its launch, so a pass here equals the reference
@@ -34,7 +38,8 @@ import numpy as np
 from gguf import GGMLQuantizationType as Q
 
 from kinetic.codegen.common.host_lookup import host_lookups, read_on_device
-from kinetic.codegen.common.kv_mirror import KVMirror, KVMirrors
+from kinetic.codegen.common.kv_mirror import KVMirrors
+from kinetic.codegen.common.pass_caches import PassCaches
 from kinetic.codegen.common.tables import RopeTables
 from kinetic.codegen.cuda.embed import SUPPORTED as LOOKUP_TYPES
 from kinetic.codegen.cuda.plan import ATTENTION_SCRATCH_BYTES, LaunchOrder, Plan
@@ -50,7 +55,6 @@ from kinetic.passes.split import LayerSplit, layer_of_nodes, n_layers, split_lay
 
 F32 = np.float32
 MAX_PLANS = 8  # pass shapes whose buffers are kept (decode, verification passes, prompt chunks)
-MAX_RECORDINGS = 16  # recorded plans (CUDA graphs) kept: a plan per sequence cache it writes
 
 
 def unsupported(graph: Graph) -> str | None:
@@ -207,9 +211,9 @@ class CudaModel:
         self.kv_layers = {graph.node(n.inputs[3]).attrs.layer: n for n in graph.nodes
                           if n.op is Op.ATTENTION and n.id not in self.skip}
         self._plans: OrderedDict[tuple[int, int], Plan] = OrderedDict()
-        self._recordings: OrderedDict[tuple[int, int, int], object] = OrderedDict()
+        self._recordings: dict[tuple[int, int], object] = {}  # per plan, its launches recorded
         self.kv_mirrors = KVMirrors(alloc=backend.empty, write=lambda buf, at, rows: backend.write(buf[at:], rows),
-                                    layers=sorted(self.kv_layers), on_drop=self._forget,
+                                    layers=sorted(self.kv_layers), on_grow=self._recordings.clear,
                                     device="the CUDA runner")
         self._rope: dict[numerics.Rotary, RopeTables] = {}
         tables = [graph.node(n.inputs[0]) for n in graph.nodes if n.op is Op.EMBED and n.id not in self.skip]
@@ -227,55 +231,43 @@ class CudaModel:
         self._plans[key] = plan
         while len(self._plans) > MAX_PLANS:
             old, _ = self._plans.popitem(last=False)
-            for rkey in [r for r in self._recordings if r[:2] == old]:
-                del self._recordings[rkey]
+            self._recordings.pop(old, None)
         return plan
 
-    def recording(self, plan: Plan, mirror: KVMirror):
-        """The plan's launches for this sequence's cache, recorded once (a CUDA graph on a GPU)."""
-        key = (plan.n_rows, plan.n_out, mirror.serial)
-        replay = self._recordings.pop(key, None)
-        if replay is None:
-            caches = {"k": mirror.k, "v": mirror.v}
-            launches = [(x.kernel, x.rows, tuple(caches[a[0]][a[1]] if isinstance(a, tuple) else a for a in x.args))
+    def recording(self, plan: Plan):
+        """The plan's launches over the pool of caches, recorded once (a CUDA graph on a GPU) and
+        again after the pool grows."""
+        key = (plan.n_rows, plan.n_out)
+        if key not in self._recordings:
+            pool = {"k": self.kv_mirrors.k, "v": self.kv_mirrors.v}
+            launches = [(x.kernel, x.rows, tuple(pool[a[0]][a[1]] if isinstance(a, tuple) else a for a in x.args))
                         for x in plan.launches]
-            replay = self.backend.record(launches)
-        self._recordings[key] = replay
-        while len(self._recordings) > MAX_RECORDINGS:
-            self._recordings.popitem(last=False)
-        return replay
-
-    def _forget(self, mirror: KVMirror) -> None:
-        """A sequence's cache is gone: so are the recordings of plans for its device copy."""
-        for rkey in [r for r in self._recordings if r[2] == mirror.serial]:
-            del self._recordings[rkey]
+            self._recordings[key] = self.backend.record(launches)
+        return self._recordings[key]
 
     # ---- one pass --------------------------------------------------------------------------------
     def run(self, graph: Graph, rows: PassRows, kv: KVView, hidden: np.ndarray | None = None) -> PassResult:
-        """One pass; with a split, `hidden` is the first layers' output for the pass's rows."""
+        """One pass of one or several sequences' rows, each over its own cache; with a split,
+        `hidden` is the first layers' output for the pass's rows."""
         if graph is not self.source:
             raise ValueError("CudaModel runs the graph it was built for")
-        seqs = np.unique(rows.seqs)
-        if len(seqs) > 1:
-            raise KineticError("one sequence per pass on CUDA (several users' rows are not batched yet)")
-        seq = int(seqs[0]) if len(seqs) else 0
-        cache = kv.sequence(seq)  # the cache whose copy the device keeps
         n, r = len(rows.tokens), len(rows.output_rows)
-        cache.check_room(n)
         if self.vocab is not None and n and not (0 <= int(rows.tokens.min()) and int(rows.tokens.max()) < self.vocab):
             raise KineticError(f"a token id is outside the vocabulary (0..{self.vocab - 1})",
                                "Check the token ids of the prompt.")
-        if cache.n_ctx != self.n_ctx:
-            raise ValueError(f"the cache holds {cache.n_ctx} entries; this runner was built for {self.n_ctx}")
-        mirror = self.kv_mirrors.mirror(cache)
-        plan = self.plan(n, r)
+        for seq in np.unique(rows.seqs):
+            if kv.sequence(int(seq)).n_ctx != self.n_ctx:
+                raise ValueError(f"a cache holds {kv.sequence(int(seq)).n_ctx} entries; this runner was built "
+                                 f"for {self.n_ctx}")
         if (hidden is None) != (self.split is None):
             raise ValueError("a split runner takes the first layers' hidden state, and only a split one")
-        plan.fill(rows, cache, hidden)
+        caches = PassCaches.of(rows, kv, self.kv_mirrors)  # each row's cache in the pool, brought up to date
+        plan = self.plan(n, r)
+        plan.fill(rows, caches, hidden)
         self.backend.write(plan.inputs, plan.staging[: plan.input_bytes])
-        self.recording(plan, mirror)()
+        self.recording(plan)()
         outputs = {name: plan.read(self.graph.node(nid)) for name, nid in self.graph.outputs}
-        return PassResult(outputs, plan.new_kv(cache))
+        return PassResult(outputs, plan.new_kv(caches))
 
     def close(self) -> None:
         self._recordings.clear()

@@ -13,9 +13,9 @@ launches are read from the graph the device phase made: an add_rms_norm launches
 stands and writes both values, a rope_pair writes its other rotation too, a producer that an
 in-producer quantize reads writes the quantized row that quantize node stands for, and every matmul
 reads its quantize node's row. Does not own the device calls (backends.py), the kernels
-(renderer.py and the kernel modules), the per-pass tables it stages (rotary cos/sin and visibility
-masks: kinetic/codegen/common/tables.py) or the model-level state: weights, the sequences' caches,
-recordings (model.py).
+(renderer.py and the kernel modules), the per-pass tables it stages (rotary cos/sin:
+kinetic/codegen/common/tables.py; each row's cache and visibility: common/pass_caches.py) or the
+model-level state: weights, the pool of the sequences' caches, recordings (model.py).
 """
 
 from __future__ import annotations
@@ -26,12 +26,12 @@ from typing import NamedTuple
 import numpy as np
 
 from kinetic.codegen.common.buffers import Value, plan_buffers
-from kinetic.codegen.common.tables import pass_mask
+from kinetic.codegen.common.pass_caches import PassCaches
 from kinetic.codegen.cuda.backends import ALIGN
 from kinetic.ir.graph import Graph, Node
 from kinetic.ir.numerics import Rotary
 from kinetic.ir.ops import Op
-from kinetic.ir.rows import PassRows, SequenceKV
+from kinetic.ir.rows import PassRows
 from kinetic.passes.device_fusion import computed_by, quantized_in_producer
 
 F32 = np.float32
@@ -43,7 +43,7 @@ ATTENTION_SCRATCH_BYTES = 64 << 20
 
 class Launch(NamedTuple):
     """One kernel launch of a plan; `args` hold device views and numbers, and ("k"|"v", layer) for
-    the sequence's cache, filled in when the plan is recorded for a sequence."""
+    the layer's pool of caches (common/kv_mirror.py), filled in when the plan is recorded."""
 
     kernel: str
     rows: int
@@ -136,7 +136,7 @@ class Plan:
     # -- layout of what changes per pass
     def _layout_inputs(self) -> None:
         graph, t = self.model.graph, self.n_rows
-        fields = [("tokens", 4 * t), ("output_rows", 4 * max(self.n_out, 1)), ("meta", 8)]
+        fields = [("tokens", 4 * t), ("output_rows", 4 * max(self.n_out, 1)), ("meta", 8), ("kv_rows", 8 * t)]
         split = self.model.split
         if split:
             fields.append(("hidden", 4 * t * int(graph.node(split.boundary).type.shape[-1])))
@@ -311,14 +311,17 @@ class Plan:
         elif op is Op.RMS_NORM:
             weight = (model.weights[graph.node(node.inputs[1]).attrs.tensor],) if len(ins) == 2 else ()
             add(Launch(kernels[0].name, n, (ins[0], *weight, out, *self._quantized_row(node))))
+        elif op is Op.LAYER_NORM:  # one block per row (layer_norm.py)
+            weight = (model.weights[graph.node(node.inputs[1]).attrs.tensor],) if len(ins) == 2 else ()
+            add(Launch(kernels[0].name, n, (ins[0], *weight, out)))
         elif op is Op.ROPE:
             add(Launch(kernels[0].name, n, (ins[0], *self._rope_tables(a), out)))
         elif op is Op.ATTENTION:
             store, one_warp, parallel = kernels[:3]
             layer = graph.node(node.inputs[3]).attrs.layer
-            meta = self.input_view("meta")
-            add(Launch(store.name, n, (ins[1], ins[2], meta, ("k", layer), ("v", layer))))
-            cache = (ins[0], ("k", layer), ("v", layer), self.input_view(("mask", a.window)), meta)
+            meta, kv_rows = self.input_view("meta"), self.input_view("kv_rows")
+            add(Launch(store.name, n, (ins[1], ins[2], kv_rows, ("k", layer), ("v", layer))))
+            cache = (ins[0], ("k", layer), ("v", layer), self.input_view(("mask", a.window)), meta, kv_rows)
             row = self._quantized_row(node)
             if n * a.n_head * 2 * model.n_ctx * 4 <= model.attention_scratch_bytes:
                 add(Launch(parallel.name, n, (*cache, self.attention_scratch(n * a.n_head), out, *row)))
@@ -335,25 +338,27 @@ class Plan:
             add(Launch(kernels[0].name, n, (*ins, *table, out, *self._quantized_row(node))))
 
     # -- per pass
-    def fill(self, rows: PassRows, cache: SequenceKV, hidden: np.ndarray | None = None) -> None:
-        """Write what this pass's launches read into the host staging buffer."""
-        t, n_c = self.n_rows, cache.length
+    def fill(self, rows: PassRows, caches: PassCaches, hidden: np.ndarray | None = None) -> None:
+        """Write what this pass's launches read into the host staging buffer: with the rows, where
+        each row's cache is in the pool (kv_rows: its store slot and its cache's first row) and
+        which of its cache's keys it sees (the masks)."""
+        t = self.n_rows
         if hidden is not None:
             self.staged("hidden", F32)[:] = np.ascontiguousarray(hidden, F32).reshape(-1)
         self.staged("tokens", np.int32)[:] = rows.tokens
         if self.n_out:
             self.staged("output_rows", np.int32)[:] = rows.output_rows
-        self.staged("meta", np.int32)[:] = (n_c + t, n_c)
+        self.staged("meta", np.int32)[:] = (caches.n_keys, 0)
+        self.staged("kv_rows", np.int32)[:] = np.stack([caches.store, caches.base], axis=1).reshape(-1)
         for nid, lookup in self.model.host_lookups.items():
             self.staged(("lookup", nid), F32)[:] = lookup.rows(rows).reshape(-1)
         for key in self.rope_keys:
             cos, sin = self.model.rope_tables(key).rows(np.asarray(rows.positions))
             self.staged(("cos", key), F32)[:] = cos.reshape(-1)
             self.staged(("sin", key), F32)[:] = sin.reshape(-1)
-        cpos = cache.positions[:n_c]
         for w in self.windows:
             mask = self.staged(("mask", w), np.uint8).reshape(t, self.model.n_ctx)
-            mask[:, : n_c + t] = pass_mask(rows, cpos, w)
+            mask[:, : caches.n_keys] = caches.mask(rows, w)
 
     def read(self, node: Node) -> np.ndarray:
         count, width = self.count(node), int(node.type.shape[-1])
@@ -361,9 +366,9 @@ class Plan:
             return np.zeros((0, width), F32)
         return self.model.backend.read(self.buffers[node.id], F32, count * width).reshape(count, width)
 
-    def new_kv(self, cache: SequenceKV) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    def new_kv(self, caches: PassCaches) -> dict[int, tuple[np.ndarray, np.ndarray]]:
         """Each layer's keys and values of the pass's rows, rounded to f16 as the device stored them,
-        written into the host KVCache at slots length + i (in place) and returned."""
+        written into each sequence's host KVCache at its slots length + k (in place) and returned."""
         t = self.n_rows
         flat = self.model.backend.read(self.kv_rows, F32, self.kv_bytes // 4).astype(np.float16)
         result, at = {}, 0
@@ -372,5 +377,5 @@ class Plan:
             v = flat[at + t * width : at + 2 * t * width].reshape(t, width)
             at += 2 * t * width
             result[layer] = (k, v)
-        cache.write_pass_rows(result)
+        caches.write_back(result)
         return result

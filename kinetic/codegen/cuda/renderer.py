@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from kinetic.codegen.cuda import attention, embed, gather, gemv, pointwise, quantize
+from kinetic.codegen.cuda import attention, embed, gather, gemv, layer_norm, pointwise, quantize
 from kinetic.codegen.cuda.caps import ARCHS, BUDGETS, Arch, Budget
 from kinetic.codegen.cuda.kernel import Kernel
 from kinetic.codegen.runner import Capabilities
@@ -49,11 +49,14 @@ FUSIONS = Fusions(
 # every kernel sums in its reference's order (kinetic/ir/orders.py): the GEMVs in ggml's lane or block
 # order of their weight type (F16: its 64 lanes, BF16: vdpbf16ps's pairs), RMS norm in float64,
 # attention in one chain over the keys of an f16 cache
-REDUCTION_ORDERS = frozenset({"lanes8", "block_chain", "lanes64", "bf16_pairs", "f64_sum", "key_chain_f16"})
+REDUCTION_ORDERS = frozenset({"lanes8", "block_chain", "lanes64", "bf16_pairs", "f64_sum", "key_chain_f16",
+                              "mean_var_f64"})
 # what CUDA declares to the passes and the runtime: its device forms and the generic fused ops (the
-# table's rows, which a test keeps in step), passes of any number of rows, its fusions and orders
+# table's rows, which a test keeps in step), passes of any number of rows and of any number of
+# sequences (Convoy: each row attends over its own cache in the pool, common/kv_mirror.py), its
+# fusions and orders
 CAPABILITIES = Capabilities("cuda", fused_ops=FUSIONS.forms() | {Op.SWIGLU, Op.GEGLU}, max_rows=None,
-                            fusions=FUSIONS, reduction_orders=REDUCTION_ORDERS)
+                            fusions=FUSIONS, reduction_orders=REDUCTION_ORDERS, max_sequences=None)
 # rows of the KV cache an attention mask row spans when the runtime does not say (render a graph alone)
 DEFAULT_MASK_STRIDE = 4096
 
@@ -94,10 +97,12 @@ def _no_kernel(node: Node, ctx: Context) -> list[Kernel]:  # leaves: the runtime
 
 
 def _embed(node: Node, ctx: Context) -> list[Kernel]:
-    """The lookup kernel of the table's type; none for a type without one: the host dequantizes the
-    pass's rows into its staging (common/host_lookup.py, plan.py)."""
+    """The lookup kernel of the table's type; none for a type without one, nor for a lookup by another
+    input than the tokens (an encoder's positions, token types): the host dequantizes the pass's rows
+    into its staging (common/host_lookup.py, plan.py)."""
     table = ctx.graph.node(node.inputs[0]).type.ggml_type
-    return [embed.embed(table, ctx.width(node))] if table in embed.SUPPORTED else []
+    by_tokens = ctx.graph.node(node.inputs[1]).attrs.name == "tokens"
+    return [embed.embed(table, ctx.width(node))] if table in embed.SUPPORTED and by_tokens else []
 
 
 def _take_rows(node: Node, ctx: Context) -> list[Kernel]:
@@ -201,6 +206,8 @@ KERNELS: dict[Op, Render] = {
     Op.TAKE_ROWS: _take_rows,
     Op.COLUMNS: _columns,
     Op.RMS_NORM: _rms_norm,
+    Op.LAYER_NORM: lambda node, ctx: [layer_norm.layer_norm(ctx.width(node), node.attrs.eps,
+                                                            weighted=len(node.inputs) == 2)],
     Op.ADD_RMS_NORM: _add_rms_norm,
     Op.ROPE: _rope,
     Op.ROPE_PAIR: _rope_pair,

@@ -2,9 +2,11 @@
 
 Owns: the attention kernel for one pass's query rows over an f16 cache (keys and values as f16 bits
 packed two to a word, a visibility word per (row, key) that the runtime derives from the pass's row
-table: committed cache, earlier rows of the pass, a sliding window) and `expf_libc`, glibc's expf in
-double precision. The cache store is gather.py's. Does not own the cache's
-layout, which keys a row sees (the runtime), or the meaning (numerics.attention_online).
+table: committed cache, earlier rows of the pass, a sliding window; each row's cache given by its
+first row in the device's pool of caches, common/kv_mirror.py, so the rows of several sequences share
+one dispatch, each over its own cache) and `expf_libc`, glibc's expf in double precision. The cache
+store is gather.py's. Does not own the cache's layout, which keys a row sees (the runtime:
+common/pass_caches.py), or the meaning (numerics.attention_online).
 
 The kernel follows the reference (ggml's CPU flash attention for one query row) exactly, one
 workgroup of 64 per (row, head); invocation t holds head values 64c + t (c < head_dim/64):
@@ -124,10 +126,12 @@ def render_expf_map() -> Kernel:
 
 def render_attention(t: Target, n_head: int, n_kv_head: int, head_dim: int, scale: float,
                      softcap: float = 0.0) -> Kernel:
-    """Bindings: q f32 [rows, n_head*head_dim]; keys, values: f16 pairs u32 [n_keys*n_kv_head*head_dim/2];
-    visible u32 [rows, n_keys] (nonzero: the row sees the key); the expf table u32 [64];
-    out f32 [rows, n_head*head_dim]. Push constant: n_keys. One workgroup per (row, head), flattened
-    over a 2-D grid (rows * n_head workgroups)."""
+    """Bindings: q f32 [rows, n_head*head_dim]; keys, values: f16 pairs u32 [pool rows *
+    n_kv_head*head_dim/2] (the pool of caches); visible u32 [rows, n_keys] (nonzero: the row sees its
+    cache's key j); cache_rows u32 [rows] (the pool row of each row's cache's key 0: key j is pool
+    row cache_rows[row] + j); the expf table u32 [64]; out f32 [rows, n_head*head_dim]. Push
+    constant: n_keys. One workgroup per (row, head), flattened over a 2-D grid (rows * n_head
+    workgroups)."""
     if softcap:
         raise Unsupported("attention soft-capping (the reference calls the C library's tanhf) has no Vulkan kernel")
     if head_dim % 64:
@@ -140,8 +144,9 @@ def render_attention(t: Target, n_head: int, n_kv_head: int, head_dim: int, scal
     keys = m.storage_buffer(1, m.u32, readonly=True, name="keys")
     values = m.storage_buffer(2, m.u32, readonly=True, name="values")
     visible = m.storage_buffer(3, m.u32, readonly=True, name="visible")
-    table = m.storage_buffer(4, m.u32, readonly=True, name="expf_table")
-    out = m.storage_buffer(5, m.f32, name="out")
+    cache_rows = m.storage_buffer(4, m.u32, readonly=True, name="cache_rows")
+    table = m.storage_buffer(5, m.u32, readonly=True, name="expf_table")
+    out = m.storage_buffer(6, m.f32, name="out")
     params, _ = m.push_constants([m.u32])
     lanes = m.shared_array(m.f32, WORKGROUP, "dot_lanes")
     fn = m.compute_entry((WORKGROUP, 1, 1))
@@ -151,6 +156,7 @@ def render_attention(t: Target, n_head: int, n_kv_head: int, head_dim: int, scal
     n_keys = fn.push(params, 0, m.u32)
     qbase = fn.imul(unit, m.u(head_dim))
     kv_head_base = fn.imul(fn.udiv(head, m.u(group)), m.u(head_dim))
+    first_key = fn.buf_load(cache_rows, row)  # the row's cache in the pool
     qv = [_round_f16(fn, fn.buf_load(q, fn.iadd(qbase, fn.iadd(t_id, m.u(64 * c))))) for c in range(chunks)]
     acc = [fn.local(m.f32, m.f(0.0)) for _ in range(chunks)]
     m_run = fn.local(m.f32, m.f(float("-inf")))
@@ -158,7 +164,7 @@ def render_attention(t: Target, n_head: int, n_kv_head: int, head_dim: int, scal
     with fn.loop(m.u(0), n_keys) as j:
         seen = fn.buf_load(visible, fn.iadd(fn.imul(row, n_keys), j))
         with fn.if_(fn.icmp(Op.INotEqual, seen, m.u(0))):  # uniform over the workgroup
-            krow = fn.iadd(fn.imul(j, m.u(kv_width)), kv_head_base)
+            krow = fn.iadd(fn.imul(fn.iadd(first_key, j), m.u(kv_width)), kv_head_base)
             lane = m.f(0.0)
             for c in range(chunks):
                 k = _load_f16(fn, keys, fn.iadd(krow, fn.iadd(t_id, m.u(64 * c))))
@@ -174,7 +180,7 @@ def render_attention(t: Target, n_head: int, n_kv_head: int, head_dim: int, scal
         fn.buf_store(out, fn.iadd(qbase, fn.iadd(t_id, m.u(64 * c))), fn.fmul(fn.load(acc[c]), inv))
     fn.end()
     name = f"attention_h{n_head}_kv{n_kv_head}_d{head_dim}"
-    return Kernel(name, m.to_bytes(), (True, True, True, True, True, False), (WORKGROUP, 1, 1), push_size=4)
+    return Kernel(name, m.to_bytes(), (True, True, True, True, True, True, False), (WORKGROUP, 1, 1), push_size=4)
 
 
 def _dot_tree(fn: Function, lanes) -> int:

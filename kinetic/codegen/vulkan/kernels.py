@@ -60,9 +60,8 @@ def computed(record: Callable) -> Callable:
 # ---- leaves --------------------------------------------------------------------------------------
 
 def bind_input(p, node: Node) -> None:
-    """The pass's token ids, positions or output rows, written by the host."""
-    values = {"tokens": p.rows.tokens, "positions": p.rows.positions, "output_rows": p.rows.output_rows}
-    p.out[node.id] = p.u32(("input", node.attrs.name), values[node.attrs.name])
+    """The pass's token ids, positions, token types or output rows, written by the host."""
+    p.out[node.id] = p.u32(("input", node.attrs.name), p.rows.input(node.attrs.name))
 
 
 def bind_nothing(p, node: Node) -> None:
@@ -135,6 +134,13 @@ def record_rms_norm(p, node: Node, ins, out, n: int) -> None:
     p.dispatches.append(Dispatch(k, [ins[0], *weight, out], p.grid(n * (width // group))))
 
 
+def record_layer_norm(p, node: Node, ins, out, n: int) -> None:
+    """One workgroup per row (layer_norm.py); the bias is the add_bias after it."""
+    weight = [p.model.weights[p.graph.node(node.inputs[1]).attrs.tensor]] if len(ins) == 2 else []
+    k = p.ops.layer_norm_kernel(p.width(node), node.attrs.eps, bool(weight))
+    p.dispatches.append(Dispatch(k, [ins[0], *weight, out], p.grid(n)))
+
+
 def record_rope(p, node: Node, ins, out, n: int) -> None:
     a = node.attrs
     cos, sin = p.rope_tables(a.rotary)  # every scaling is in the tables (common/tables.py)
@@ -152,19 +158,19 @@ def refuse_attention(graph: Graph, node: Node) -> str | None:
 
 
 def record_attention(p, node: Node, ins, out, n: int) -> None:
-    """Store the pass's keys and values after the committed ones (in the sequence's device-resident
-    cache), then attend."""
+    """Store the pass's keys and values after the committed ones of each row's own cache (in the
+    device's pool of caches), then attend, each row over its own cache."""
     a = node.attrs
     layer = p.graph.node(node.inputs[3]).attrs.layer
     width = a.n_kv_head * a.head_dim
     kbuf, vbuf = p.cache_rows(layer, width)
-    slots = p.slots(n)
+    slots = p.slots()
     store = p.ops.kv_store_kernel(width)
     p.dispatch(store, [ins[1], slots, kbuf], n * width // 2, gather.WORKGROUP, n)
     p.dispatch(store, [ins[2], slots, vbuf], n * width // 2, gather.WORKGROUP, n)
     kernel = p.ops.attention_kernel(a)
-    p.dispatches.append(Dispatch(kernel, [ins[0], kbuf, vbuf, p.visible(a.window), p.ops.expf_table(), out],
-                                 p.grid(n * a.n_head), struct.pack("<I", p.cache.length + n)))
+    bindings = [ins[0], kbuf, vbuf, p.visible(a.window), p.cache_starts(), p.ops.expf_table(), out]
+    p.dispatches.append(Dispatch(kernel, bindings, p.grid(n * a.n_head), struct.pack("<I", p.caches.n_keys)))
 
 
 # ---- elementwise ---------------------------------------------------------------------------------
@@ -196,6 +202,7 @@ KERNELS: dict[Op, OpKernel] = {
     Op.TAKE_ROWS: OpKernel(computed(record_take_rows)),
     Op.COLUMNS: OpKernel(computed(record_columns)),
     Op.RMS_NORM: OpKernel(computed(record_rms_norm)),
+    Op.LAYER_NORM: OpKernel(computed(record_layer_norm)),
     Op.ROPE: OpKernel(computed(record_rope)),
     Op.ATTENTION: OpKernel(computed(record_attention), refuse_attention),
     Op.ADD: OpKernel(computed(record_elementwise("add"))),
@@ -214,11 +221,15 @@ KERNELS: dict[Op, OpKernel] = {
 # norm in float64 (a device without float64 sums in float32, in the same fixed order: batch-invariant,
 # within a tolerance of the reference),
 # attention in one chain over the keys of an f16 cache
-REDUCTION_ORDERS = frozenset({"lanes8", "block_chain", "lanes64", "bf16_pairs", "f64_sum", "key_chain_f16"})
+REDUCTION_ORDERS = frozenset({"lanes8", "block_chain", "lanes64", "bf16_pairs", "f64_sum", "key_chain_f16",
+                              "mean_var_f64"})
 # the device forms (kinetic/passes/device_fusion.py) a device may list; Vulkan has a row for none yet,
 # so it runs the graph the generic pipeline made
 DEVICE_FORMS = frozenset({Op.ADD_RMS_NORM, Op.ROPE_PAIR, Op.QUANTIZE})
-CAPABILITIES = Capabilities("vulkan", fused_ops=DEVICE_FORMS & frozenset(KERNELS), reduction_orders=REDUCTION_ORDERS)
+# any number of sequences per pass (Convoy): every row attends over its own cache in the device's pool
+# (common/kv_mirror.py); how many caches the pool holds is bounded by one binding (model.py)
+CAPABILITIES = Capabilities("vulkan", fused_ops=DEVICE_FORMS & frozenset(KERNELS), reduction_orders=REDUCTION_ORDERS,
+                            max_sequences=None)
 
 
 def unsupported(graph: Graph) -> str | None:

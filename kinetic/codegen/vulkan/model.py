@@ -11,13 +11,16 @@ and reading back the outputs and the new cache rows. Does not own the cache's bo
 runtime's KVCache: length, positions, rollback), its device copy (common/kv_mirror.py), the per-pass
 tables (common/tables.py) or the arithmetic (the renderers, through VulkanOps' kernel cache).
 
-The KV cache is resident on the device: each sequence's cache gets, on first use, a device copy of
-its keys and values per layer (capacity n_ctx, f16), kept while the cache lives and in step by the
-`host_writes` protocol (common/kv_mirror.py: a plain decode copies nothing up). A pass's keys and
-values are stored (rounded to f16) by the device at slots length + i, attention reads them there, and
-only those new rows are copied back into the host cache in place (`in_place` is True, as the CPU
-step: the engine commits with commit_written / keep_written). One sequence per pass (a chain, or a
-draft tree of one sequence).
+The KV cache is resident on the device: each sequence's cache gets, on first use, a slot in the
+device's pool of caches (per layer one buffer of keys and one of values, n_ctx f16 rows per slot),
+kept while the cache lives and in step by the `host_writes` protocol (common/kv_mirror.py: a plain
+decode copies nothing up). A pass may hold the rows of several sequences (Convoy: chains, draft
+trees, one part per sequence): each row's keys and values are stored (rounded to f16) by the device
+at its own cache's slots length + k, each row attends over its own cache only (its cache's first
+pool row and its mask: common/pass_caches.py), and only those new rows are copied back into each
+sequence's host cache in place (`in_place` is True, as the CPU step: the engine commits with
+commit_written / keep_written). A pool buffer stays within one binding (maxStorageBufferRange): more
+caches alive at once than that holds is a KineticError saying how many fit.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from gguf import GGMLQuantizationType as Q
 from kinetic.codegen.common.buffers import BufferPlan, plan_buffers
 from kinetic.codegen.common.host_lookup import host_lookups, read_on_device
 from kinetic.codegen.common.kv_mirror import KVMirrors
+from kinetic.codegen.common.pass_caches import PassCaches
 from kinetic.codegen.common.tables import RopeTables
 from kinetic.codegen.runner import RunnerOptions
 from kinetic.codegen.vulkan.device import (
@@ -115,7 +119,8 @@ class VulkanModel:
         self._plans: dict[tuple[int, int], BufferPlan] = {}
         self._rope_tables: dict[Rotary, RopeTables] = {}
         self.kv_mirrors = KVMirrors(alloc=device.buffer, write=lambda buf, at, rows: buf.write(rows, at),
-                                    free=device.free, error=Unsupported, device="the Vulkan runner")
+                                    free=device.free, max_buffer_bytes=device.caps.max_storage_buffer_range,
+                                    error=Unsupported, device="the Vulkan runner")
 
     def _upload(self, node: Node, raw: np.ndarray) -> None:
         """An f32 vector parameter as one buffer; a matrix (quantized, or F32 matmul weights) as raw
@@ -188,14 +193,9 @@ class VulkanModel:
     def run(self, graph: Graph, rows: PassRows, kv: KVView) -> PassResult:
         if graph is not self.graph:
             raise ValueError("VulkanModel runs the graph it was built for")
-        seqs = np.unique(rows.seqs)
-        if len(seqs) > 1:
-            raise Unsupported("one sequence per pass on Vulkan (several users' rows are not batched yet)")
         n_rows = {"T": len(rows.tokens), "R": len(rows.output_rows)}
-        seq = int(seqs[0]) if len(seqs) else 0
-        cache = kv.sequence(seq)  # the cache whose copy the device keeps
-        cache.check_room(n_rows["T"])
-        recorder = PassRecorder(self, rows, cache, self.kv_mirrors.mirror(cache), n_rows)
+        caches = PassCaches.of(rows, kv, self.kv_mirrors)  # each row's cache in the pool, brought up to date
+        recorder = PassRecorder(self, rows, caches, n_rows)
         recorder.record()
         self._bind(recorder, (n_rows["T"], n_rows["R"]))
         self.device.run(recorder.dispatches)

@@ -21,6 +21,7 @@ from kinetic.codegen.vulkan import (
     elementwise,
     embed,
     gather,
+    layer_norm,
     matvec,
     matvec_f32,
     matvec_float,
@@ -78,6 +79,12 @@ class VulkanOps:
         f64 = self.f64_norm
         return self.kernel(("rms_norm", width, group, float(eps), weight_len, f64),
                            lambda: norm.render_rms_norm(self.target, width, group, eps, weight_len, f64))
+
+    def layer_norm_kernel(self, width: int, eps: float, weighted: bool) -> Kernel:
+        if not self.f64_norm:  # the mean is a float64 chain (layer_norm.py)
+            raise Unsupported("layer_norm needs float64 shaders (shaderFloat64), which this device lacks")
+        return self.kernel(("layer_norm", width, float(eps), weighted),
+                           lambda: layer_norm.render_layer_norm(width, eps, weighted))
 
     def rope_kernel(self, n_head: int, head_dim: int, n_rot: int, neox: bool) -> Kernel:
         return self.kernel(("rope", n_head, head_dim, n_rot, neox),
@@ -254,7 +261,8 @@ class VulkanOps:
         k = self.attention_kernel(a)
         n = keys.shape[0]
         arrays = [np.asarray(q, F32), np.ascontiguousarray(keys, np.float16).view(np.uint32),
-                  np.ascontiguousarray(vals, np.float16).view(np.uint32), np.asarray(visible, np.uint32)]
+                  np.ascontiguousarray(vals, np.float16).view(np.uint32), np.asarray(visible, np.uint32),
+                  np.zeros(rows, np.uint32)]  # every row's cache starts at key 0
         dev = self.device
         bufs = [dev.upload(x) for x in arrays]
         out = dev.buffer(q.size * 4)

@@ -3,11 +3,12 @@ inputs, and its activation values, bound to buffers once the pass is recorded.
 
 Owns: `PassRecorder` (what a row of the kernel table records through: row counts and widths, the
 planned result of a node and its temporaries, the host-written per-pass inputs (token ids, rotary
-tables, slots, visibility, the rows of host lookups: common/host_lookup.py), the device's cache
-rows of each layer, binding the planned values to buffers, reading outputs back, and the pass's new
-cache rows) and `Planned`, a value's stand-in until the pass is bound. Does not own which kernels a
-node gets (kernels.py: KERNELS), how values share buffers (kinetic/codegen/common/buffers.py), the
-buffers themselves or the weights (the runner, model.py).
+tables, the rows of host lookups: common/host_lookup.py; each row's store slot, cache start and
+visibility, from common/pass_caches.py), the device's pool of cache rows of each layer, binding the
+planned values to buffers, reading outputs back, and the pass's new cache rows) and `Planned`, a
+value's stand-in until the pass is bound. Does not own which kernels a node gets (kernels.py:
+KERNELS), how values share buffers (kinetic/codegen/common/buffers.py), the buffers themselves or
+the weights (the runner, model.py), nor where each row's cache is (common/pass_caches.py).
 
 Planning. Every activation value a pass writes (each node's result, a matmul's quantized copy of its
 input, a split weight's partial columns) is a `Planned` stand-in while the nodes are recorded. Its
@@ -29,13 +30,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from kinetic.codegen.common.buffers import Value
-from kinetic.codegen.common.kv_mirror import KVMirror
-from kinetic.codegen.common.tables import pass_mask
+from kinetic.codegen.common.pass_caches import PassCaches
 from kinetic.codegen.vulkan.dispatch import DeviceBuffer, Dispatch, barrier_points
 from kinetic.codegen.vulkan.kernels import KERNELS
 from kinetic.ir.graph import Node
 from kinetic.ir.numerics import Rotary
-from kinetic.ir.rows import PassRows, SequenceKV
+from kinetic.ir.rows import PassRows
 
 if TYPE_CHECKING:
     from kinetic.codegen.vulkan.model import VulkanModel
@@ -56,17 +56,17 @@ class Planned:
 class PassRecorder:
     """The dispatches and values of one pass, recorded node by node in graph order."""
 
-    def __init__(self, model: VulkanModel, rows: PassRows, cache: SequenceKV, mirror: KVMirror,
-                 n_rows: dict[str, int]):
+    def __init__(self, model: VulkanModel, rows: PassRows, caches: PassCaches, n_rows: dict[str, int]):
         self.model, self.graph, self.ops = model, model.graph, model.ops
-        self.rows, self.n_rows, self.cache, self.mirror = rows, n_rows, cache, mirror
+        self.rows, self.n_rows, self.caches = rows, n_rows, caches
         self.dispatches: list[Dispatch] = []
         self.out: dict[int, DeviceBuffer | Planned] = {}
         self.planned: list[Planned] = []
-        self.caches: dict[int, tuple[DeviceBuffer, DeviceBuffer, int, int]] = {}  # layer -> k, v, n_committed, width
+        self.kv_layers: dict[int, tuple[DeviceBuffer, DeviceBuffer, int]] = {}  # layer -> k pool, v pool, width
         self._visible: dict[int, DeviceBuffer] = {}
         self._rope: dict[Rotary, tuple[DeviceBuffer, DeviceBuffer]] = {}
         self._slots: DeviceBuffer | None = None
+        self._starts: DeviceBuffer | None = None
 
     def record(self) -> None:
         for node in self.graph.nodes:
@@ -156,23 +156,30 @@ class PassRecorder:
         buf.write(rows)
         return buf
 
-    def slots(self, n: int) -> DeviceBuffer:
-        """The cache rows the pass's n rows are stored at: length + i."""
+    def slots(self) -> DeviceBuffer:
+        """The pool rows the pass's rows are stored at: each its own cache's length + k."""
         if self._slots is None:
-            self._slots = self.u32(("slots",), self.cache.length + np.arange(n))
+            self._slots = self.u32(("slots",), self.caches.store)
         return self._slots
 
+    def cache_starts(self) -> DeviceBuffer:
+        """Per row, the pool row of its own cache's entry 0."""
+        if self._starts is None:
+            self._starts = self.u32(("cache_starts",), self.caches.base)
+        return self._starts
+
     def visible(self, window: int) -> DeviceBuffer:
-        """Which keys each row sees (committed ones within the window, and its ancestors in the pass)."""
+        """Which of its cache's keys each row sees (committed ones within the window, and its
+        ancestors in the pass), [rows, caches.n_keys]."""
         if window not in self._visible:
-            cpos = self.cache.positions[: self.cache.length]
-            self._visible[window] = self.u32(("visible", window), pass_mask(self.rows, cpos, window))
+            self._visible[window] = self.u32(("visible", window), self.caches.mask(self.rows, window))
         return self._visible[window]
 
     def cache_rows(self, layer: int, width: int) -> tuple[DeviceBuffer, DeviceBuffer]:
-        """The layer's keys and values on the device (the mirror of the sequence's cache)."""
-        kbuf, vbuf = self.mirror.k[layer], self.mirror.v[layer]
-        self.caches[layer] = (kbuf, vbuf, self.cache.length, width)
+        """The layer's keys and values on the device (the pool of the sequences' caches)."""
+        pool = self.model.kv_mirrors
+        kbuf, vbuf = pool.k[layer], pool.v[layer]
+        self.kv_layers[layer] = (kbuf, vbuf, width)
         return kbuf, vbuf
 
     # ---- after the pass ------------------------------------------------------------------------
@@ -182,12 +189,16 @@ class PassRecorder:
 
     def new_kv(self) -> dict[int, tuple[np.ndarray, np.ndarray]]:
         """Each layer's keys and values of the pass's rows as the device stored them (f16), written into
-        the host KVCache at slots length + i (in place, as the CPU step) and returned as copies."""
+        each sequence's host KVCache at its slots length + k (in place, as the CPU step) and returned
+        as copies."""
         n = self.n_rows["T"]
         result = {}
-        for layer, (kbuf, vbuf, n_c, width) in self.caches.items():
-            words, offset = n * width // 2, n_c * width * 2
-            k, v = (b.read(np.uint32, words, offset).view(np.float16).reshape(n, width) for b in (kbuf, vbuf))
+        for layer, (kbuf, vbuf, width) in self.kv_layers.items():
+            k, v = np.zeros((n, width), np.float16), np.zeros((n, width), np.float16)
+            for mine, first in self.caches.stored_ranges():  # a sequence's rows lie end to end
+                words, offset = len(mine) * width // 2, first * width * 2
+                k[mine] = kbuf.read(np.uint32, words, offset).view(np.float16).reshape(len(mine), width)
+                v[mine] = vbuf.read(np.uint32, words, offset).view(np.float16).reshape(len(mine), width)
             result[layer] = (k, v)
-        self.cache.write_pass_rows(result)
+        self.caches.write_back(result)
         return result

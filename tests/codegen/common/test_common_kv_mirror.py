@@ -1,5 +1,6 @@
 """A device's copy of a sequence's cache (kinetic/codegen/common/kv_mirror.py) follows the runtime's
-KVCache through the host_writes protocol: what the host wrote itself is copied up, nothing else."""
+KVCache through the host_writes protocol: what the host wrote itself is copied up, nothing else; the
+copies live in one pool, a slot per live cache, which grows when more caches live at once."""
 
 from __future__ import annotations
 
@@ -43,8 +44,10 @@ def rows(n: int, start: float) -> dict[int, tuple[np.ndarray, np.ndarray]]:
     return {layer: (values, -values) for layer in WIDTH}
 
 
-def device_rows(m, layer: int, n: int) -> np.ndarray:
-    return m.k[layer][: n * 8].view(np.float16).reshape(n, 4)
+def device_rows(kv: KVMirrors, m, layer: int, n: int, which: str = "k") -> np.ndarray:
+    """The first n rows of m's cache in the pool's keys (or values) of a layer."""
+    pool = kv.k if which == "k" else kv.v
+    return pool[layer][m.base * 8 : (m.base + n) * 8].view(np.float16).reshape(n, 4)
 
 
 def test_the_first_pass_copies_every_committed_row_then_only_what_the_host_wrote():
@@ -55,18 +58,18 @@ def test_the_first_pass_copies_every_committed_row_then_only_what_the_host_wrote
     cache.commit(rows(3, 0), np.arange(3), np.arange(3, dtype=np.int32))
     kv = mirrors(device)
     m = kv.mirror(cache)
-    assert len(device.writes) == 4 and np.array_equal(device_rows(m, 0, 3), cache.k[0][:3])
+    assert len(device.writes) == 4 and np.array_equal(device_rows(kv, m, 0, 3), cache.k[0][:3])
     device.writes.clear()
     computed = rows(1, 50)  # a pass on the device: its rows stored there, then copied back in place
     for layer, (k, v) in computed.items():
-        m.k[layer][3 * 8 : 4 * 8], m.v[layer][3 * 8 : 4 * 8] = k.view(np.uint8)[0], v.view(np.uint8)[0]
+        kv.k[layer][3 * 8 : 4 * 8], kv.v[layer][3 * 8 : 4 * 8] = k.view(np.uint8)[0], v.view(np.uint8)[0]
     cache.write_pass_rows(computed)
     cache.commit_written(np.array([3], np.int32))
     assert kv.mirror(cache) is m and device.writes == []
     cache.commit(rows(2, 100), np.arange(2), np.array([4, 5], np.int32))
     kv.mirror(cache)
     assert device.writes and all(at == 4 * 8 for at, _ in device.writes)  # slots 4.. of each layer
-    assert np.array_equal(device_rows(m, 1, 6), cache.k[1][:6])
+    assert np.array_equal(device_rows(kv, m, 1, 6), cache.k[1][:6])
     device.writes.clear()
     cache.keep_written(np.array([1]), np.array([6], np.int32))  # row 1 of a tree moves down to slot 6
     kv.mirror(cache)
@@ -90,21 +93,23 @@ def test_two_host_writes_since_the_last_pass_copy_everything():
     assert {at for at, _ in device.writes} == {0}
 
 
-def test_a_dead_cache_is_dropped_and_only_the_runners_layers_are_kept():
-    """A copy lives as long as its cache: it is dropped (its buffers freed, on_drop told) at the next
-    pass after the cache is gone; `layers` limits the copy to the runner's layers."""
-    device, dropped = FakeDevice(), []
-    kv = mirrors(device, layers=[1], on_drop=dropped.append)
+def test_a_dead_cache_frees_its_slot_and_only_the_runners_layers_are_kept():
+    """A copy lives as long as its cache: its slot is free again at the next pass after the cache is
+    gone (the next cache takes it, the pool keeps its buffers); `layers` limits the pool to the
+    runner's layers."""
+    device = FakeDevice()
+    kv = mirrors(device, layers=[1])
     cache = KVCache(WIDTH, 8)
     first = kv.mirror(cache)
-    assert sorted(first.k) == [1]
+    assert sorted(kv.k) == sorted(kv.v) == [1] and first.slot == 0
     del cache
     gc.collect()
     other = KVCache(WIDTH, 8)
-    kv.mirror(other)
-    assert dropped == [first] and device.freed == 2 and list(kv.by_cache) == [id(other)]
+    second = kv.mirror(other)
+    assert second is not first and second.slot == 0 and kv.capacity == 1 and device.freed == 0
+    assert list(kv.by_cache) == [id(other)]
     kv.close()
-    assert kv.by_cache == {} and device.freed == 4
+    assert kv.by_cache == {} and device.freed == 2
 
 
 def test_a_cache_the_device_cannot_keep_is_refused():
@@ -113,3 +118,46 @@ def test_a_cache_the_device_cannot_keep_is_refused():
     with pytest.raises(KineticError, match="the test runner keeps an f16 cache"):
         kv.mirror(KVCache(WIDTH, 8, np.float32))
     assert kv.by_cache == {}
+
+
+def test_the_pool_grows_and_copies_every_live_cache_up_again():
+    """Two caches alive at once: the pool gets buffers for two (the old ones freed, on_grow told),
+    each cache its own slot, and both copies hold their cache's committed rows after the next pass
+    (the first one copied up again from the host)."""
+    device, grown = FakeDevice(), []
+    kv = mirrors(device, on_grow=lambda: grown.append(kv.capacity))
+    a, b = KVCache(WIDTH, 8), KVCache(WIDTH, 8)
+    a.commit(rows(3, 0), np.arange(3), np.arange(3, dtype=np.int32))
+    b.commit(rows(2, 40), np.arange(2), np.arange(2, dtype=np.int32))
+    kv.mirror(a)
+    ma, mb = kv.mirror_all([a, b])
+    assert grown == [1, 2] and device.freed == 4 and (ma.slot, mb.slot) == (0, 1) and mb.base == 8
+    for layer in WIDTH:
+        assert np.array_equal(device_rows(kv, ma, layer, 3), a.k[layer][:3])
+        assert np.array_equal(device_rows(kv, mb, layer, 2, "v"), b.v[layer][:2])
+
+
+def test_a_pool_over_the_binding_limit_is_refused():
+    """A pool buffer larger than the device allows (max_buffer_bytes) is a KineticError saying how
+    many caches fit, before anything is freed or allocated."""
+    device = FakeDevice()
+    kv = mirrors(device, max_buffer_bytes=2 * 8 * 8, device="the test runner")  # two caches of 8 rows
+    first = KVCache(WIDTH, 8)
+    kv.mirror_all([first, KVCache(WIDTH, 8)])
+    with pytest.raises(KineticError, match="at most 2 sequences"):
+        kv.mirror_all([first, KVCache(WIDTH, 8), KVCache(WIDTH, 8)])
+    assert kv.capacity == 2 and device.freed == 0
+
+
+def test_a_pool_the_device_has_no_memory_for_is_refused():
+    """An allocation that runs out of device memory while the pool grows is a KineticError naming
+    the caches asked for (not the device library's own error), and the pool holds nothing after."""
+    device = FakeDevice()
+
+    def alloc(nbytes: int):
+        raise MemoryError("out of device memory")
+
+    kv = KVMirrors(alloc=alloc, write=device.write, device="the test runner")
+    with pytest.raises(KineticError, match="caches of 1 sequences of 8 entries do not fit"):
+        kv.mirror(KVCache(WIDTH, 8))
+    assert kv.capacity == 0 and kv.k == {}

@@ -197,17 +197,21 @@ def edge_values(rng: np.random.Generator, rows: int, width: int) -> np.ndarray:
     return x
 
 
-def kernel_attention(prog, xp, q, keys, values, visible, n_head, n_kv_head, head_dim, n_keys=None):
+def kernel_attention(prog, xp, q, keys, values, visible, n_head, n_kv_head, head_dim, n_keys=None,
+                     cache_rows=None):
     """Attention of rows q over the first n_keys (default: all) rows of f16 keys/values [n,
     n_kv_head*head_dim] where visible [rows, <= CACHE_CAPACITY] says; the mask is padded with zeros
-    to the kernel's stride, meta is [n_keys, 0]."""
+    to the kernel's stride, meta is [n_keys, 0]; cache_rows [rows] (default 0): the key row each
+    row's cache starts at (kv_rows' second column)."""
     kernel = attention.attention(n_head, n_kv_head, head_dim, attention_scale(head_dim), mask_stride=CACHE_CAPACITY)
     mask = np.zeros((q.shape[0], CACHE_CAPACITY), np.uint8)
     mask[:, : visible.shape[1]] = visible
     meta = np.array([keys.shape[0] if n_keys is None else n_keys, 0], np.int32)
+    kv_rows = np.zeros((q.shape[0], 2), np.int32)
+    kv_rows[:, 1] = 0 if cache_rows is None else cache_rows
     out = xp.zeros(q.shape, xp.float32)
     prog.launch(kernel.name, q.shape[0], xp.asarray(q), xp.asarray(keys.view(np.uint16)),
-                xp.asarray(values.view(np.uint16)), xp.asarray(mask), xp.asarray(meta), out)
+                xp.asarray(values.view(np.uint16)), xp.asarray(mask), xp.asarray(meta), xp.asarray(kv_rows), out)
     return out
 
 
@@ -275,8 +279,8 @@ def kernel_take_rows(prog, xp, x, index):
 def kernel_kv_store(prog, xp, x, cache, base_slot: int):
     """The cache (u16 [capacity, width], copied) after the kernel stored x's rows from base_slot on."""
     cache = xp.asarray(cache).copy()
-    meta = np.array([base_slot + x.shape[0], base_slot], np.int32)  # the keys the cache holds afterwards
-    prog.launch(gather.kv_store(x.shape[1]).name, x.shape[0], xp.asarray(x), xp.asarray(meta), cache)
+    kv_rows = np.stack([base_slot + np.arange(x.shape[0]), np.zeros(x.shape[0])], axis=1).astype(np.int32)
+    prog.launch(gather.kv_store(x.shape[1]).name, x.shape[0], xp.asarray(x), xp.asarray(kv_rows), cache)
     return cache
 
 

@@ -48,9 +48,10 @@ def _run(host, kernel, q, keys, values, visible, n_keys, scratch: bool, extra=()
     mask = np.ones((rows, STRIDE), np.uint8)  # every key past n_keys marked visible: n_keys must bound it
     mask[:, :n_keys] = visible
     meta = np.array([n_keys, 0], np.int32)
+    kv_rows = np.zeros((rows, 2), np.int32)  # every row's cache starts at key 0
     out = np.full(q.shape, np.nan, np.float32)
     work = [np.full((rows, kernel_heads(kernel), 2, STRIDE), np.nan, np.float32)] if scratch else []
-    host.launch(kernel.name, rows, q, cache_k, cache_v, mask, meta, *work, out, *extra)
+    host.launch(kernel.name, rows, q, cache_k, cache_v, mask, meta, kv_rows, *work, out, *extra)
     return out
 
 

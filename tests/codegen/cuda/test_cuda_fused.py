@@ -66,12 +66,12 @@ def test_key_and_value_stores_in_one_launch_equal_the_two(host):
     rows, capacity = 3, 16
     k = (rng.standard_normal((rows, KV_WIDTH)) * 1000).astype(np.float32)
     v = rng.standard_normal((rows, KV_WIDTH)).astype(np.float32)
-    meta = np.array([7 + rows, 7], np.int32)
+    kv_rows = np.stack([7 + np.arange(rows), np.zeros(rows)], axis=1).astype(np.int32)  # slots 7, 8, 9
     want_k, want_v = np.zeros((capacity, KV_WIDTH), np.uint16), np.zeros((capacity, KV_WIDTH), np.uint16)
-    host.launch(gather.kv_store(KV_WIDTH).name, rows, k, meta, want_k)
-    host.launch(gather.kv_store(KV_WIDTH).name, rows, v, meta, want_v)
+    host.launch(gather.kv_store(KV_WIDTH).name, rows, k, kv_rows, want_k)
+    host.launch(gather.kv_store(KV_WIDTH).name, rows, v, kv_rows, want_v)
     got_k, got_v = np.zeros_like(want_k), np.zeros_like(want_v)
-    host.launch(gather.kv_store(KV_WIDTH, pair=True).name, rows, k, v, meta, got_k, got_v)
+    host.launch(gather.kv_store(KV_WIDTH, pair=True).name, rows, k, v, kv_rows, got_k, got_v)
     assert np.array_equal(got_k, want_k) and np.array_equal(got_v, want_v)
     assert np.array_equal(got_k[7 : 7 + rows], k.astype(np.float16).view(np.uint16))
 

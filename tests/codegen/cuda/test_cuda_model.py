@@ -254,7 +254,7 @@ def test_split_model_equals_the_reference(split_engine, reference):
     check_greedy_equals(split_engine, reference, 3, layers=(0, 19, 20, 29))
     gpu = split_engine.runner.gpu
     assert sorted(gpu.kv_layers) == list(range(20, 30))
-    assert all(sorted(m.k) == list(range(20, 30)) for m in gpu.kv_mirrors.by_cache.values())
+    assert sorted(gpu.kv_mirrors.k) == list(range(20, 30)) == sorted(gpu.kv_mirrors.v)
     assert not any(name.startswith(f"blk.{i}.") for i in range(20) for name in gpu.weights)
 
 
