@@ -12,14 +12,25 @@ import numpy as np
 SYNTHETIC = Path(__file__).parent / "data" / "synthetic"
 
 
-def synthetic_files() -> list[str]:
+def synthetic_files(*, embeddings: bool = False) -> list[str]:
     """Every synthetic file of a registered family: <arch>/ and its other shapes, <arch>-<shape>/ (the
-    family is the json's "arch", so hyphenated architectures such as hunyuan-dense work)."""
+    family is the json's "arch", so hyphenated architectures such as hunyuan-dense work). By default
+    the generative files (llama.cpp's logits); embeddings=True: the embedding models' files (llama.cpp's
+    token and pooled embeddings, tests/runtime/test_embeddings.py)."""
     from kinetic.frontend.families import supported_architectures
 
     archs = supported_architectures()
     return sorted(d.name for d in SYNTHETIC.iterdir()
-                  if d.is_dir() and json.loads((d / f"{d.name}.json").read_text())["arch"] in archs)
+                  if d.is_dir() and _doc(d)["arch"] in archs and _is_embedding(_doc(d)) == embeddings)
+
+
+def _doc(folder: Path) -> dict:
+    return json.loads((folder / f"{folder.name}.json").read_text())
+
+
+def _is_embedding(doc: dict) -> bool:
+    """Files made for embedding models record token embeddings, not logits."""
+    return "token_embedding_std" in doc["compare"]["p0"]
 
 
 def synthetic_arch(name: str) -> str:

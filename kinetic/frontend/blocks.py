@@ -272,10 +272,29 @@ class Blocks:
         return self.linear(self.node(Op.MUL, (gate, up)), p + "ffn_down.weight", n_out=width,
                            why=f"{n_ff} in, the width {width} out")
 
+    def _embedding_file(self) -> bool:
+        """A decoder file that names a pooling type is an embedding model (Qwen3-Embedding): its graph
+        outputs the final norm's rows, marked as embeddings with causal attention
+        (kinetic/frontend/encoder.py's facts). Its output projection, if any, is not used; llama.cpp's
+        pooling reads the same rows."""
+        pooling = hp.key(self.gguf, "pooling_type", None)
+        if pooling is None:
+            return False
+        names = ("none", "mean", "cls", "last", "rank")  # llama.cpp's pooling types (encoder.POOLINGS)
+        self.b.meta.extend([("embedding", "true"), ("pooling", names[pooling]), ("causal", "true")])
+        if self.has("output.weight"):
+            self.used.add("output.weight")
+        from kinetic.frontend.encoder import claim_rank_head  # encoder.py builds on this module
+
+        claim_rank_head(self)  # a decoder reranker's cls.output (Qwen3-Reranker's yes / no rows)
+        return True
+
     def head(self, x: int, *, eps: float, norm: str = "output_norm.weight") -> int:
         """Final norm on the wanted rows, then the output projection (tied to the embedding if absent),
         with a row per embedding row: every token it scores can be fed back."""
         rows = self.node(Op.TAKE_ROWS, (x, self.input("output_rows")))
         y = self.rms_norm(rows, norm, eps=eps)
+        if self._embedding_file():  # the normed rows are the output (llama.cpp's t_embd), pooled by the runtime
+            return y
         out = "output.weight" if self.has("output.weight") else "token_embd.weight"
         return self.linear(y, out, n_out=self.n_vocab, why=f"{self.width(y)} in, a row per token embedding")

@@ -41,6 +41,9 @@ ORDERS: dict[str, str] = {
                       "without an exact ggml order)",
     # rms_norm: one row (or group) of squares
     "f64_sum": "the squares of the row (or of each group) summed in float64, mean and scale in float32",
+    # layer_norm: one row's mean and variance
+    "mean_var_f64": "the row summed in float64 (mean in float32), the deviations' squares reduced 16 lanes "
+                    "at a time (_mm512_reduce_add_ps) into a float64 sum, the tail one by one in float64",
     # attention: one query row over the keys it sees
     "key_chain_f16": "one query row over its visible keys in cache order: scores in ggml_vec_dot_f16's "
                      "order, an online softmax with the C library's expf, an f16 accumulator rounded "
@@ -71,6 +74,10 @@ def matmul_order(input_types: list, attrs) -> str:
 
 def rms_norm_order(input_types: list, attrs) -> str:
     return "f64_sum"
+
+
+def layer_norm_order(input_types: list, attrs) -> str:
+    return "mean_var_f64"
 
 
 def attention_order(input_types: list, attrs) -> str:

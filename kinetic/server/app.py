@@ -11,7 +11,16 @@ from __future__ import annotations
 from litestar import Litestar
 from litestar.middleware import DefineMiddleware
 
-from kinetic.server import anthropic_api, llama_api, ollama_api, openai_api, page, responses_api
+from kinetic.server import (
+    anthropic_api,
+    embedding_api,
+    llama_api,
+    ollama_api,
+    openai_api,
+    page,
+    prefill_api,
+    responses_api,
+)
 from kinetic.server.errors import EXCEPTION_HANDLERS
 from kinetic.server.fit import TokenBound
 from kinetic.server.offload import CpuPool, ReleaseAfterLarge
@@ -30,7 +39,8 @@ def create_app(model, options: ServerOptions | None = None) -> Litestar:
                         token_bound=TokenBound.of(model.tokenizer))
     app = Litestar(
         route_handlers=[*openai_api.ROUTES, *llama_api.ROUTES, *ollama_api.ROUTES, *anthropic_api.ROUTES,
-                        *responses_api.ROUTES, *page.ROUTES],
+                        *responses_api.ROUTES, *page.ROUTES, *embedding_api.ROUTES, *prefill_api.ROUTES],
+        before_request=embedding_api.refuse_generation,
         exception_handlers=EXCEPTION_HANDLERS,
         middleware=[ReleaseAfterLarge, DefineMiddleware(Guard, options=options)],
         on_startup=[lambda: worker.start()],

@@ -226,7 +226,8 @@ def _slot(state: ServerState, slot_id: int, job, busy: bool) -> dict:
         req = job.request
         remain = -1 if req.max_tokens is None else max(req.max_tokens - job.n_decoded, 0)
         slot.update({"id_task": job.id, "n_prompt_tokens": len(req.prompt),
-                     "n_prompt_tokens_processed": job.n_prompt_processed, "n_prompt_tokens_cache": 0,
+                     "n_prompt_tokens_processed": job.n_prompt_processed,
+                     "n_prompt_tokens_cache": job.generation.n_cached if job.generation else 0,
                      "params": _params(req, False),
                      "next_token": [{"has_next_token": busy, "has_new_line": False, "n_remain": remain,
                                      "n_decoded": job.n_decoded}],
@@ -250,14 +251,9 @@ async def apply_template(request: Request) -> Response:
     return Response({"prompt": ready.prompt.text})
 
 
-@post(["/embedding", "/embeddings"], status_code=200)
-async def embedding(request: Request) -> Response:
-    raise ApiError(400, f"{state_of(request).name} is a text model, not an embedding model: use /completion")
-
-
 @post(["/infill"], status_code=200)
 async def infill(request: Request) -> Response:
     raise not_supported("/infill (fill in the middle)")
 
 
-ROUTES = [completion, tokenize_route, detokenize, health, props, slots, metrics, apply_template, embedding, infill]
+ROUTES = [completion, tokenize_route, detokenize, health, props, slots, metrics, apply_template, infill]

@@ -101,12 +101,6 @@ async def show(request: Request) -> dict:
             "modified_at": _entry(state)["modified_at"]}
 
 
-@post(["/api/embed", "/api/embeddings"], status_code=200)
-async def embed(request: Request) -> Response:
-    raise ApiError(400, f"{state_of(request).name} is a text model, not an embedding model: use /api/chat or "
-                        "/api/generate")
-
-
 # -- generation -------------------------------------------------------------------------------------------
 
 
@@ -148,7 +142,7 @@ def _think(f: Fields) -> dict:
 def _stats(fin: Finished) -> dict:
     prompt_ns, eval_ns = int(fin.prompt_seconds * 1e9), int(fin.generate_seconds * 1e9)
     return {"done_reason": fin.finish_reason, "total_duration": prompt_ns + eval_ns, "load_duration": 0,
-            "prompt_eval_count": fin.prompt_tokens, "prompt_eval_duration": prompt_ns,
+            "prompt_eval_count": fin.prompt_tokens - fin.cached_tokens, "prompt_eval_duration": prompt_ns,
             "eval_count": fin.generated_tokens, "eval_duration": eval_ns}
 
 
@@ -295,4 +289,4 @@ async def _generate_stream(job, state: ServerState, prompt: ChatPrompt | None):
             yield line("", done=_stats(event))
 
 
-ROUTES = [version, tags, ps, show, embed, chat, generate]  # "/" (Ollama's "is running") is page.py's
+ROUTES = [version, tags, ps, show, chat, generate]  # "/" (Ollama's "is running") is page.py's

@@ -9,7 +9,7 @@ tool-call format, llama.cpp's generic fallback: generic_tools.py), "none" hides 
 (one call unless parallel_tool_calls). response_format, grammar and json_schema go through
 constraints.py. "receipt": true adds a receipt (receipts.py). n other than 1 and echo are refused
 with a 400 naming the field.
-Embeddings and rerank answer 400 naming the endpoints this text model serves.
+Embeddings and rerank are embedding_api.py's.
 """
 
 from __future__ import annotations
@@ -363,10 +363,4 @@ async def _completion_stream(job, head: dict, ready: ChatPrepared, path: str, st
                 yield frame
 
 
-@post(["/v1/embeddings", "/v1/rerank", "/v1/reranking", "/rerank", "/reranking"], status_code=200)
-async def not_this_model(request: Request) -> Response:
-    raise ApiError(400, f"{state_of(request).name} is a text model, not an embedding or reranking model: "
-                        "use /v1/chat/completions or /v1/completions")
-
-
-ROUTES = [health, models, model, chat_completions, completions, not_this_model]
+ROUTES = [health, models, model, chat_completions, completions]  # embeddings and rerank: embedding_api.py

@@ -31,7 +31,8 @@ OLDER_LLAMA_CPP = {"--mlock", "--mmap", "--no-mmap"}  # replaced by --load-mode 
 SAMPLE = {"-m": "model.gguf", "-p": "hello", "-n": "5", "-c": "1024", "-t": "2", "--seed": "42", "--temp": "0.5",
           "--top-k": "5", "--top-p": "0.9", "--min-p": "0.1", "--repeat-penalty": "1.1", "--host": "0.0.0.0",
           "--port": "9000", "--system": "be brief", "--device": "cpu", "--parallel": "2", "--alias": "x",
-          "--reasoning": "on", "-ngl": "0", "--chat-template": "chatml"}
+          "--reasoning": "on", "-ngl": "0", "--chat-template": "chatml", "--pooling": "mean",
+          "--lora": "adapter.gguf", "--lora-scaled": "adapter.gguf:0.5"}
 
 
 @functools.cache

@@ -23,7 +23,7 @@ def test_every_family_has_a_synthetic_file():
     and at least one file of another shape (a family is checked on several shapes, not on one file);
     every such file is run by the llama.cpp comparison here and by every device in
     test_family_devices.py, which both take their files from synthetic_files()."""
-    files = synthetic_files()
+    files = synthetic_files() + synthetic_files(embeddings=True)
     for arch in supported_architectures():
         assert synthetic_path(arch).is_file(), f"no synthetic file for {arch}"
         assert (SYNTHETIC / arch / f"{arch}.npz").is_file()
@@ -88,7 +88,7 @@ def test_unknown_rotary_scaling_is_refused_by_name(tmp_path):
 
 
 def test_synthetic_metadata_is_what_the_json_says():
-    for name in synthetic_files():
+    for name in synthetic_files() + synthetic_files(embeddings=True):
         meta = json.loads((SYNTHETIC / name / f"{name}.json").read_text())
         gguf = open_gguf(synthetic_path(name))
         assert gguf.architecture == meta["arch"]

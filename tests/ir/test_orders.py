@@ -48,7 +48,7 @@ def test_a_matmul_order_follows_the_reference_branch_of_its_weight_type(wtype, w
 def test_every_order_a_spec_can_give_is_named():
     """Whatever the weight type or cache type, the order given is one ORDERS describes."""
     given = {weight_order(t, a) for t in QUANT_TYPES for a in ("q8", "f32")}
-    given |= {OPS[Op.RMS_NORM].order([f32("T", 8)], None)}
+    given |= {OPS[Op.RMS_NORM].order([f32("T", 8)], None), OPS[Op.LAYER_NORM].order([f32("T", 8)], None)}
     given |= {reduction_order(Op.ATTENTION, [], OPS[Op.ATTENTION].attrs(1, 1, 4, 0.5, kv_dtype=d))
               for d in ("f16", "f32")}
     assert given == set(ORDERS)

@@ -4,7 +4,8 @@ uploaded with the pass's other inputs, for a table type the device has no lookup
 Owns: `HostLookup` (one embed node the host looks up: its table as the weights hold it, the table's
 type and width, the pass input holding the ids, and `rows(pass_rows)`, the pass's rows f32 [rows,
 width]), `host_lookups(graph, weights, kernel_types)` (which embed nodes of a graph a device leaves to
-the host: those whose table type is not among the types it has lookup kernels for) and
+the host: those whose table type is not among the types it has lookup kernels for, and every lookup by
+another input than the tokens, an encoder's learned positions and token types) and
 `read_on_device(graph, lookups)` (the values a device's own work reads: a table only host lookups
 read is never uploaded). Does not own where the rows go in a pass (each device's staging:
 cuda/plan.py, vulkan/recorder.py), which types a device has kernels for (its lookup modules'
@@ -50,7 +51,7 @@ class HostLookup:
     def rows(self, rows: PassRows) -> np.ndarray:
         """f32 [len(ids), width]: the reference's embed of this pass's ids; an id outside the table is
         a KineticError."""
-        ids = np.asarray(getattr(rows, self.ids))
+        ids = np.asarray(rows.input(self.ids))
         if len(ids) and not (0 <= int(ids.min()) and int(ids.max()) < len(self.table)):
             raise KineticError(f"a token id is outside the vocabulary (0..{len(self.table) - 1})",
                                "Check the token ids of the prompt.")
@@ -67,8 +68,8 @@ def host_lookups(graph: Graph, weights: WeightSource, kernel_types: Iterable[GGM
     for node in graph.nodes:
         if node.op is not Op.EMBED or node.id in skip:
             continue
-        table = graph.node(node.inputs[0])
-        if table.type.ggml_type in kernel_types:
+        table, by_tokens = graph.node(node.inputs[0]), graph.node(node.inputs[1]).attrs.name == "tokens"
+        if table.type.ggml_type in kernel_types and by_tokens:  # a device's lookup kernels read token ids
             continue
         lookups[node.id] = HostLookup(node.id, graph.node(node.inputs[1]).attrs.name,
                                       weights.tensor(table.attrs.tensor), table.type.ggml_type,

@@ -48,13 +48,7 @@ class PassTables:
             self.slot_rows[s, filled[s]] = r
             self.row_cidx[r] = self.clen[s] + filled[s]
             filled[s] += 1
-        parents = rows.parents
-        self.anc = np.zeros((n, n), np.uint8)
-        for r in range(n):
-            p = r
-            while p >= 0:
-                self.anc[r, p] = 1
-                p = int(parents[p])
+        self.anc = rows.pass_sight()  # who sees whom among the pass rows (rows.py)
 
     def _one_chain(self, cache, layers: list[int], n: int) -> None:
         """One sequence's consecutive rows (a prompt chunk or a decode step)."""

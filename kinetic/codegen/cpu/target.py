@@ -38,7 +38,7 @@ BIT_EXACT = frozenset({Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q2_K, Q.Q3_K, Q
 # the exact and float weight types, the reference between segments for the rest ("dequant_matvec");
 # attention over an f32 cache ("key_chain_f32") is the op-by-op executor's
 REDUCTION_ORDERS = frozenset({"lanes8", "block_chain", "lanes64", "bf16_pairs", "dequant_matvec", "f64_sum",
-                              "key_chain_f16"})
+                              "key_chain_f16", "mean_var_f64"})
 # the device phase makes one quantize node per (row, format) before the q8 matmuls of the exact types
 # (their kernels read it); nothing else: each other op is one tape instruction of its own
 FUSIONS = Fusions(quantized_matmuls=BIT_EXACT)

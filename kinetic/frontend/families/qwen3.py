@@ -5,7 +5,8 @@ Differences from llama (llama.cpp's src/models/qwen3.cpp): q and k are RMS-norme
 attention.key_length, independent of the width (q projects to n_head x head size, which may differ
 from the width); rotary uses the NeoX layout (halves) over the whole head; eps from the file.
 Pre-norm decoder with a SiLU-gated feed-forward; output projection separate or tied to the
-embedding. Reranker files (a cls_out head) are refused by name.
+embedding. Embedding and reranker files (a pooling_type, a cls.output head) output the final norm's rows
+(Blocks.head; kinetic/runtime/embedding.py pools and scores them).
 """
 
 from __future__ import annotations
