@@ -20,7 +20,7 @@ from kinetic.errors import KineticError
 
 # Subcommand modules, in the order `kinetic --help` lists them.
 COMMANDS = ("run", "chat", "serve", "compile", "info", "pull", "models", "fit", "doctor", "bench", "perplexity",
-            "verify", "verify-receipt", "keygen")
+            "verify", "verify-receipt", "keygen", "quantize")
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -61,7 +61,9 @@ def main(argv: list[str] | None = None) -> int:
         if command is not None:
             argv = [command, *argv]
     parser = build_parser()
-    args, extra = parser.parse_known_args(argv)
+    from kinetic.lora import join_scaled_pairs
+
+    args, extra = parser.parse_known_args(join_scaled_pairs(argv))  # llama.cpp's --lora-scaled FILE SCALE
     if extra:
         # A command may take free words after its options (`kinetic run MODEL --raw TEXT ...`).
         if getattr(args, "collect_words", None) and not any(w.startswith("-") and len(w) > 1 for w in extra):
