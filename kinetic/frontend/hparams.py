@@ -105,11 +105,24 @@ KEYS: dict[str, Spec] = {
     "ssm.state_size": Spec(int, 1, 1024),
     "ssm.time_step_rank": Spec(int, 1, MAX_HEADS),
     "ssm.group_count": Spec(int, 1, MAX_HEADS),
+    # qwen35 (Gated DeltaNet): every Nth layer is attention; trailing layers that are prediction (MTP) blocks
+    "full_attention_interval": Spec(int, 1, MAX_LAYERS),
+    "nextn_predict_layers": Spec(int, 0, MAX_LAYERS),
     # embedding models (kinetic/frontend/encoder.py): BERT's norm eps, whether attention is causal, and
     # llama.cpp's pooling type (0 none, 1 mean, 2 CLS, 3 last, 4 rank)
     "attention.layer_norm_epsilon": Spec(float, 0.0, 1.0, positive=True),
     "attention.causal": Spec(bool),
     "pooling_type": Spec(int, 0, 4),
+    # mixture of experts (kinetic/frontend/moe_blocks.py): experts per layer and per row, their widths,
+    # the weights' renormalization and scale, the gate (1 softmax, 2 sigmoid), the leading dense layers
+    "expert_count": Spec(int, 1, 4096),
+    "expert_used_count": Spec(int, 1, 4096),
+    "expert_feed_forward_length": Spec(int, 1, MAX_WIDTH),
+    "expert_shared_feed_forward_length": Spec(int, 0, MAX_WIDTH),
+    "expert_weights_norm": Spec(bool),
+    "expert_weights_scale": Spec(float, 0.0, MAX_FLOAT),
+    "expert_gating_func": Spec(int, 0, 4),
+    "leading_dense_block_count": Spec(int, 0, MAX_LAYERS),
 }
 
 

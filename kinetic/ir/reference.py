@@ -187,13 +187,14 @@ def short_conv(ev: Evaluation, node: Node, x: list) -> np.ndarray:
     return scan_rows(ev, handle.name, values.shape[1], step)
 
 
-def ssm_scan(ev: Evaluation, node: Node, x: list) -> np.ndarray:
+def ssm_scan(ev: Evaluation, node: Node, x: list, row=None) -> np.ndarray:
     """Mamba-2's selective scan (numerics.ssm_scan_row) of each row along its path, plus x * D: inputs
     x f32 [T, n_head*head_dim], dt f32 [T, n_head], A and D (weights, one value per head), B and C f32
     [T, n_group*d_state], the state rs[n_head*head_dim, d_state]. Returns y + x * D (ggml_add of
-    ggml_mul: two roundings), f32 [T, n_head*head_dim]."""
+    ggml_mul: two roundings), f32 [T, n_head*head_dim]. `row` computes one row (default
+    numerics.ssm_scan_row; the compiled step passes its kernel, which computes the same bits)."""
     values, dt, a_node, b, c, d_node, handle = x
-    a = node.attrs
+    a, row = node.attrs, row or numerics.ssm_scan_row
     decay = ev.runner.weight(a_node).values.reshape(-1).astype(F32)
     skip = ev.runner.weight(d_node).values.reshape(-1).astype(F32)
     group_of = np.arange(a.n_head) // (a.n_head // a.n_group)
@@ -201,7 +202,7 @@ def ssm_scan(ev: Evaluation, node: Node, x: list) -> np.ndarray:
     def step(state: np.ndarray, r: int):
         heads = values[r].reshape(a.n_head, a.head_dim)
         bs, cs = (t[r].reshape(a.n_group, a.d_state)[group_of] for t in (b, c))
-        y, new = numerics.ssm_scan_row(state.reshape(a.n_head, a.head_dim, a.d_state), heads, dt[r], decay, bs, cs)
+        y, new = row(state.reshape(a.n_head, a.head_dim, a.d_state), heads, dt[r], decay, bs, cs)
         out = (y + (heads * skip[:, None]).astype(F32)).astype(F32)
         return out.reshape(-1), new.reshape(state.shape)
 

@@ -105,6 +105,12 @@ CASES: dict[str, Case] = {
 %5 = param() {tensor="norm"} : f32[64]
 %9 = rms_norm(%4, %5) {eps=1e-06} : f32[T,64]""", (("norm", Q.F32, (64,)),)),
     "rms_norm_group": _unary("rms_norm", " {eps=1e-05, group=32}"),
+    "layer_norm": Case(64, 64, """
+%5 = param() {tensor="norm"} : f32[64]
+%9 = layer_norm(%4, %5) {eps=1e-12} : f32[T,64]""", (("norm", Q.F32, (64,)),)),
+    "layer_norm_tail": Case(96, 88, """
+%5 = columns(%4) {start=0, count=88} : f32[T,88]
+%9 = layer_norm(%5) {eps=1e-05} : f32[T,88]"""),  # 5 chunks of 16 and a tail of 8, no weight
     "add_rms_norm": Case(64, 64, f"""
 %5 = param() {{tensor="other"}} : q8_0[{VOCAB},64]
 %6 = embed(%5, %0) : f32[T,64]
@@ -160,6 +166,35 @@ CASES: dict[str, Case] = {
 %12 = recurrent_state() {name="ssm.0", layer=0} : rs[64,64]
 %9 = ssm_scan(%5, %6, %10, %7, %8, %11, %12) {n_head=2, head_dim=32, n_group=1, d_state=64} : f32[T,64]""",
                      (("a", Q.F32, (2, 1)), ("d", Q.F32, (2, 1)))),  # x, dt, B, C: columns of one row
+    "delta_rule": Case(160, 64, """
+%5 = columns(%4) {start=0, count=32} : f32[T,32]
+%6 = columns(%4) {start=32, count=32} : f32[T,32]
+%7 = columns(%4) {start=64, count=64} : f32[T,64]
+%8 = columns(%4) {start=128, count=2} : f32[T,2]
+%10 = columns(%4) {start=130, count=2} : f32[T,2]
+%11 = param() {tensor="a"} : f32[2]
+%12 = recurrent_state() {name="delta.0", layer=0} : rs[64,32]
+%13 = rms_norm(%5) {eps=1e-06, group=32} : f32[T,32]
+%14 = rms_norm(%6) {eps=1e-06, group=32} : f32[T,32]
+%9 = delta_rule(%13, %14, %7, %8, %10, %11, %12) {n_k_head=1, n_v_head=2, head_dim=32} : f32[T,64]""",
+                       (("a", Q.F32, (2,)),)),  # q, k (normed), v, alpha, beta: columns of one row
+    "head_columns": Case(128, 64, "%9 = head_columns(%4) {n_head=2, stride=64, start=32, count=32} : f32[T,64]"),
+    "sigmoid": _unary("sigmoid"),
+    "moe": Case(64, 64, """
+%5 = param() {tensor="router"} : f32[6,64]
+%6 = matmul(%4, %5) {activations="q8"} : f32[T,6]
+%7 = moe_gate(%6) {gating="softmax"} : f32[T,6]
+%8 = moe_select(%7) {n_used=2} : i32[T,2]
+%10 = moe_weights(%7, %8) {normalize=true, scale=0.0} : f32[T,2]
+%11 = param() {tensor="gate_exps"} : f16[6,32,64]
+%12 = param() {tensor="up_exps"} : f16[6,32,64]
+%13 = param() {tensor="down_exps"} : f16[6,64,32]
+%14 = moe_matmul(%4, %11, %8) {activations="q8"} : f32[T,64]
+%15 = moe_matmul(%4, %12, %8) {activations="q8"} : f32[T,64]
+%16 = swiglu(%14, %15) : f32[T,64]
+%17 = moe_matmul(%16, %13, %8) {activations="q8"} : f32[T,128]
+%9 = moe_sum(%17, %10) : f32[T,64]""", (("router", Q.F32, (6, 64)), ("gate_exps", Q.F16, (6, 32, 64)),
+                                         ("up_exps", Q.F16, (6, 32, 64)), ("down_exps", Q.F16, (6, 64, 32)))),
 }
 
 

@@ -29,8 +29,9 @@ def test_every_op_has_one_spec():
 def test_op_sets_come_from_the_spec_groups():
     """LEAVES, ELEMENTWISE and REDUCE are the ops whose spec names the group, and nothing else."""
     assert ops.LEAVES == {Op.INPUT, Op.PARAM, Op.STATE, Op.RECURRENT_STATE}
-    assert ops.REDUCE == {Op.MATMUL, Op.RMS_NORM, Op.ATTENTION, Op.ADD_RMS_NORM, Op.LAYER_NORM}
-    assert ops.ELEMENTWISE == {Op.ADD, Op.MUL, Op.SCALE, Op.SILU, Op.GELU, Op.SOFTCAP, Op.SWIGLU, Op.GEGLU}
+    assert ops.REDUCE == {Op.MATMUL, Op.RMS_NORM, Op.ATTENTION, Op.ADD_RMS_NORM, Op.LAYER_NORM, Op.MOE_MATMUL}
+    assert ops.ELEMENTWISE == {Op.ADD, Op.MUL, Op.SCALE, Op.SILU, Op.SIGMOID, Op.GELU, Op.SOFTCAP, Op.SWIGLU,
+                               Op.GEGLU}
 
 
 def test_add_bias_takes_a_vector_of_the_row_width():

@@ -1,5 +1,5 @@
 """Recurrent state (kinetic/runtime/recurrent.py, docs/recurrent.md) on the synthetic lfm2 (short
-convolution), granitehybrid (Mamba-2) and falcon-h1 (attention beside Mamba-2) files: a
+convolution), granitehybrid (Mamba-2), falcon-h1 (attention beside Mamba-2) and qwen35 (Gated DeltaNet) files: a
 row continues the state its own path left, whatever else shares its pass; keep() leaves the state
 after the last kept row; a rollback and a restored snapshot continue bit for bit; drafted decoding
 equals plain."""
@@ -23,8 +23,9 @@ from tests.device_checks import FixedCosts, same_bits
 from tests.synthetic import synthetic_path
 
 PROMPT = [504, 613, 901, 278, 720, 94, 275, 1324, 544, 382, 851, 690, 504, 613]
-FILES = ("lfm2", "lfm2-k20", "granitehybrid", "granitehybrid-s128", "falcon-h1", "falcon-h1-s96")
-FAMILIES = ("lfm2-k20", "granitehybrid-s128", "falcon-h1-s96")  # one file of each family for the longer checks
+FILES = ("lfm2", "lfm2-k20", "granitehybrid", "granitehybrid-s128", "falcon-h1", "falcon-h1-s96", "qwen35",
+         "qwen35-s96")
+FAMILIES = ("lfm2-k20", "granitehybrid-s128", "falcon-h1-s96", "qwen35-s96")  # one file a family for the longer checks
 DEVICES = ("reference", "cpu")  # the CPU: the compiled step, keys and values written in place
 
 

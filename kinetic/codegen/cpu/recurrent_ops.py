@@ -1,24 +1,28 @@
-"""The compiled step's rows for recurrent ops: the short convolution (lfm2, Mamba-2's conv) and
-Mamba-2's selective scan.
+"""The compiled step's rows for recurrent ops: the short convolution (lfm2, Mamba-2's conv),
+Mamba-2's selective scan, and Qwen3.5's delta rule with its row-local helpers (head_columns,
+sigmoid).
 
-Owns: lowering `short_conv` to a Python instruction of the tape (between compiled segments; no
-generated kernel yet), which computes every row of the pass at once: each row's window of the
-kernel's taps is gathered along its own path (its ancestors in the pass, then its sequence's
-committed state, PassTables-free: from the row table and KVView.recurrent), the taps are summed
-as the reference's numerics say (numerics.short_conv_row's order, vectorized over rows), and each
-row's state after it (its window's last kernel-1 rows) goes to the step's `new_state` for the
-runtime. Rows never share a sum, so a batch gives each row what it gets alone; the result is the
-reference's bit for bit (tests/runtime/test_recurrent_state.py). `ssm_scan` is a Python
-instruction too, which runs the op's reference (kinetic/ir/reference.py: each row's scan along its
-path) on the arena's rows. Does not own the state's keeping (kinetic/runtime/recurrent.py) nor the
-arithmetic (kinetic/ir/numerics/recurrent.py).
+Owns: lowering `short_conv` to a Python instruction of the tape (between compiled segments), which
+computes every row of the pass at once: each row's window of the kernel's taps is gathered along its
+own path (its ancestors in the pass, then its sequence's committed state, PassTables-free: from the
+row table and KVView.recurrent), the taps are summed as the reference's numerics say
+(numerics.short_conv_row's order, in a numba kernel), and each row's state after it (its window's
+last kernel-1 rows) goes to the step's `new_state` for the runtime. Rows never share a sum, so a
+batch gives each row what it gets alone; the result is the reference's bit for bit
+(tests/runtime/test_recurrent_state.py). `ssm_scan` and `delta_rule` are Python instructions too,
+which walk the rows as the ops' references do (kinetic/ir/reference.py, kinetic/ir/delta_reference.py:
+each row's state along its path) with each row's arithmetic in a numba kernel
+(recurrent_kernels.py). `head_columns` runs its reference row by row and `sigmoid` a numba loop
+calling the C library's expf. Does not own the state's keeping (kinetic/runtime/recurrent.py) nor
+the arithmetic (kinetic/ir/numerics/recurrent.py).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from kinetic.ir import numerics
+from kinetic.codegen.cpu import recurrent_kernels
+from kinetic.ir import delta_reference as delta_ref
 from kinetic.ir import reference as ref
 from kinetic.ir.graph import Node
 from kinetic.ir.ops import Op
@@ -33,8 +37,7 @@ def short_conv(b, node: Node, ins: list[Node]) -> None:
 
     def run(step, n: int, n_out: int) -> None:
         window = gather_windows(step.pass_rows, step.pass_caches, state.attrs.name, step.view(x.id, n), kernel.shape[1])
-        step.view(node.id, n)[:] = numerics.short_conv_row(window.transpose(1, 0, 2).reshape(kernel.shape[1], -1),
-                                                           np.tile(kernel, (n, 1))).reshape(n, width)
+        step.view(node.id, n)[:] = recurrent_kernels.short_conv_rows(window, kernel)
         kept = range(n) if step.pass_rows.state_rows is None else step.pass_rows.state_rows
         step.new_state[state.attrs.name] = {int(r): window[r, 1:, :].copy() for r in kept}
 
@@ -42,16 +45,47 @@ def short_conv(b, node: Node, ins: list[Node]) -> None:
 
 
 def ssm_scan(b, node: Node, ins: list[Node]) -> None:
-    """The tape's row for ssm_scan: one Python instruction running the reference on the arena's rows
-    (weights through the step's reference interpreter, decoded once)."""
+    """The tape's row for ssm_scan: one Python instruction walking the rows as the reference does
+    (weights through the step's reference interpreter, decoded once), each row computed by the
+    compiled kernel (recurrent_kernels.py, the reference's bits)."""
     computed = [i for i in ins if i.op not in (Op.PARAM, Op.RECURRENT_STATE)]
 
     def run(step, n: int, n_out: int) -> None:
         ev = ref.Evaluation(step.reference, step.pass_rows, step.pass_caches, new_state=step.new_state)
         inputs = [step.view(i.id, n) if i in computed else (i.attrs if i.op is Op.RECURRENT_STATE else i) for i in ins]
-        step.view(node.id, n)[:] = ref.ssm_scan(ev, node, inputs)
+        step.view(node.id, n)[:] = ref.ssm_scan(ev, node, inputs, row=recurrent_kernels.ssm_scan_row)
 
     b.add_python(run, reads=tuple(("v", i.id) for i in computed), writes=(("v", node.id),))
+
+
+def delta_rule(b, node: Node, ins: list[Node]) -> None:
+    """The tape's row for delta_rule: one Python instruction walking the rows as the reference does
+    (each row's state along its path, kinetic/ir/delta_reference.py) with each row computed by the
+    compiled kernel (recurrent_kernels.py, the reference's bits)."""
+    computed = [i for i in ins if i.op not in (Op.PARAM, Op.RECURRENT_STATE)]
+
+    def run(step, n: int, n_out: int) -> None:
+        ev = ref.Evaluation(step.reference, step.pass_rows, step.pass_caches, new_state=step.new_state)
+        inputs = [step.view(i.id, n) if i in computed else (i.attrs if i.op is Op.RECURRENT_STATE else i) for i in ins]
+        step.view(node.id, n)[:] = delta_ref.delta_rule(ev, node, inputs, row=recurrent_kernels.delta_rule_row)
+
+    b.add_python(run, reads=tuple(("v", i.id) for i in computed), writes=(("v", node.id),))
+
+
+def row_local(reference):
+    """The tape's row for an op that computes each row from that row alone (head_columns, sigmoid):
+    one Python instruction running its reference on the arena's rows."""
+    def lower(b, node: Node, ins: list[Node]) -> None:
+        def run(step, n: int, n_out: int) -> None:
+            step.view(node.id, n)[:] = reference(None, node, [step.view(i.id, n) for i in ins])
+
+        b.add_python(run, reads=tuple(("v", i.id) for i in ins), writes=(("v", node.id),))
+
+    return lower
+
+
+head_columns = row_local(delta_ref.head_columns)
+sigmoid = row_local(lambda ev, node, x: recurrent_kernels.sigmoid(x[0]))
 
 
 def gather_windows(rows: PassRows, caches: KVView, name: str, values: np.ndarray, taps: int) -> np.ndarray:

@@ -83,3 +83,51 @@ def ssm_scan_row(state: np.ndarray, x: np.ndarray, dt: np.ndarray, a: np.ndarray
     for i in range(main, d_state):
         y = fma_f32(new[..., i], cc[..., i], y)
     return y, new
+
+
+def vec_dot_f32(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """ggml_vec_dot_f32 over the last axis as llama.cpp's AVX-512 build runs it (the F32 matmul's dot,
+    kinetic/ir/numerics/dots.py): whole chunks of 64 in 4 x 16 fma lanes reduced as ggml's lanes are,
+    then the rest in order, the first whole 16s and 8 of it as rounded products added (GCC's
+    vectorized tail), the last fewer than 8 one fma each. Returns f32 [...]."""
+    n = x.shape[-1]
+    main = n - n % SCAN_CHUNK
+    lanes = np.zeros((*np.broadcast_shapes(x.shape, y.shape)[:-1], SCAN_CHUNK), F32)
+    for start in range(0, main, SCAN_CHUNK):
+        lanes = fma_f32(x[..., start:start + SCAN_CHUNK], y[..., start:start + SCAN_CHUNK], lanes)
+    quads = lanes.reshape(*lanes.shape[:-1], 4, 16)
+    total = reduce_add_16(((quads[..., 0, :] + quads[..., 2, :]).astype(F32)
+                           + (quads[..., 1, :] + quads[..., 3, :]).astype(F32)).astype(F32))
+    rest = n - main
+    unfused = main + rest // 16 * 16 + (8 if rest % 16 >= 8 else 0)
+    for i in range(main, n):
+        if i < unfused:
+            total = (total + (x[..., i] * y[..., i]).astype(F32)).astype(F32)
+        else:
+            total = fma_f32(x[..., i], y[..., i], total)
+    return total.astype(F32)
+
+
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    """ggml's op_sigmoid: 1 / (1 + expf(-x)) with the C library's expf, each step rounded to f32."""
+    x = np.asarray(x, F32)
+    return (F32(1) / (F32(1) + libm_f32("expf", (F32(0) - x).astype(F32)))).astype(F32)
+
+
+def delta_rule_row(state: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray, decay: np.ndarray,
+                   beta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """One row of ggml_gated_delta_net (one decay per head) as llama.cpp's CPU build runs it:
+    state f32 [n_head, S, S] stored as ggml stores it, M[j][i] = S[i][j] (a value row j of key
+    columns i); q, k f32 [n_head, S] (each head's key head, L2-normed), v f32 [n_head, S], decay and
+    beta f32 [n_head] (expf of the gate, the C library's, and the sigmoid's write strength). Per head:
+    M *= decay (one rounding each); delta[j] = (v[j] - dot(M[j], k)) * beta; M[j][i] = fma(k[i], delta[j], M[j][i])
+    (ggml_vec_mad_f32); out[j] = dot(M[j], q) * (1 / sqrtf(S)), the dots ggml_vec_dot_f32's.
+    Returns out f32 [n_head, S] and the new state."""
+    size = state.shape[-1]
+    decayed = (state * decay[:, None, None]).astype(F32)
+    delta = ((v - vec_dot_f32(decayed, k[:, None, :])).astype(F32) * beta[:, None]).astype(F32)  # [n_head, S]
+    new = fma_f32(np.broadcast_to(k[:, None, :], decayed.shape), np.broadcast_to(delta[:, :, None], decayed.shape),
+                  decayed)
+    scale = F32(1) / F32(np.sqrt(F32(size)))
+    out = (vec_dot_f32(new, q[:, None, :]) * scale).astype(F32)
+    return out, new
