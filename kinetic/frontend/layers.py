@@ -68,8 +68,9 @@ _POST_NORMS = ("post_attention_norm", "post_ffw_norm")
 
 
 def layer(m: Blocks, x: int, *, index: int, positions: int, eps: float, attention: Attention,
-          act: Act = Act.SILU, norms: Norms = Norms.PRE) -> int:
-    """One decoder layer on the residual stream x, f32 [T, n_embd] in and out."""
+          act: Act = Act.SILU, norms: Norms = Norms.PRE, ffn: Callable[[int, int], int] | None = None) -> int:
+    """One decoder layer on the residual stream x, f32 [T, n_embd] in and out; `ffn(h, layer)` replaces
+    the gated feed-forward (a mixture of experts, moe_blocks.py)."""
     p = f"blk.{index}."
     attend = attention.__dict__
 
@@ -82,11 +83,12 @@ def layer(m: Blocks, x: int, *, index: int, positions: int, eps: float, attentio
 
     x = sublayer(x, _PRE_NORMS[0], _POST_NORMS[0],
                  lambda h: m.attention(h, layer=index, positions=positions, **attend))
-    return sublayer(x, _PRE_NORMS[1], _POST_NORMS[1], lambda h: m.ffn(h, layer=index, act=act))
+    feed_forward = (lambda h: ffn(h, index)) if ffn else (lambda h: m.ffn(h, layer=index, act=act))
+    return sublayer(x, _PRE_NORMS[1], _POST_NORMS[1], feed_forward)
 
 
 def decoder(m: Blocks, *, d: hp.Decoder, attention: Attention | Callable[[int], Attention],
-            act: Act = Act.SILU, norms: Norms = Norms.PRE) -> int:
+            act: Act = Act.SILU, norms: Norms = Norms.PRE, ffn: Callable[[int, int], int] | None = None) -> int:
     """The whole model: embedding, d.n_layer layers, head; returns the logits, f32 [R, n_vocab].
     `attention` is one value for every layer, or a function of the layer index."""
     attention_of = attention if callable(attention) else (lambda _: attention)
@@ -94,5 +96,5 @@ def decoder(m: Blocks, *, d: hp.Decoder, attention: Attention | Callable[[int], 
     x = m.embed("token_embd.weight", m.input("tokens"))  # f32 [T, n_embd]
     for il in range(d.n_layer):
         x = layer(m, x, index=il, positions=positions, eps=d.eps, attention=attention_of(il), act=act,
-                  norms=norms)
+                  norms=norms, ffn=ffn)
     return m.head(x, eps=d.eps)  # f32 [R, n_vocab]

@@ -64,10 +64,11 @@ def short_conv(m: Blocks, x: int, *, layer: int, kernel: int) -> int:
 
 def hybrid_decoder(m: Blocks, *, n_layer: int, eps: float, mixer: Mixer, act: Act = Act.SILU,
                    output_norm: str = "output_norm.weight", embedding_scale: float = 0.0,
-                   residual_scale: float = 0.0) -> int:
+                   residual_scale: float = 0.0, ffn: Callable[[int, int], int] | None = None) -> int:
     """Embedding (times embedding_scale when given), n_layer layers x += mixer(il, attn_norm(x));
     x += ffn(ffn_norm(x)) (each branch times residual_scale when given: granite's multipliers), then
-    the head; returns the logits, f32 [R, n_vocab]."""
+    the head; returns the logits, f32 [R, n_vocab]. `ffn(h, layer)` replaces the gated feed-forward
+    (lfm2moe's experts, moe_blocks.py)."""
     def residual(x: int, h: int) -> int:
         return m.add(x, m.scale(h, residual_scale) if residual_scale else h)
 
@@ -77,7 +78,8 @@ def hybrid_decoder(m: Blocks, *, n_layer: int, eps: float, mixer: Mixer, act: Ac
     for il in range(n_layer):
         p = f"blk.{il}."
         x = residual(x, mixer(il, m.rms_norm(x, p + "attn_norm.weight", eps=eps)))
-        x = residual(x, m.ffn(m.rms_norm(x, p + "ffn_norm.weight", eps=eps), layer=il, act=act))
+        h = m.rms_norm(x, p + "ffn_norm.weight", eps=eps)
+        x = residual(x, ffn(h, il) if ffn else m.ffn(h, layer=il, act=act))
     return m.head(x, eps=eps, norm=output_norm)  # f32 [R, n_vocab]
 
 

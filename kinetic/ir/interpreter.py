@@ -61,6 +61,18 @@ class Interpreter:
         """A matmul as the reference defines it; device executors override this with their kernels."""
         return numerics.matmul(x, self.weight(weight), attrs.activations)
 
+    def expert_weight(self, node: Node, expert: int) -> numerics.DequantizedWeight:
+        """Expert `expert`'s [n_out, K] matrix of a stacked [E, n_out, K] weight, decoded once."""
+        key = f"{node.attrs.tensor}#{expert}"
+        if key not in self._dequantized:
+            raw = np.asarray(self.weights.tensor(node.attrs.tensor))[expert]
+            self._dequantized[key] = numerics.DequantizedWeight(raw.reshape(raw.shape[0], -1), node.type.ggml_type)
+        return self._dequantized[key]
+
+    def expert_matmul(self, x: np.ndarray, weight: Node, expert: int, attrs) -> np.ndarray:
+        """Rows x times one expert of a stacked weight (moe_matmul), as matmul does for a 2-D weight."""
+        return numerics.matmul(x, self.expert_weight(weight, expert), attrs.activations)
+
     def attend(self, q: np.ndarray, keys: np.ndarray, vals: np.ndarray, visible: np.ndarray, attrs) -> np.ndarray:
         """Attention of some rows over their sequence's keys, as the reference defines it; device
         executors override this with their kernels."""

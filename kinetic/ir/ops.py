@@ -24,8 +24,11 @@ import enum
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 
+from kinetic.ir import delta_reference as delta_ref
+from kinetic.ir import moe_reference as moe_ref
 from kinetic.ir import orders
 from kinetic.ir import reference as ref
+from kinetic.ir.numerics import moe as moe_numerics
 from kinetic.ir.numerics.rotary import Rotary
 from kinetic.ir.quants import QUANT_TYPES
 from kinetic.ir.types import R, T, TensorType, f32, i32
@@ -51,12 +54,21 @@ class Op(enum.Enum):
     # recurrent layers: each row continues the state its parent row (or the committed state) left
     SHORT_CONV = "short_conv"  # causal depthwise convolution over a rolling cache of past rows (lfm2)
     SSM_SCAN = "ssm_scan"  # Mamba-2's selective scan, plus x * D (granitehybrid, falcon-h1)
+    DELTA_RULE = "delta_rule"  # Gated DeltaNet's state update and read-out (qwen35; delta_reference.py)
+    HEAD_COLUMNS = "head_columns"  # each head's slice of an interleaved projection (qwen35's query and gate)
+    # mixture of experts (docs/moe.md): each row routed on its own, never by the other rows of the pass
+    MOE_GATE = "moe_gate"  # the router's probabilities from its logits (softmax or sigmoid)
+    MOE_SELECT = "moe_select"  # each row's top-k experts (i32[T,k]), on the probabilities plus a bias
+    MOE_WEIGHTS = "moe_weights"  # the chosen experts' weights (f32[T,k]), renormalized and scaled
+    MOE_MATMUL = "moe_matmul"  # each row's slots through their experts' matrices of a stacked [E,N,K] weight
+    MOE_SUM = "moe_sum"  # the slots' outputs times their weights, added slot by slot
     # elementwise
     ADD = "add"
     ADD_BIAS = "add_bias"  # a bias vector added to every row (ggml_add of a [n] tensor after a projection)
     MUL = "mul"
     SCALE = "scale"
     SILU = "silu"
+    SIGMOID = "sigmoid"  # 1 / (1 + expf(-x)) (qwen35's gates)
     GELU = "gelu"
     SOFTCAP = "softcap"  # final-logit soft-capping (Gemma 4's final_logit_softcapping)
     # fused forms produced by passes
@@ -113,6 +125,21 @@ class SsmScanAttrs:
     head_dim: int
     n_group: int  # B and C groups; head h reads group h // (n_head / n_group)
     d_state: int
+
+
+@dataclass(frozen=True)
+class DeltaRuleAttrs:
+    n_k_head: int  # q and k heads; value head h reads key head h % n_k_head
+    n_v_head: int
+    head_dim: int  # S: keys and values alike; the state is S x S per value head
+
+
+@dataclass(frozen=True)
+class HeadColumnsAttrs:
+    n_head: int
+    stride: int  # each head's width in the input
+    start: int  # the first column taken within a head
+    count: int  # how many per head
 
 
 @dataclass(frozen=True)
@@ -199,6 +226,28 @@ class ColumnsAttrs:
 
 
 @dataclass(frozen=True)
+class MoeGateAttrs:
+    gating: str  # "softmax" or "sigmoid" (numerics.moe.GATINGS)
+
+
+@dataclass(frozen=True)
+class MoeSelectAttrs:
+    n_used: int  # experts per row
+
+
+@dataclass(frozen=True)
+class MoeWeightsAttrs:
+    normalize: bool  # divide by the chosen weights' sum
+    scale: float = 0.0  # then multiply by this (0 or 1: not at all)
+
+
+@dataclass(frozen=True)
+class MoeMatmulAttrs:
+    activations: str = "q8"  # as MatmulAttrs
+    order: str = ""  # the reduction order (kinetic/ir/orders.py); "" until the batch-invariance pass
+
+
+@dataclass(frozen=True)
 class SoftcapAttrs:
     cap: float  # cap * tanh(x / cap)
 
@@ -269,6 +318,14 @@ def _infer_columns(ins, a: ColumnsAttrs) -> TensorType:
     return f32(rows, a.count)
 
 
+def _infer_head_columns(ins, a: HeadColumnsAttrs) -> TensorType:
+    _n_inputs(ins, 1, Op.HEAD_COLUMNS)
+    rows, width = _activation(ins[0], "head_columns input")
+    _check(width == a.n_head * a.stride and a.start >= 0 and a.count > 0 and a.start + a.count <= a.stride,
+           f"head_columns {a.start}..{a.start + a.count - 1} of {a.n_head} heads of {a.stride} do not fit {ins[0]}")
+    return f32(rows, a.n_head * a.count)
+
+
 def _infer_rms_norm(ins, a: RmsNormAttrs) -> TensorType:
     _check(len(ins) in (1, 2), f"rms_norm takes x and an optional weight, got {len(ins)} inputs")
     rows, width = _activation(ins[0], "rms_norm input")
@@ -302,6 +359,23 @@ def _infer_rope(ins, a: RopeAttrs) -> TensorType:
     _check(a.freq_scale > 0 and (not a.yarn_ext_factor or a.yarn_orig_ctx > 0),
            "rope needs a positive freq_scale, and YaRN its original context")
     return x
+
+
+def _infer_delta_rule(ins, a: DeltaRuleAttrs) -> TensorType:
+    _n_inputs(ins, 7, Op.DELTA_RULE)
+    q, k, v, alpha, beta, decay, state = ins
+    rows, _ = _activation(q, "delta_rule q")
+    _check(a.n_v_head % a.n_k_head == 0, f"delta_rule value heads {a.n_v_head} must be a multiple of {a.n_k_head}")
+    for t, name, heads in ((q, "q", a.n_k_head), (k, "k", a.n_k_head), (v, "v", a.n_v_head)):
+        width = heads * a.head_dim
+        _check(t == f32(rows, width), f"delta_rule {name} must be f32[{rows},{width}], got {t}")
+    for t, name in ((alpha, "alpha"), (beta, "beta")):
+        _check(t == f32(rows, a.n_v_head), f"delta_rule {name} must be f32[{rows},{a.n_v_head}], got {t}")
+    _check(decay.dtype == "f32" and decay.shape in ((a.n_v_head, 1), (a.n_v_head,)),
+           f"delta_rule A must be f32[{a.n_v_head}], got {decay}")
+    _check(state.dtype == "rs" and state.shape == (a.n_v_head * a.head_dim, a.head_dim),
+           f"delta_rule state must be rs[{a.n_v_head * a.head_dim},{a.head_dim}], got {state}")
+    return v
 
 
 def _infer_attention(ins, a: AttentionAttrs) -> TensorType:
@@ -347,6 +421,54 @@ def _infer_ssm_scan(ins, a: SsmScanAttrs) -> TensorType:
     _check(state.dtype == "rs" and state.shape == (width, a.d_state),
            f"ssm_scan state must be rs[{width},{a.d_state}], got {state}")
     return x
+
+
+def _infer_moe_gate(ins, a: MoeGateAttrs) -> TensorType:
+    _n_inputs(ins, 1, Op.MOE_GATE)
+    _activation(ins[0], "moe_gate logits")
+    _check(a.gating in moe_numerics.GATINGS, f"moe_gate gating must be one of {moe_numerics.GATINGS}, got {a.gating!r}")
+    return ins[0]
+
+
+def _infer_moe_select(ins, a: MoeSelectAttrs) -> TensorType:
+    _check(len(ins) in (1, 2), f"moe_select takes the probabilities and an optional bias, got {len(ins)} inputs")
+    rows, n_expert = _activation(ins[0], "moe_select probabilities")
+    if len(ins) == 2:
+        _check(ins[1] == f32(n_expert), f"moe_select bias must be f32[{n_expert}], got {ins[1]}")
+    _check(0 < a.n_used <= n_expert, f"moe_select picks 1..{n_expert} experts, not {a.n_used}")
+    return i32(rows, a.n_used)
+
+
+def _infer_moe_weights(ins, a: MoeWeightsAttrs) -> TensorType:
+    _n_inputs(ins, 2, Op.MOE_WEIGHTS)
+    rows, _ = _activation(ins[0], "moe_weights probabilities")
+    ids = ins[1]
+    _check(ids.dtype == "i32" and len(ids.shape) == 2 and ids.shape[0] == rows,
+           f"moe_weights experts must be i32[{rows},k], got {ids}")
+    return f32(rows, ids.shape[1])
+
+
+def _infer_moe_matmul(ins, a: MoeMatmulAttrs) -> TensorType:
+    _n_inputs(ins, 3, Op.MOE_MATMUL)
+    x, w, ids = ins
+    rows, width = _activation(x, "moe_matmul input")
+    _check(len(w.shape) == 3, f"moe_matmul weight must be stacked experts [E, n_out, K], got {w}")
+    _check(ids.dtype == "i32" and len(ids.shape) == 2 and ids.shape[0] == rows,
+           f"moe_matmul experts must be i32[{rows},k], got {ids}")
+    n_used, k = ids.shape[1], w.shape[2]
+    _check(width in (k, n_used * k), f"moe_matmul input must be {k} wide (shared by the {n_used} slots) or "
+           f"{n_used} x {k} (one per slot), got {x}")
+    _check(a.activations in ("q8", "f32"), f"moe_matmul activations must be q8 or f32, got {a.activations!r}")
+    return f32(rows, n_used * w.shape[1])
+
+
+def _infer_moe_sum(ins, a) -> TensorType:
+    _n_inputs(ins, 2, Op.MOE_SUM)
+    rows, width = _activation(ins[0], "moe_sum outputs")
+    _, n_used = _activation(ins[1], "moe_sum weights")
+    _check(ins[1].shape[0] == rows and isinstance(width, int) and width % n_used == 0,
+           f"moe_sum needs {n_used} equal slots per row of {ins[0]}")
+    return f32(rows, width // n_used)
 
 
 # the formats a quantize node makes -> values per block
@@ -440,11 +562,20 @@ OPS: dict[Op, OpSpec] = {
                         order=orders.attention_order),
     Op.SHORT_CONV: _spec(NoAttrs, _infer_short_conv, ref.short_conv),
     Op.SSM_SCAN: _spec(SsmScanAttrs, _infer_ssm_scan, ref.ssm_scan),
+    Op.DELTA_RULE: _spec(DeltaRuleAttrs, _infer_delta_rule, delta_ref.delta_rule),
+    Op.HEAD_COLUMNS: _spec(HeadColumnsAttrs, _infer_head_columns, delta_ref.head_columns),
+    Op.MOE_GATE: _spec(MoeGateAttrs, _infer_moe_gate, moe_ref.moe_gate),
+    Op.MOE_SELECT: _spec(MoeSelectAttrs, _infer_moe_select, moe_ref.moe_select),
+    Op.MOE_WEIGHTS: _spec(MoeWeightsAttrs, _infer_moe_weights, moe_ref.moe_weights),
+    Op.MOE_MATMUL: _spec(MoeMatmulAttrs, _infer_moe_matmul, moe_ref.moe_matmul, Group.REDUCE,
+                         order=orders.matmul_order),
+    Op.MOE_SUM: _spec(NoAttrs, _infer_moe_sum, moe_ref.moe_sum),
     Op.ADD: _spec(NoAttrs, _infer_binary(Op.ADD), ref.add, Group.ELEMENTWISE),
     Op.ADD_BIAS: _spec(NoAttrs, _infer_add_bias, ref.add_bias),  # a broadcast: not ELEMENTWISE's same-position rule
     Op.MUL: _spec(NoAttrs, _infer_binary(Op.MUL), ref.mul, Group.ELEMENTWISE),
     Op.SCALE: _spec(ScaleAttrs, _infer_unary(Op.SCALE), ref.scale, Group.ELEMENTWISE),
     Op.SILU: _spec(NoAttrs, _infer_unary(Op.SILU), ref.silu, Group.ELEMENTWISE),
+    Op.SIGMOID: _spec(NoAttrs, _infer_unary(Op.SIGMOID), delta_ref.sigmoid, Group.ELEMENTWISE),
     Op.GELU: _spec(NoAttrs, _infer_unary(Op.GELU), ref.gelu, Group.ELEMENTWISE),
     Op.SOFTCAP: _spec(SoftcapAttrs, _infer_unary(Op.SOFTCAP), ref.softcap, Group.ELEMENTWISE),
     Op.SWIGLU: _spec(NoAttrs, _infer_binary(Op.SWIGLU), ref.swiglu, Group.ELEMENTWISE),

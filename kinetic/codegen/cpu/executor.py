@@ -41,3 +41,16 @@ class CpuInterpreter(Interpreter):
         if wtype in FLOAT_TYPES:  # F16 / BF16 / F32 in ggml's order (numerics.float_dot)
             return float_matmul(x, raw, wtype, threads=threads)
         return quantized_matmul(x, raw, wtype, threads=threads)
+
+    def expert_matmul(self, x: np.ndarray, weight: Node, expert: int, attrs) -> np.ndarray:
+        """One expert's rows of a moe_matmul through the generated kernels on that expert's stored
+        bytes (the reference's arithmetic, row by row: moe_reference groups the pass's rows by expert)."""
+        wtype = weight.type.ggml_type
+        if attrs.activations != "q8" or wtype not in BIT_EXACT | set(FLOAT_TYPES):
+            return super().expert_matmul(x, weight, expert, attrs)
+        raw = np.asarray(self.weights.tensor(weight.attrs.tensor))[expert]
+        raw = raw.reshape(raw.shape[0], -1)
+        threads = self.threads if raw.nbytes >= TWO_THREADS_FROM_BYTES else 1
+        if wtype in FLOAT_TYPES:
+            return float_matmul(x, raw, wtype, threads=threads)
+        return quantized_matmul(x, raw, wtype, threads=threads)

@@ -33,7 +33,7 @@ from gguf import GGMLQuantizationType as Q
 
 from kinetic.codegen.common.orders import refused_order
 from kinetic.codegen.common.tables import RopeTables
-from kinetic.codegen.cpu import encoder_ops, float_matmul_ir, recurrent_ops, tape, target
+from kinetic.codegen.cpu import encoder_ops, float_matmul_ir, moe_ops, recurrent_ops, tape, target
 from kinetic.codegen.cpu.quant_blocks import LAYOUTS
 from kinetic.codegen.cpu.step_kernels import StepKernels
 from kinetic.codegen.cpu.tape_plan import Instr, Plan, Ref
@@ -389,6 +389,14 @@ LOWERINGS: dict[Op, OpLowering] = {
     Op.LAYER_NORM: OpLowering(encoder_ops.layer_norm, encoder_ops.refuse_layer_norm),
     Op.SHORT_CONV: OpLowering(recurrent_ops.short_conv),  # Python instructions (no generated kernels yet)
     Op.SSM_SCAN: OpLowering(recurrent_ops.ssm_scan),
+    Op.DELTA_RULE: OpLowering(recurrent_ops.delta_rule),
+    Op.HEAD_COLUMNS: OpLowering(recurrent_ops.head_columns),
+    Op.SIGMOID: OpLowering(recurrent_ops.sigmoid),
+    Op.MOE_GATE: OpLowering(moe_ops.moe_gate),  # Python instructions; expert products on the generated kernels
+    Op.MOE_SELECT: OpLowering(moe_ops.moe_select),
+    Op.MOE_WEIGHTS: OpLowering(moe_ops.moe_weights),
+    Op.MOE_MATMUL: OpLowering(moe_ops.moe_matmul),
+    Op.MOE_SUM: OpLowering(moe_ops.moe_sum),
 }
 
 

@@ -15,13 +15,18 @@ from kinetic.frontend.families import (
     gemma4,
     granite,
     granitehybrid,
+    granitemoe,
     hunyuan_dense,
     lfm2,
+    lfm2moe,
     llama,
     nomic_bert,
     olmo2,
     qwen2,
     qwen3,
+    qwen35,
+    qwen35moe,
+    qwen3moe,
 )
 from kinetic.frontend.families.base import Family
 
@@ -39,6 +44,11 @@ FAMILIES: tuple[Family, ...] = (
     lfm2.FAMILY,
     granitehybrid.FAMILY,
     falcon_h1.FAMILY,
+    qwen35.FAMILY,
+    qwen3moe.FAMILY,
+    granitemoe.FAMILY,
+    lfm2moe.FAMILY,
+    qwen35moe.FAMILY,
     bert.FAMILY,
     nomic_bert.FAMILY,
 )

@@ -13,6 +13,7 @@ false means no rotary at all. Rotary in the interleaved layout; output projectio
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -29,7 +30,8 @@ def _rope(g: GGUFFile, d: hp.Decoder) -> RopeAttrs | None:
     return hp.rope(g, n_head=d.n_head, head_dim=d.head_dim, neox=False)
 
 
-def build(m: Blocks) -> int:
+def build(m: Blocks, *, ffn: Callable[[int, int], int] | None = None) -> int:
+    """The graph; `ffn(h, layer)` replaces the dense feed-forward (granitemoe's experts)."""
     g = m.gguf
     d = hp.decoder(g, default_eps=1e-5)
     rope = _rope(g, d)
@@ -51,7 +53,7 @@ def build(m: Blocks) -> int:
                         head_dim=d.head_dim, rope=rope, scale=kq_scale)
         x = residual(x, h)
         h = m.rms_norm(x, f"blk.{il}.ffn_norm.weight", eps=d.eps)
-        x = residual(x, m.ffn(h, layer=il, act=Act.SILU))
+        x = residual(x, ffn(h, il) if ffn else m.ffn(h, layer=il, act=Act.SILU))
     logits = m.head(x, eps=d.eps)  # f32 [R, n_vocab]
     return m.scale(logits, float(np.float32(1.0) / logit_divisor))
 

@@ -6,12 +6,13 @@ the last l_cache - 1 rows), the others attention with q and k RMS-normed per hea
 over the whole head, over a sliding window on every attention layer when the file gives
 `attention.sliding_window`. Each layer's mixer and SiLU-gated feed-forward are pre-normed
 (attn_norm, ffn_norm); the final norm is `token_embd_norm`; the output is tied unless the file has
-`output.weight`. MoE files are the lfm2moe architecture (not supported).
+`output.weight`. MoE files are the lfm2moe architecture (families/lfm2moe.py).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from kinetic.errors import ModelFileError
 from kinetic.frontend import hparams as hp
@@ -35,7 +36,8 @@ def _layout(g: GGUFFile):
     return n_layer, n_head, n_embd // n_head, kv_heads_per_layer(g, n_layer=n_layer, n_head=n_head), kernel
 
 
-def build(m: Blocks) -> int:
+def build(m: Blocks, *, ffn: Callable[[int, int], int] | None = None) -> int:
+    """The graph; `ffn(h, layer)` replaces the dense feed-forward (lfm2moe's experts)."""
     n_layer, n_head, head_dim, kv_heads, kernel = _layout(m.gguf)
     eps = float(hp.key(m.gguf, "attention.layer_norm_rms_epsilon"))
     window = int(hp.key(m.gguf, "attention.sliding_window", 0))
@@ -49,7 +51,7 @@ def build(m: Blocks) -> int:
                            head_dim=head_dim, rope=rope, scale=1.0 / math.sqrt(head_dim), window=window,
                            qk_norm="head", qk_norm_eps=eps)
 
-    return hybrid_decoder(m, n_layer=n_layer, eps=eps, mixer=mixer, output_norm="token_embd_norm.weight")
+    return hybrid_decoder(m, n_layer=n_layer, eps=eps, mixer=mixer, output_norm="token_embd_norm.weight", ffn=ffn)
 
 
 def facts(g: GGUFFile) -> dict[str, str]:
