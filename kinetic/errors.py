@@ -9,8 +9,9 @@ and print the same way.
 from __future__ import annotations
 
 
-class KineticError(Exception):
-    """A failure with a clear message and a line saying what to do."""
+class KineticError(RuntimeError):
+    """A failure with a clear message and a line saying what to do. A RuntimeError, as the Python API
+    documents for a model that cannot be loaded (seed 001, "Python")."""
 
     def __init__(self, message: str, hint: str | None = None):
         super().__init__(message)

@@ -64,7 +64,7 @@ class Model:
                  require_signature: str | bytes | None = None, chat_template: str | None = None,
                  warm_start: bool = True, cache_dir: str | os.PathLike | None = None,
                  warm_memory_bytes: int = DEFAULT_MEMORY_BYTES, batch: int | None = None, pooling: str | None = None,
-                 shortlist: bool = True):
+                 shortlist: bool = True, off: list[str] | str | None = None, lora=None):
         """`require_signature`: a public key (64 hex digits, a file holding them, or 32 bytes); only a
         .ktc file it signed loads. Without it, $KINETIC_REQUIRE_SIGNATURE when set (docs/security.md).
         `chat_template`: a built-in template's name (kinetic.frontend.chat.BUILTIN_TEMPLATES), as
@@ -77,14 +77,30 @@ class Model:
         `pooling`: an embedding model's pooling (none, mean, cls, last, rank) in place of the file's,
         as llama.cpp's --pooling (docs/embeddings.md).
         `shortlist`: score only the output layer's rows that can win when a request allows it
-        (docs/shortlist.md; exact, so it changes only speed); False is --off shortlist."""
+        (docs/shortlist.md; exact, so it changes only speed); False is --off shortlist.
+        `off`: the command line's --off list (["rad1", "shortlist", "warm-start"], or "rad1,shortlist"),
+        the same answer, only slower; `draft=False` is the older spelling of off=["rad1"].
+        `lora`: LoRA adapters merged into the weights at load (docs/lora.md): a path, (path, scale), a
+        kinetic.lora.Adapter, or a list of them.
+        A model that cannot be loaded raises KineticError, a RuntimeError."""
+        from kinetic.bench import parse_off
+        from kinetic.lora import as_adapters, merge_adapters
+
+        turned_off = parse_off(",".join(off) if isinstance(off, (list, tuple)) else off)
+        draft = draft and "rad1" not in turned_off
+        shortlist = shortlist and "shortlist" not in turned_off
+        warm_start = warm_start and "warm-start" not in turned_off
+        self.adapters = as_adapters(lora)
         _check_template_name(chat_template)
         threads = check_threads(threads)
         signer = required_signer(require_signature)
         self.path: Path = hub.resolve_model(path_or_name)
         # a .ktc file: checked (its graph against its weights), its graph and profile used (kinetic/ktc/load.py)
         self.ktc = load_if_ktc(self.path, require_signer=signer)
-        self.gguf = self.ktc.gguf if self.ktc else open_gguf(self.path)
+        if self.ktc and self.adapters:
+            raise KineticError(f"{self.path.name} is a .ktc file; LoRA adapters merge into GGUF weights",
+                               "Run the adapter with the GGUF file the .ktc was compiled from.")
+        self.gguf = self.ktc.gguf if self.ktc else merge_adapters(open_gguf(self.path), self.adapters)
         self.options = options or Options()  # what a receipt records of how the graph was lowered
         self.graph = self.ktc.graph(options) if self.ktc else compile_graph(self.gguf, options)
         run = self.ktc.engine_settings(device, threads) if self.ktc else {"threads": threads}
@@ -115,6 +131,8 @@ class Model:
             disk = DiskTier(Path(cache_dir))
         key = functools.partial(model_key, model_file=self.path, graph=self.engine.graph, device=self.engine.device,
                                 batch=self.engine.batch)
+        if self.adapters:  # merged weights: the states depend on each adapter's file and scale too
+            key = functools.partial(_with_adapters, key, tuple(self.adapters))
         return WarmStore(key, batch=self.engine.batch, memory_bytes=memory_bytes, disk=disk)
 
     @property
@@ -129,7 +147,8 @@ class Model:
 
     @property
     def name(self) -> str:
-        return str(self.gguf.metadata.get("general.name") or self.path.stem)
+        """The model file's name without its extension."""
+        return self.path.stem
 
     # -- text ----------------------------------------------------------------------------------------
 
@@ -205,7 +224,7 @@ class Model:
     def generate(self, prompt: str | list[int], max_tokens: int | None = None, temperature: float | None = None,
                  seed: int | None = None, stream: bool = False, return_tokens: bool = False, *,
                  sampling: SamplingSettings | None = None, grammar: Grammar | str | None = None,
-                 draft: bool | None = None, **overrides):
+                 draft: bool | None = None, stop: list[str] | tuple[str, ...] = (), **overrides):
         """Continue `prompt` (text, tokenized with special tokens parsed, or token ids).
 
         Returns the text (or the token ids with return_tokens=True); with stream=True, an iterator of
@@ -216,13 +235,14 @@ class Model:
         kinetic.grammar Grammar or GBNF text) holds the answer to it: disallowed tokens are masked
         before the sampler chain, and the answer ends ("stop") once the grammar allows nothing more.
         `draft` (default: the Model's) turns RAD-1's speculative decoding on or off; the tokens are
-        the same either way.
+        the same either way. `stop`: strings that end the answer where they appear (not returned).
         """
         settings = self._sampling(sampling, temperature, seed, overrides)
         max_tokens = _checked_limit(max_tokens)
         ids = self._prompt_ids(prompt)
         matcher = None if grammar is None else self._grammar_matcher(grammar)
-        request = GenerationRequest(tuple(ids), settings, max_tokens, grammar=matcher, draft=draft)
+        request = GenerationRequest(tuple(ids), settings, max_tokens, grammar=matcher, draft=draft,
+                                    stop=tuple(stop or ()))
         sequence, self._spare = (self._spare, None) if self.warm is not None else (None, None)
         self._last = self.generator.generate(request, sequence=sequence)
         events = self._returning(self._last)
@@ -230,6 +250,14 @@ class Model:
         if stream:
             return pieces
         return list(pieces) if return_tokens else "".join(pieces)
+
+    def chat(self, messages: list[dict], max_tokens: int | None = None, temperature: float | None = None,
+             seed: int | None = None, stream: bool = False, **kwargs):
+        """Answer `messages` ([{"role": ..., "content": ...}]) through the model's chat template: the
+        text, or an iterator of text pieces with stream=True. Other keywords are generate()'s."""
+        prompt = self.apply_chat_template(messages, add_generation_prompt=True)
+        return self.generate(prompt, max_tokens=max_tokens, temperature=temperature, seed=seed, stream=stream,
+                             **kwargs)
 
     def _returning(self, generation: Generation) -> Iterator:
         """The generation's events; once it ends, its sequence is the one the next call continues."""
@@ -310,6 +338,14 @@ class Model:
     def decoder(self) -> SpeculativeDecoder:
         """The model's RAD-1 decoder (one per engine: it learns pass costs and indexes every request)."""
         return self.generator.decoder
+
+
+def _with_adapters(key, adapters: tuple) -> str:
+    """Warm Start's key for merged weights: the model's key and each adapter's BLAKE3 and scale."""
+    import hashlib
+
+    facts = [key()] + [f"{a['blake3']}:{a['scale']!r}" for a in (adapter.record() for adapter in adapters)]
+    return hashlib.sha256("\n".join(facts).encode()).hexdigest()
 
 
 def _token_ids(generation: Generation) -> Iterator[int]:

@@ -3,7 +3,8 @@
 Owns the terminal side of chat: the header (model, device, context), reading messages (history,
 multi-line paste, a line ending in \\ goes on on the next), the slash commands, streaming answers
 (reasoning dimmed) and Ctrl+C, which stops the answer being written and keeps the program (the
-answer runs in a worker thread and stops within one pass). Ctrl+D or /exit quits. With stdin not a
+answer runs in a worker thread and stops within one pass), and Zero Wait's thread, which runs the
+conversation ahead on every edit of the message being typed (ChatSession.run_ahead). Ctrl+D or /exit quits. With stdin not a
 terminal, each line is one message and each answer is printed (scripts, tests). Does not own the
 conversation (chat_session.py) nor the shared options (run_cmd, runtime_options, llama_flags).
 """
@@ -91,6 +92,8 @@ class _Chat:
         self._header()
         _let_ctrl_c_through()
         reader = PromptSession(history=InMemoryHistory(), key_bindings=_continuation_keys())
+        ahead = _RunAhead(self.session)  # Zero Wait: every edit of the message runs the conversation ahead
+        reader.default_buffer.on_text_changed += lambda buffer: ahead.typed(buffer.text)
         while True:
             try:
                 text = reader.prompt("> ")
@@ -220,7 +223,7 @@ class _Chat:
         answer = Answer(model_path=s.model.path, device=self.args.device, n_ctx=s.model.n_ctx, input=turn.messages,
                         prompt_ids=turn.prompt_ids, sampling=turn.finished.settings, max_tokens=s.max_tokens,
                         finish=turn.finished.finish_reason, text=turn.text, output_ids=turn.finished.tokens,
-                        options=s.model.options)
+                        options=s.model.options, adapters=tuple(s.model.adapters))
         if path is None:
             print(json.dumps(make_receipt(answer, self.key), indent=2))
             return
@@ -238,6 +241,32 @@ class _Chat:
         sys.stdout.flush()
         sys.stderr.write((DIM + line + RESET if self.color else line) + "\n")
         sys.stderr.flush()
+
+
+class _RunAhead:
+    """Zero Wait's thread: each edit of the message being typed cancels the run ahead in flight (it
+    stops after its pass) and the latest draft goes to ChatSession.run_ahead, which gives way to the
+    answer itself when Enter is pressed. Drafts arrive from prompt_toolkit's event loop, which must
+    never wait for a pass: `typed` only queues."""
+
+    def __init__(self, session: ChatSession):
+        self.session = session
+        self._drafts: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=self._loop, name="chat-ahead", daemon=True).start()
+
+    def typed(self, text: str) -> None:
+        self._drafts.put(text)
+        self.session.cancel_ahead()
+
+    def _loop(self) -> None:
+        while True:
+            text = self._drafts.get()
+            while not self._drafts.empty():  # only the latest draft matters
+                text = self._drafts.get_nowait()
+            try:
+                self.session.run_ahead(text)
+            except KineticError:  # the answer to this message will say what is wrong
+                continue
 
 
 def _number(command: str, text: str, kind):

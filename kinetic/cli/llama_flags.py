@@ -135,6 +135,10 @@ LLAMA_FLAGS: tuple[LlamaFlag, ...] = (
     _refused(("-ts", "--tensor-split"), 1, _ONE_DEVICE),
     _refused(("-mg", "--main-gpu"), 1, _ONE_DEVICE),
     _refused(("-ot", "--override-tensor"), 1, _ONE_DEVICE),
+    _accepted(("-cmoe", "--cpu-moe"), 0, "Kinetic places a mixture-of-experts model's experts itself "
+              "(Flywheel, docs/moe.md); on the CPU every expert runs there", LOADS),
+    _accepted(("-ncmoe", "--n-cpu-moe"), 1, "Kinetic places a mixture-of-experts model's experts itself "
+              "(Flywheel, docs/moe.md); on the CPU every expert runs there", LOADS),
     _refused(("-cnv", "--conversation"), 0, "use kinetic chat <model>", {RUN, SERVE, BENCH}),
     _refused(("-no-cnv", "--no-conversation"), 0, "for one answer, use kinetic run <model> <prompt>", {CHAT}),
     _refused(("-st", "--single-turn"), 0, "for one answer, use kinetic run <model> <prompt>", {CHAT}),

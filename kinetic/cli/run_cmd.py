@@ -119,7 +119,8 @@ def run(args: argparse.Namespace) -> int:
 
         record = Answer(model_path=model.path, device=args.device, n_ctx=model.n_ctx, input=given,
                         prompt_ids=prompt_in, sampling=s.sampling, max_tokens=max_tokens, finish=s.stop_reason,
-                        text="".join(answer), output_ids=list(s.tokens), options=model.options)
+                        text="".join(answer), output_ids=list(s.tokens), options=model.options,
+                        adapters=tuple(model.adapters))
         write_answer_receipt(record, args.receipt, force=args.force, key=key,
                              inputs=receipt_inputs(args, model.path))
     return 0

@@ -182,6 +182,21 @@ def parse_off(text: str | None) -> list[str]:
     return parse(text)
 
 
+def add_lora_args(p: argparse.ArgumentParser) -> None:
+    """--lora FILE[,FILE] and --lora-scaled FILE:SCALE[,...] (and FILE SCALE), as llama.cpp's: adapters
+    merged into the weights at load (kinetic/lora.py, docs/lora.md)."""
+    p.add_argument("--lora", action="append", metavar="FILE[,FILE]", help="LoRA adapters in llama.cpp's GGUF "
+                   "format, merged into the model at load (scale 1); repeatable")
+    p.add_argument("--lora-scaled", action="append", metavar="FILE:SCALE[,...]", help="LoRA adapters with a "
+                   "scale each (llama.cpp's FILE SCALE form works too); repeatable")
+
+
+def lora_adapters(args: argparse.Namespace) -> list:
+    from kinetic.lora import parse_lora_flags
+
+    return parse_lora_flags(getattr(args, "lora", None), getattr(args, "lora_scaled", None))
+
+
 def add_signature_arg(p: argparse.ArgumentParser) -> None:
     """--require-signature KEY, for every command that loads a model to run it (docs/security.md)."""
     p.add_argument("--require-signature", metavar="PUBLIC_KEY",
@@ -196,6 +211,7 @@ def add_runtime_args(p: argparse.ArgumentParser) -> None:
     add_device_args(p)
     add_template_arg(p)
     add_off_arg(p)
+    add_lora_args(p)
     add_signature_arg(p)
     add_rope_arguments(p)  # llama.cpp's --rope-* / --yarn-* (rope_options.py)
 
@@ -206,6 +222,7 @@ def check_runtime_args(args: argparse.Namespace) -> None:
         raise KineticError(f"-t must be positive, not {args.threads}", "Give a thread count such as -t 4.")
     check_template_args(args)
     parse_off(args.off)
+    lora_adapters(args)
 
 
 def load_model(args: argparse.Namespace, spec: str, **extra):
@@ -223,7 +240,7 @@ def load_model(args: argparse.Namespace, spec: str, **extra):
                       draft="rad1" not in parse_off(args.off), shortlist="shortlist" not in parse_off(args.off),
                       gpu_layers=args.gpu_layers,
                       require_signature=args.require_signature, options=lowering_options(args),
-                      **warm_settings(args), **extra)
+                      lora=lora_adapters(args), **warm_settings(args), **extra)
         warm_up(model)
     return model
 

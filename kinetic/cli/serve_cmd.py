@@ -18,6 +18,7 @@ from kinetic.cli.rope_options import add_rope_arguments
 from kinetic.cli.runtime_options import (
     add_context_arg,
     add_device_args,
+    add_lora_args,
     add_off_arg,
     add_signature_arg,
     add_template_arg,
@@ -55,18 +56,69 @@ def add_parser(sub) -> None:
     p.add_argument("-np", "--parallel", type=int, metavar="N",
                    help="slots: requests answered at once, sharing each pass, each answer what it is alone "
                         f"(docs/server.md) [default: {DEFAULT_SLOTS}, fewer if their caches do not fit in memory]")
+    p.add_argument("--max-queue", type=int, default=32, metavar="N",
+                   help="requests that may wait for a slot; beyond, 503 with Retry-After (as Ollama's "
+                        "OLLAMA_MAX_QUEUE; llama-server has no bound) [default: 32]")
+    p.add_argument("--replicas", type=int, metavar="N",
+                   help="N engines on Ray Serve behind one endpoint, each conversation routed back to its "
+                        "replica; -t is then each replica's threads [default: the cores split between them] "
+                        "(pip install 'kinetic-engine[scale]'; docs/scale-out.md)")
     add_off_arg(p)
+    add_lora_args(p)
     add_signature_arg(p)
+    p.add_argument("--embedding", "--embeddings", action="store_true",
+                   help="serve embeddings only (an embedding model serves them anyway; docs/embeddings.md)")
+    p.add_argument("--pooling", choices=("none", "mean", "cls", "last", "rank"),
+                   help="an embedding model's pooling in place of the file's")
+    p.add_argument("--reranking", "--rerank", action="store_true",
+                   help="serve /rerank with the model's classification head (pooling rank)")
     add_sampling_args(p)
     add_rope_arguments(p)  # llama.cpp's --rope-* / --yarn-* (rope_options.py); load_model applies them
     add_llama_flags(p, SERVE)
     p.set_defaults(run=run)
 
 
+def embedding_options(args: argparse.Namespace) -> dict:
+    """--pooling, and --reranking's pooling rank, for the Model (docs/embeddings.md)."""
+    if args.reranking and args.pooling not in (None, "rank"):
+        raise KineticError(f"--reranking ranks with pooling rank, not --pooling {args.pooling}",
+                           "Leave --pooling out with --reranking.")
+    pooling = "rank" if args.reranking else args.pooling
+    return {} if pooling is None else {"pooling": pooling}
+
+
+def check_embedding_model(args: argparse.Namespace, model) -> None:
+    """--embedding, --pooling and --reranking need an embedding model (its file names a pooling)."""
+    from kinetic.runtime.embedding import is_embedding_graph
+
+    flags = (("--reranking", args.reranking), ("--embedding", args.embedding), ("--pooling", args.pooling))
+    flag = next((name for name, given in flags if given), None)
+    if flag and not is_embedding_graph(model.graph):
+        raise KineticError(f"{flag} needs an embedding model; {model.path.name} is a text model",
+                           "Serve an embedding model (bert, nomic-bert, or a decoder file with a pooling type); "
+                           "see docs/embeddings.md.")
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.replicas is not None:
+        from kinetic.scaleout.launch import serve_replicas  # Ray Serve: an optional extra (docs/scale-out.md)
+
+        return serve_replicas(args)
+    app, options, sock = build_server(args)
+    from kinetic.server.http import serve
+
+    host = f"[{args.host}]" if ":" in args.host else args.host
+    print(f"Serving {app.state.kinetic.name} on {options.device_name} at http://{host}:{options.port}/v1", flush=True)
+    serve(app, options, sock)
+    return 0
+
+
+def build_server(args: argparse.Namespace):
+    """(app, options, socket): the flags checked, the socket bound, the model loaded, the app built;
+    `kinetic serve` serves it, and so does each replica of a scaled-out one (kinetic/scaleout)."""
     from kinetic.frontend.chat import RenderBudget
     from kinetic.server.app import create_app
-    from kinetic.server.http import bind, serve
+    from kinetic.server.http import bind
     from kinetic.server.options import DEFAULT_PORT, OLLAMA_PORT, ServerOptions, server_settings
     from kinetic.server.security import is_loopback
 
@@ -77,6 +129,8 @@ def run(args: argparse.Namespace) -> int:
     for flag, value in (("-t", args.threads), ("--parallel", args.parallel)):
         if value is not None and value <= 0:
             raise KineticError(f"{flag} must be positive, not {value}", "See `kinetic serve --help`.")
+    if args.max_queue < 0:
+        raise KineticError(f"--max-queue must be 0 or more, not {args.max_queue}", "Example: --max-queue 32")
     port = args.port if args.port is not None else (OLLAMA_PORT if args.ollama else DEFAULT_PORT)
     if not 0 <= port <= 65535:
         raise KineticError(f"--port must be from 0 to 65535, not {port}", "Example: --port 8080")
@@ -90,14 +144,12 @@ def run(args: argparse.Namespace) -> int:
         sys.stderr.write(f"kinetic: listening on {args.host} lets anyone who can reach this address use the model"
                          + ("" if args.api_key else "; pair it with --api-key") + "\n")
     sock = bind(args.host, port)
-    model = load_model(args, spec, template_budget=budget)  # sets args.device: auto's pick
+    model = load_model(args, spec, template_budget=budget, **embedding_options(args))  # sets args.device
+    check_embedding_model(args, model)
     options = ServerOptions(alias=args.alias, host=args.host, port=sock.getsockname()[1], api_key=args.api_key,
-                            parallel=args.parallel, sampling=replace(model.sampling_defaults(), **changes),
+                            parallel=args.parallel, max_queued=args.max_queue,
+                            sampling=replace(model.sampling_defaults(), **changes),
                             device_name=DEVICE_NAMES[args.device], **server_settings(args))
-    app = create_app(model, options)
-    host = f"[{args.host}]" if ":" in args.host else args.host
-    print(f"Serving {app.state.kinetic.name} on {options.device_name} at http://{host}:{options.port}/v1", flush=True)
-    serve(app, options, sock)
-    return 0
+    return create_app(model, options), options, sock
 
 

@@ -79,6 +79,7 @@ class Answer:
     text: str
     output_ids: list[int]
     options: Options | None = None  # how the graph was lowered (Model.options); None: the defaults
+    adapters: tuple = ()  # the LoRA adapters merged at load (kinetic.lora.Adapter: file and scale)
 
 
 def make_receipt(answer: Answer, signing_key=None) -> dict[str, Any]:
@@ -99,6 +100,8 @@ def make_receipt(answer: Answer, signing_key=None) -> dict[str, Any]:
         "sampling": {**answer.sampling.as_dict(), "max_tokens": answer.max_tokens, "stop": []},
         "output": {"finish": answer.finish, "text": answer.text, "tokens": tokens_record(answer.output_ids)},
     }
+    if answer.adapters:  # each adapter's file, BLAKE3 and scale (docs/lora.md)
+        receipt["model"]["adapters"] = [adapter.record() for adapter in answer.adapters]
     return sign(receipt, signing_key) if signing_key is not None else receipt
 
 

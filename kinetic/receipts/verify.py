@@ -94,7 +94,8 @@ def rerun(receipt: dict[str, Any], path: Path, *, device: str, threads: int | No
     recorded = receipt["output"]["tokens"]["ids"]
     limit = len(recorded) + 1 if max_tokens is None else min(max_tokens, len(recorded) + 1)
     model = Model(path, n_ctx=settings["ctx-size"], device=device, threads=threads,
-                  options=options_from_settings(settings), draft=False, warm_start=False)
+                  options=options_from_settings(settings), draft=False, warm_start=False,
+                  lora=recorded_adapters(receipt))
     text = model.generate(receipt["prompt"]["ids"], max_tokens=limit, sampling=sampling)
     stats = model.last_stats
     result = Rerun(list(stats.tokens), stats.stop_reason, text, device_class_of(device), build_hash(), __version__,
@@ -104,6 +105,25 @@ def rerun(receipt: dict[str, Any], path: Path, *, device: str, threads: int | No
                                                                        else []):
         result.pieces[token] = model.detokenize([token])
     return result
+
+
+def recorded_adapters(receipt: dict[str, Any]) -> list:
+    """The receipt's LoRA adapters (model.adapters: file, path, blake3, scale), each file found at its
+    recorded path and checked against its BLAKE3; a KineticError when one is missing or differs."""
+    from kinetic.lora import Adapter
+
+    adapters = []
+    for item in receipt["model"].get("adapters", []):
+        if not (isinstance(item, dict) and isinstance(item.get("path"), str) and isinstance(item.get("blake3"), str)
+                and isinstance(item.get("scale"), (int, float)) and not isinstance(item.get("scale"), bool)):
+            raise KineticError("the receipt's model.adapters is not a list of {file, path, blake3, scale}",
+                               "The receipt is damaged or was not written by Kinetic.")
+        path = _expanded(item["path"])
+        if path is None or not path.is_file() or file_blake3(path) != item["blake3"]:
+            raise KineticError(f"the LoRA adapter {item['path']} the answer was made with is missing or changed",
+                               "Put the adapter file the receipt names (its BLAKE3 must match) at that path.")
+        adapters.append(Adapter(path, float(item["scale"])))
+    return adapters
 
 
 def first_difference(a: list[int], b: list[int]) -> int:

@@ -54,5 +54,5 @@ async def receipt_of(state: ServerState, ask: ReceiptAsk, generation: Generation
     answer = Answer(model_path=state.model.path, device=state.model.engine.device, n_ctx=state.n_ctx,
                     input=ask.input, prompt_ids=list(generation.prompt), sampling=fin.settings,
                     max_tokens=ask.max_tokens, finish=fin.finish_reason, text=text, output_ids=list(fin.tokens),
-                    options=state.model.options)
+                    options=state.model.options, adapters=tuple(state.model.adapters))
     return await state.cpu.run(lambda _: make_receipt(answer, state.options.sign_key))
