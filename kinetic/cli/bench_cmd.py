@@ -90,7 +90,7 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kinetic import bench, bench_llama
+    from kinetic import bench, bench_card, bench_llama, bench_llama_edit, bench_report
 
     args.model = args.model_flag or args.model
     _check(args)
@@ -109,16 +109,16 @@ def run(args: argparse.Namespace) -> int:
     )
     code = 1 if result.edit and not result.edit.identical else 0  # drafting changed the answer: a bug
     if exe is None:
-        print(json.dumps(bench.to_json(result), indent=2) if args.json else bench.table(result))
+        print(json.dumps(bench_report.to_json(result), indent=2) if args.json else bench_report.table(result))
         return code
     if not args.json:
-        print(bench.table(result) + "\n", flush=True)
+        print(bench_report.table(result) + "\n", flush=True)
     gpu = DEVICES[result.device].gpu  # llama.cpp on the same device: every layer on its GPU
     theirs = bench_llama.run_llama_bench(exe, result.path, threads=result.threads, repetitions=args.repetitions,
                                          n_prompt=args.n_prompt, n_gen=args.n_gen, gpu=gpu)
     edit = None
     if result.edit is not None:  # llama.cpp's edit test, one llama-server at a time, after llama-bench
-        edit = bench_llama.run_llama_edit(
+        edit = bench_llama_edit.run_llama_edit(
             bench_llama.find_llama_server(exe),
             result.path,
             threads=result.threads,
@@ -128,9 +128,9 @@ def run(args: argparse.Namespace) -> int:
             gpu=gpu,
         )
     print(
-        json.dumps(bench_llama.card_json(result, theirs, edit), indent=2)
+        json.dumps(bench_card.card_json(result, theirs, edit), indent=2)
         if args.json
-        else bench_llama.card(result, theirs, edit)
+        else bench_card.card(result, theirs, edit)
     )
     return code
 

@@ -1,7 +1,7 @@
 """The frontend: from a GGUF file to a graph, a tokenizer and a chat template, every value checked.
 
-Owns: reading GGUF files (gguf_file.py: header, metadata and tensor table checked on load, tensor
-data memory-mapped), the facts `kinetic info` prints (model_info.py), the hyperparameters a family
+Owns: reading GGUF files (gguf_file.py, gguf_metadata.py: header, metadata and tensor table checked
+on load, tensor data memory-mapped), the facts `kinetic info` prints (model_info.py), the hyperparameters a family
 reads (hparams.py: typed and range-checked), the family descriptors (families/) and the shared
 builders they assemble layers from (blocks.py), lowering a file to a verified graph (lower.py),
 the tokenizer (tokenizer/), chat templates rendered in budgeted renderer processes (chat.py,
@@ -10,6 +10,7 @@ template_pool.py, template_worker.py, template_sandbox.py) and reading a model's
 (kinetic/compiler.py), kernels or the runtime.
 
     gguf_file.py        GGUFFile: the checked header, memory-mapped tensors
+    gguf_metadata.py    Metadata: the checked key/value entries, arrays decoded on first use
     model_info.py       ModelInfo: what a file holds, from its header only (`kinetic info`)
     hparams.py          `key(...)`, `rope(...)`: hyperparameters read through their checked entries
     blocks.py           Blocks: embed, rms_norm, linear, attention, ffn, head (keyword builders)

@@ -1,7 +1,9 @@
 """Reading GGUF files: metadata, the tensor table, and memory-mapped tensor data.
 
-Owns: parsing a GGUF header safely and handing out zero-copy numpy views of tensor bytes.
-Does not own: what tensors mean (families), tokenizers, dequantization (kinetic.ir.quants).
+Owns: parsing a GGUF header safely (the preamble, the split refusal, the tensor table and its
+placement in the file) and handing out zero-copy numpy views of tensor bytes.
+Does not own: reading the metadata entries and decoding their arrays (kinetic.frontend.gguf_metadata),
+what tensors mean (families), tokenizers, dequantization (kinetic.ir.quants).
 
 Why the header is parsed here and not by `gguf.GGUFReader`: the reader builds a Python object per
 metadata element, which takes ~10 s on a 262k-token vocabulary (Gemma 3 270M), and it does not
@@ -22,47 +24,23 @@ The guarantees, for any input file:
 from __future__ import annotations
 
 import os
-import struct
-from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from kinetic.errors import KineticError
+from kinetic.frontend.gguf_metadata import MAX_KEY_BYTES, Cursor, LazyArray, Metadata, bad_file, read_metadata
 
 GGUF_MAGIC = b"GGUF"
 DEFAULT_ALIGNMENT = 32
 MAX_DIMS = 4
-MAX_KEY_BYTES = 65_536
 # The smallest possible entries: a key (8-byte length) + type (4) + a 1-byte value; a tensor name
 # (8) + n_dims (4) + one dimension (8) + type (4) + offset (8).
 MIN_KV_BYTES = 13
 MIN_TENSOR_INFO_BYTES = 32
-
-_SCALAR = {
-    GGUFValueType.UINT8: "<B",
-    GGUFValueType.INT8: "<b",
-    GGUFValueType.UINT16: "<H",
-    GGUFValueType.INT16: "<h",
-    GGUFValueType.UINT32: "<I",
-    GGUFValueType.INT32: "<i",
-    GGUFValueType.FLOAT32: "<f",
-    GGUFValueType.BOOL: "<B",
-    GGUFValueType.UINT64: "<Q",
-    GGUFValueType.INT64: "<q",
-    GGUFValueType.FLOAT64: "<d",
-}
-_NUMPY = {t: np.dtype(fmt) for t, fmt in _SCALAR.items()}
-_U64 = struct.Struct("<Q")
-
-_FIX_HINT = "The file is damaged or not a GGUF model; download it again or check its source."
-
-
-def _bad(path: Path, what: str) -> KineticError:
-    return KineticError(f"{path.name} is not a valid GGUF file: {what}", _FIX_HINT)
 
 
 @dataclass(frozen=True)
@@ -92,117 +70,6 @@ class TensorInfo:
         return n
 
 
-@dataclass(frozen=True)
-class LazyArray:
-    """A metadata array left undecoded: its element type, length and where its bytes start."""
-
-    item_type: GGUFValueType
-    count: int
-    offset: int
-
-
-class Metadata(Mapping[str, Any]):
-    """The key/value metadata; arrays decode on first access (numbers as numpy, strings as a list)."""
-
-    def __init__(self, owner: GGUFFile, raw: dict[str, Any]):
-        self._owner = owner
-        self._raw = raw
-        self._decoded: dict[str, Any] = {}
-
-    def __getitem__(self, key: str) -> Any:
-        value = self._raw[key]
-        if not isinstance(value, LazyArray):
-            return value
-        if key not in self._decoded:
-            self._decoded[key] = self._owner._decode_array(key, value)
-        return self._decoded[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._raw)
-
-    def __len__(self) -> int:
-        return len(self._raw)
-
-    def array_length(self, key: str) -> int | None:
-        """Length of an array value without decoding it; None when the key is absent or not an array."""
-        value = self._raw.get(key)
-        if isinstance(value, LazyArray):
-            return value.count
-        return None
-
-    def array_item_type(self, key: str) -> GGUFValueType | None:
-        """The element type of an array value; None when the key is absent or not an array."""
-        value = self._raw.get(key)
-        return value.item_type if isinstance(value, LazyArray) else None
-
-    def array_item(self, key: str, index: int) -> Any:
-        """One element of an array without decoding the rest (for a token's text, say).
-
-        Raises KeyError when the key is absent and IndexError when the index is out of range.
-        """
-        value = self._raw[key]
-        if not isinstance(value, LazyArray):
-            raise KeyError(f"metadata {key!r} is not an array")
-        if not 0 <= index < value.count:
-            raise IndexError(f"metadata {key!r} has {value.count} items, not {index + 1}")
-        if key in self._decoded:
-            return self._decoded[key][index]
-        return self._owner._array_item(key, value, index)
-
-    def value_type(self, key: str) -> GGUFValueType | None:
-        value = self._raw.get(key)
-        if isinstance(value, LazyArray):
-            return GGUFValueType.ARRAY
-        return None if key not in self._raw else _python_type(value)
-
-
-def _python_type(value: Any) -> GGUFValueType:
-    if isinstance(value, bool):
-        return GGUFValueType.BOOL
-    if isinstance(value, int):
-        return GGUFValueType.INT64
-    if isinstance(value, float):
-        return GGUFValueType.FLOAT64
-    return GGUFValueType.STRING
-
-
-class _Cursor:
-    """Reads little-endian values from a byte buffer, refusing to read past its end."""
-
-    def __init__(self, path: Path, buf: memoryview, pos: int = 0):
-        self.path = path
-        self.buf = buf
-        self.pos = pos
-
-    @property
-    def left(self) -> int:
-        return len(self.buf) - self.pos
-
-    def need(self, n: int, what: str) -> None:
-        if n < 0 or n > self.left:
-            raise _bad(self.path, f"{what} runs past the end of the file (at byte {self.pos})")
-
-    def scalar(self, fmt: str, what: str):
-        size = struct.calcsize(fmt)
-        self.need(size, what)
-        (value,) = struct.unpack_from(fmt, self.buf, self.pos)
-        self.pos += size
-        return value
-
-    def string(self, what: str, limit: int | None = None) -> str:
-        start = self.pos
-        n = self.scalar("<Q", what)
-        if limit is not None and n > limit:
-            raise _bad(self.path, f"{what} at byte {start} is {n} bytes long (at most {limit} allowed)")
-        self.need(n, what)
-        raw = self.buf[self.pos : self.pos + n]
-        self.pos += n
-        try:
-            return str(raw, "utf-8")
-        except UnicodeDecodeError:
-            raise _bad(self.path, f"{what} at byte {start} is not valid UTF-8") from None
-
-
 class GGUFFile:
     """An open GGUF file: `metadata`, `tensors` (name -> TensorInfo, in file order) and their bytes."""
 
@@ -215,26 +82,26 @@ class GGUFFile:
     # -- parsing -----------------------------------------------------------------------------------
 
     def _parse(self) -> None:
-        cur = _Cursor(self.path, self._buf)
+        cur = Cursor(self.path, self._buf)
         self.version = self._read_preamble(cur)
         n_tensors = cur.scalar("<Q", "the tensor count")
         n_kv = cur.scalar("<Q", "the metadata count")
         if n_kv > cur.left // MIN_KV_BYTES or n_tensors > cur.left // MIN_TENSOR_INFO_BYTES:
-            raise _bad(self.path, f"it claims {n_tensors} tensors and {n_kv} metadata entries, "
-                       "more than the file could hold")
-        raw = self._read_metadata(cur, n_kv)
-        self.metadata = Metadata(self, raw)
+            raise bad_file(self.path, f"it claims {n_tensors} tensors and {n_kv} metadata entries, "
+                           "more than the file could hold")
+        raw = read_metadata(cur, n_kv)
+        self.metadata = Metadata(self.path, self._buf, raw)
         self._refuse_split(raw)
         infos = [self._read_tensor_info(cur) for _ in range(n_tensors)]
         self.alignment = self._alignment(raw)
         self.data_offset = -(-cur.pos // self.alignment) * self.alignment
         self.tensors = self._place_tensors(infos)
 
-    def _read_preamble(self, cur: _Cursor) -> int:
+    def _read_preamble(self, cur: Cursor) -> int:
         cur.need(4, "the magic number")
         magic = bytes(self._buf[:4])
         if magic != GGUF_MAGIC:
-            raise _bad(self.path, f"it starts with {magic!r} instead of b'GGUF'")
+            raise bad_file(self.path, f"it starts with {magic!r} instead of b'GGUF'")
         cur.pos = 4
         version = cur.scalar("<I", "the version")
         if version in (2, 3):
@@ -249,20 +116,10 @@ class GGUFFile:
             "Convert the file with a current llama.cpp (convert_hf_to_gguf.py) and try again.",
         )
 
-    def _read_metadata(self, cur: _Cursor, n_kv: int) -> dict[str, Any]:
-        raw: dict[str, Any] = {}
-        for _ in range(n_kv):
-            key = cur.string("a metadata key", limit=MAX_KEY_BYTES)
-            if key in raw:
-                raise _bad(self.path, f"metadata key {key!r} appears twice")
-            vtype = self._value_type(cur.scalar("<I", f"the type of {key}"), key)
-            raw[key] = self._read_value(cur, vtype, key)
-        return raw
-
     def _refuse_split(self, raw: dict[str, Any]) -> None:
         count = raw.get("split.count", 1)
         if not _is_int(count):
-            raise _bad(self.path, f"split.count is {_short(count)}, not a number")
+            raise bad_file(self.path, f"split.count is {_short(count)}, not a number")
         if count <= 1:
             return
         part = raw.get("split.no")
@@ -275,91 +132,14 @@ class GGUFFile:
     def _alignment(self, raw: dict[str, Any]) -> int:
         alignment = raw.get("general.alignment", DEFAULT_ALIGNMENT)
         if not _is_int(alignment) or alignment <= 0 or alignment & (alignment - 1):
-            raise _bad(self.path, f"general.alignment is {_short(alignment)}, not a power of two")
+            raise bad_file(self.path, f"general.alignment is {_short(alignment)}, not a power of two")
         return alignment
 
-    def _value_type(self, code: int, key: str) -> GGUFValueType:
-        try:
-            return GGUFValueType(code)
-        except ValueError:
-            raise _bad(self.path, f"metadata {key!r} has unknown value type {code}") from None
-
-    def _read_value(self, cur: _Cursor, vtype: GGUFValueType, key: str) -> Any:
-        if vtype == GGUFValueType.STRING:
-            return cur.string(f"the value of {key}")
-        if vtype == GGUFValueType.ARRAY:
-            return self._read_array(cur, key)
-        value = cur.scalar(_SCALAR[vtype], f"the value of {key}")
-        return bool(value) if vtype == GGUFValueType.BOOL else value
-
-    def _read_array(self, cur: _Cursor, key: str) -> LazyArray:
-        item = self._value_type(cur.scalar("<I", f"the item type of {key}"), key)
-        count = cur.scalar("<Q", f"the length of {key}")
-        start = cur.pos
-        if item == GGUFValueType.ARRAY:
-            raise _bad(self.path, f"metadata {key!r} is an array of arrays, which GGUF models do not use")
-        if item == GGUFValueType.STRING:
-            if count > cur.left // 8:
-                raise _bad(self.path, f"the array {key} claims {count} strings, more than the file holds")
-            cur.pos = self._skip_strings(key, start, count)
-        else:
-            if count > cur.left // _NUMPY[item].itemsize:
-                raise _bad(self.path, f"the array {key} claims {count} values, more than the file holds")
-            cur.pos += count * _NUMPY[item].itemsize
-        return LazyArray(item, count, start)
-
-    def _skip_strings(self, key: str, pos: int, count: int) -> int:
-        """The position after `count` length-prefixed strings starting at pos, each checked to fit."""
-        buf, end, unpack = self._buf, len(self._buf), _U64.unpack_from
-        index = 0
-        while index < count and pos + 8 <= end:
-            pos += 8 + unpack(buf, pos)[0]
-            if pos > end:
-                break
-            index += 1
-        if index == count:
-            return pos
-        raise _bad(self.path, f"string {index} of the array {key} runs past the end of the file")
-
-    def _decode_array(self, key: str, arr: LazyArray) -> Any:
-        if arr.item_type != GGUFValueType.STRING:
-            dtype = _NUMPY[arr.item_type]
-            values = np.frombuffer(self._buf, dtype=dtype, count=arr.count, offset=arr.offset)
-            return values.astype(bool) if arr.item_type == GGUFValueType.BOOL else values
-        out: list[str] = []
-        buf, pos, unpack = self._buf, arr.offset, _U64.unpack_from
-        try:
-            for _ in range(arr.count):  # lengths were checked when the header was parsed
-                (n,) = unpack(buf, pos)
-                out.append(str(buf[pos + 8 : pos + 8 + n], "utf-8"))
-                pos += 8 + n
-        except UnicodeDecodeError:
-            raise self._bad_item(key, len(out)) from None
-        return out
-
-    def _array_item(self, key: str, arr: LazyArray, index: int) -> Any:
-        if arr.item_type != GGUFValueType.STRING:
-            dtype = _NUMPY[arr.item_type]
-            offset = arr.offset + index * dtype.itemsize
-            value = np.frombuffer(self._buf, dtype=dtype, count=1, offset=offset)[0]
-            return bool(value) if arr.item_type == GGUFValueType.BOOL else value.item()
-        pos, unpack = arr.offset, _U64.unpack_from
-        for _ in range(index):
-            pos += 8 + unpack(self._buf, pos)[0]
-        (n,) = unpack(self._buf, pos)
-        try:
-            return str(self._buf[pos + 8 : pos + 8 + n], "utf-8")
-        except UnicodeDecodeError:
-            raise self._bad_item(key, index) from None
-
-    def _bad_item(self, key: str, index: int) -> KineticError:
-        return _bad(self.path, f"string {index} of the array {key} is not valid UTF-8")
-
-    def _read_tensor_info(self, cur: _Cursor) -> tuple[str, int, tuple[int, ...], int]:
+    def _read_tensor_info(self, cur: Cursor) -> tuple[str, int, tuple[int, ...], int]:
         name = cur.string("a tensor name", limit=MAX_KEY_BYTES)
         n_dims = cur.scalar("<I", f"the dimension count of tensor {name}")
         if not 1 <= n_dims <= MAX_DIMS:
-            raise _bad(self.path, f"tensor {name} has {n_dims} dimensions (1 to {MAX_DIMS} allowed)")
+            raise bad_file(self.path, f"tensor {name} has {n_dims} dimensions (1 to {MAX_DIMS} allowed)")
         ne = tuple(cur.scalar("<Q", f"the shape of tensor {name}") for _ in range(n_dims))
         type_code = cur.scalar("<I", f"the type of tensor {name}")
         offset = cur.scalar("<Q", f"the offset of tensor {name}")
@@ -368,11 +148,11 @@ class GGUFFile:
     def _place_tensors(self, infos) -> dict[str, TensorInfo]:
         tensors: dict[str, TensorInfo] = {}
         if infos and self.data_offset > self.file_size:
-            raise _bad(self.path, f"the tensor data would start at byte {self.data_offset}, "
-                       f"past the end of the file ({self.file_size} bytes)")
+            raise bad_file(self.path, f"the tensor data would start at byte {self.data_offset}, "
+                           f"past the end of the file ({self.file_size} bytes)")
         for name, type_code, ne, rel in infos:
             if name in tensors:
-                raise _bad(self.path, f"tensor {name} appears twice")
+                raise bad_file(self.path, f"tensor {name} appears twice")
             tensors[name] = self._place_tensor(name, type_code, ne, rel)
         self._check_overlaps(tensors)
         return tensors
@@ -383,26 +163,26 @@ class GGUFFile:
         n = 1
         for d in ne:
             if d == 0:
-                raise _bad(self.path, f"tensor {name} has a dimension of 0")
+                raise bad_file(self.path, f"tensor {name} has a dimension of 0")
             n *= d
             if n > data_size * 8:  # no type stores more than 8 values per byte
-                raise _bad(self.path, f"tensor {name} has shape {list(ne)}, larger than the file")
+                raise bad_file(self.path, f"tensor {name} has shape {list(ne)}, larger than the file")
         if ne[0] % block:
-            raise _bad(self.path, f"tensor {name} has rows of {ne[0]} values, not a multiple of "
-                       f"{qtype.name}'s block of {block}")
+            raise bad_file(self.path, f"tensor {name} has rows of {ne[0]} values, not a multiple of "
+                           f"{qtype.name}'s block of {block}")
         nbytes = n // block * type_size
         if rel % self.alignment:
-            raise _bad(self.path, f"tensor {name} starts at {rel}, not aligned to {self.alignment}")
+            raise bad_file(self.path, f"tensor {name} starts at {rel}, not aligned to {self.alignment}")
         if rel + nbytes > data_size:
-            raise _bad(self.path, f"tensor {name} ends past the end of the file "
-                       f"(needs {self.data_offset + rel + nbytes} bytes, the file has {self.file_size})")
+            raise bad_file(self.path, f"tensor {name} ends past the end of the file "
+                           f"(needs {self.data_offset + rel + nbytes} bytes, the file has {self.file_size})")
         return TensorInfo(name, qtype, ne, self.data_offset + rel, nbytes)
 
     def _check_overlaps(self, tensors: dict[str, TensorInfo]) -> None:
         ordered = sorted(tensors.values(), key=lambda t: t.offset)
         for a, b in zip(ordered, ordered[1:], strict=False):
             if a.offset + a.nbytes > b.offset:
-                raise _bad(self.path, f"tensors {a.name} and {b.name} overlap")
+                raise bad_file(self.path, f"tensors {a.name} and {b.name} overlap")
 
     # -- access ------------------------------------------------------------------------------------
 
@@ -410,7 +190,7 @@ class GGUFFile:
     def architecture(self) -> str:
         arch = self.metadata.get("general.architecture")
         if not isinstance(arch, str):
-            raise _bad(self.path, "general.architecture is missing")
+            raise bad_file(self.path, "general.architecture is missing")
         return arch
 
     def arch_key(self, suffix: str, default: Any = None) -> Any:
@@ -444,7 +224,7 @@ def _map_file(path: Path) -> tuple[int, np.ndarray]:
             raise KineticError(f"cannot read {path}: it {what}", "Check the path.")
         size = path.stat().st_size
         if size == 0:
-            raise _bad(path, "the file is empty")
+            raise bad_file(path, "the file is empty")
         return size, np.memmap(path, dtype=np.uint8, mode="r")
     except OSError as exc:
         raise KineticError(f"cannot read {path}: {exc.strerror or exc}", "Check the path.") from exc

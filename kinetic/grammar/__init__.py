@@ -1,9 +1,9 @@
 """Constrained output: GBNF grammars, JSON Schemas and forced tool calls, as a token mask.
 
-Owns: parsing llama.cpp's GBNF (gbnf.py), lowering it to byte-level rules (compile.py), JSON Schema to
-GBNF (json_schema.py, regex.py), tool-call grammars (tool_calls.py), the vocabulary's byte trie
-(vocab.py), the matcher (matcher.py) and the mask hook for sampling (sampling.py: apply_mask and
-ConstrainedSampler, a Sampler held to a grammar).
+Owns: parsing llama.cpp's GBNF (gbnf.py) into a tree (gbnf_ast.py), lowering it to byte-level rules
+(compile.py), JSON Schema to GBNF (json_schema.py, json_objects.py, regex.py), tool-call grammars
+(tool_calls.py), the vocabulary's byte trie (vocab.py), the matcher (matcher.py) and the mask hook
+for sampling (sampling.py: apply_mask and ConstrainedSampler, a Sampler held to a grammar).
 Does not own: sampling itself, HTTP, chat templates. Every user mistake raises GrammarError (a
 KineticError), which the server answers with a 400.
 
@@ -15,7 +15,8 @@ Use:
     state.is_complete  # end of generation allowed
 """
 
-from kinetic.grammar.gbnf import Grammar, GrammarError, parse_gbnf
+from kinetic.grammar.gbnf import parse_gbnf
+from kinetic.grammar.gbnf_ast import Grammar, GrammarError
 from kinetic.grammar.json_schema import json_object_grammar, json_schema_grammar, json_schema_to_gbnf
 from kinetic.grammar.matcher import DEAD, GrammarMatcher, GrammarState
 from kinetic.grammar.sampling import ConstrainedSampler, apply_mask

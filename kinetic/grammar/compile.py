@@ -15,7 +15,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kinetic.grammar.gbnf import (
+from kinetic.grammar.gbnf import line_col
+from kinetic.grammar.gbnf_ast import (
     MAX_CODE_POINT,
     AnyChar,
     CharClass,
@@ -27,7 +28,6 @@ from kinetic.grammar.gbnf import (
     Repeat,
     RuleRef,
     Token,
-    line_col,
 )
 
 # Element kinds of the flat program.

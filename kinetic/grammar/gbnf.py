@@ -1,104 +1,32 @@
-"""GBNF, llama.cpp's grammar syntax: an AST, a parser with line/column errors, and a printer.
+"""GBNF, llama.cpp's grammar syntax: a parser with line/column errors.
 
 Owns: reading grammar text into a `Grammar` (named rules of alternatives of sequences) exactly as
 llama.cpp's parser reads it (rule names `[a-zA-Z0-9-]+`, newlines end a rule except inside
 parentheses or after `|`, `#` comments, escapes `\\x \\u \\U \\t \\r \\n \\\\ \\" \\[ \\] \\-`, character
-classes with ranges and `^`, `.`, `* + ? {m} {m,} {m,n}`, tokens `<[id]>` / `<text>` / `!<...>`), and
-printing a Grammar back as text that parses to the same Grammar.
-Does not own: checks that need the whole grammar (undefined rules, left recursion: compile.py) or a
-vocabulary (token texts: matcher.py).
+classes with ranges and `^`, `.`, `* + ? {m} {m,} {m,n}`, tokens `<[id]>` / `<text>` / `!<...>`).
+Does not own: the tree it builds and printing it back as text (gbnf_ast.py), checks that need the
+whole grammar (undefined rules, left recursion: compile.py) or a vocabulary (token texts: matcher.py).
 
 A rule defined twice keeps its last definition, as in llama.cpp.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
-from kinetic.errors import KineticError
-
-MAX_CODE_POINT = 0x10FFFF
-MAX_REPETITION = 2000  # llama.cpp's MAX_REPETITION_THRESHOLD: larger counts are refused
-
-
-class GrammarError(KineticError):
-    """A grammar, schema or tool list that cannot be compiled; the server answers it with a 400."""
-
-
-# -- the AST ---------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Literal:
-    """A string of code points matched in order: `"abc"`."""
-
-    text: str
-
-
-@dataclass(frozen=True)
-class CharClass:
-    """`[a-z_]` or `[^\\n]`: inclusive code point ranges (a single character is a range of one)."""
-
-    ranges: tuple[tuple[int, int], ...]
-    negated: bool = False
-
-
-@dataclass(frozen=True)
-class AnyChar:
-    """`.`: any one character (any valid UTF-8 code point)."""
-
-
-@dataclass(frozen=True)
-class RuleRef:
-    name: str
-    offset: int = field(default=-1, compare=False)  # where the reference was written (for errors)
-
-
-@dataclass(frozen=True)
-class Token:
-    """`<[id]>`, `<text>` (a text that is one token of the model's vocabulary), negated with `!`."""
-
-    token_id: int | None = None
-    text: str | None = None
-    negated: bool = False
-    offset: int = field(default=-1, compare=False)
-
-
-@dataclass(frozen=True)
-class Repeat:
-    """`item{min,max}`; max None is unbounded (`*` is {0,}, `+` is {1,}, `?` is {0,1})."""
-
-    item: Expr
-    min: int
-    max: int | None
-
-
-@dataclass(frozen=True)
-class Choice:
-    """Alternatives, each a sequence of items; a group `( ... )` or a rule's body."""
-
-    alternatives: tuple[tuple[Expr, ...], ...]
-
-
-Expr = Literal | CharClass | AnyChar | RuleRef | Token | Repeat | Choice
-
-
-@dataclass
-class Grammar:
-    """Named rules in the order they were first defined; `root` is where matching starts."""
-
-    rules: dict[str, Choice]
-    root: str = "root"
-    source: str | None = field(default=None, compare=False)  # the text it was parsed from, if any
-
-    def to_gbnf(self) -> str:
-        return "".join(f"{name} ::= {_print_choice(body)}\n" for name, body in self.rules.items())
-
-    def __str__(self) -> str:
-        return self.to_gbnf()
-
-
-# -- parsing ---------------------------------------------------------------------------------------
+from kinetic.grammar.gbnf_ast import (
+    MAX_CODE_POINT,
+    MAX_REPETITION,
+    AnyChar,
+    CharClass,
+    Choice,
+    Expr,
+    Grammar,
+    GrammarError,
+    Literal,
+    Repeat,
+    RuleRef,
+    Token,
+    show_code_point,
+)
 
 _SIMPLE_ESCAPES = {"t": "\t", "r": "\r", "n": "\n", "\\": "\\", '"': '"', "[": "[", "]": "]", "-": "-"}
 _HEX_ESCAPES = {"x": 2, "u": 4, "U": 8}
@@ -149,20 +77,19 @@ class _Parser:
                 break
 
     def name(self) -> str:
-        start = self.pos
-        while _is_word(self.peek()):
-            self.pos += 1
-        if self.pos == start:
-            raise self.error(f"expected a rule name, found {self._found()}")
-        return self.text[start:self.pos]
+        return self._run_of(_is_word, "a rule name")
 
     def integer(self) -> int:
+        return int(self._run_of(_is_digit, "a number"))
+
+    def _run_of(self, accepts, what: str) -> str:
+        """The longest run of characters `accepts` takes, at least one (else an error expecting `what`)."""
         start = self.pos
-        while _is_digit(self.peek()):
+        while accepts(self.peek()):
             self.pos += 1
         if self.pos == start:
-            raise self.error(f"expected a number, found {self._found()}")
-        return int(self.text[start:self.pos])
+            raise self.error(f"expected {what}, found {self._found()}")
+        return self.text[start:self.pos]
 
     def _found(self) -> str:
         c = self.peek()
@@ -326,7 +253,8 @@ class _Parser:
                 self.pos += 1
                 high = self.char()
                 if high < low:
-                    raise self.error(f"character range {_show_cp(low)}-{_show_cp(high)} is backwards", start)
+                    backwards = f"{show_code_point(low)}-{show_code_point(high)}"
+                    raise self.error(f"character range {backwards} is backwards", start)
             ranges.append((low, high))
         self.pos += 1
         return CharClass(tuple(ranges), negated)
@@ -359,59 +287,3 @@ def parse_gbnf(text: str) -> Grammar:
     if not isinstance(text, str):
         raise GrammarError(f"a grammar must be text, not {type(text).__name__}")
     return _Parser(text).grammar()
-
-
-# -- printing --------------------------------------------------------------------------------------
-
-
-def _show_cp(cp: int, in_class: bool = False) -> str:
-    c = chr(cp)
-    specials = {"\t": "\\t", "\r": "\\r", "\n": "\\n", "\\": "\\\\"}
-    if c in specials:
-        return specials[c]
-    if in_class and c in "]-^[":
-        return "\\" + c if c != "^" else "\\x5E"
-    if not in_class and c == '"':
-        return '\\"'
-    if cp < 0x20 or cp == 0x7F:
-        return f"\\x{cp:02X}"
-    if 0xD800 <= cp <= 0xDFFF or not c.isprintable():
-        return f"\\u{cp:04X}" if cp <= 0xFFFF else f"\\U{cp:08X}"
-    return c
-
-
-def _print_item(item: Expr) -> str:
-    if isinstance(item, Literal):
-        return '"' + "".join(_show_cp(ord(c)) for c in item.text) + '"'
-    if isinstance(item, CharClass):
-        body = "".join(_show_cp(lo, True) if lo == hi else f"{_show_cp(lo, True)}-{_show_cp(hi, True)}"
-                       for lo, hi in item.ranges)
-        return "[" + ("^" if item.negated else "") + body + "]"
-    if isinstance(item, AnyChar):
-        return "."
-    if isinstance(item, RuleRef):
-        return item.name
-    if isinstance(item, Token):
-        inner = f"<[{item.token_id}]>" if item.token_id is not None else item.text
-        return ("!" if item.negated else "") + inner
-    if isinstance(item, Choice):
-        return "(" + _print_choice(item) + ")"
-    if isinstance(item, Repeat):
-        return _print_item(item.item) + _print_counts(item.min, item.max)
-    raise TypeError(f"not a grammar item: {item!r}")
-
-
-def _print_counts(low: int, high: int | None) -> str:
-    if (low, high) == (0, None):
-        return "*"
-    if (low, high) == (1, None):
-        return "+"
-    if (low, high) == (0, 1):
-        return "?"
-    if high == low:
-        return f"{{{low}}}"
-    return f"{{{low},{'' if high is None else high}}}"
-
-
-def _print_choice(choice: Choice) -> str:
-    return " | ".join(" ".join(_print_item(i) for i in seq) for seq in choice.alternatives)

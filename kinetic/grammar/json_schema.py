@@ -11,7 +11,8 @@ too), $ref into the same document ($defs, definitions, any JSON pointer; recursi
 nullable. Annotations (title, description, default, examples, unknown formats, ...) and unknown
 keywords are ignored, as JSON Schema says; validation keywords that cannot be held to raise a
 GrammarError naming them and where they are.
-Does not own: matching (matcher.py), tool-call formats (tool_calls.py).
+Does not own: object members and key exclusion (json_objects.py), matching (matcher.py), tool-call
+formats (tool_calls.py).
 
 Output shape: a value has no whitespace around it; inside objects and arrays `space` (none or one
 space: compact JSON, a subset of what llama.cpp allows) may follow `{ [ , :` and a key and come
@@ -26,7 +27,9 @@ import re
 from typing import Any
 from urllib.parse import unquote
 
-from kinetic.grammar.gbnf import MAX_REPETITION, Grammar, GrammarError, parse_gbnf
+from kinetic.grammar.gbnf import parse_gbnf
+from kinetic.grammar.gbnf_ast import MAX_REPETITION, Grammar, GrammarError
+from kinetic.grammar.json_objects import object_rule
 from kinetic.grammar.json_text import (
     BOUNDS,
     PRIMITIVES,
@@ -198,7 +201,7 @@ class SchemaRules:
         if kind == "array":
             return self._array(schema, name, where)
         if kind == "object":
-            return self._object(schema, name, where)
+            return object_rule(self, schema, name, where)
         raise self.error(where, f"unknown type {kind!r}")
 
     # -- references and combinations
@@ -232,7 +235,7 @@ class SchemaRules:
             merged["required"] += [r for r in part.get("required", []) if r not in merged["required"]]
             if "additionalProperties" in part:
                 merged["additionalProperties"] = part["additionalProperties"]
-        return self._object(merged, name, where)
+        return object_rule(self, merged, name, where)
 
     def _resolve(self, ref: Any, where: str) -> Any:
         """The schema a local reference ('#', '#/$defs/x', any JSON pointer) points to."""
@@ -317,91 +320,6 @@ class SchemaRules:
             return self.primitive("array")
         item = self.visit(items if items is not None else True, f"{name}-item", f"{where}/items")
         return f'"[" {space} {repetition(item, low, high, f"{chr(34)},{chr(34)} {space}")} {space} "]"'
-
-    def _object(self, schema: dict, name: str, where: str) -> str:
-        props = schema.get("properties", {})
-        required = schema.get("required", [])
-        extra = schema.get("additionalProperties")
-        if not isinstance(props, dict):
-            raise self.error(where, "'properties' must be an object")
-        if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
-            raise self.error(where, "'required' must be a list of strings")
-        if "properties" not in schema and extra in (None, True, {}) and not required:
-            return self.primitive("object")
-        props = {**props, **{r: True for r in required if r not in props}}
-        if extra is None:
-            extra = "properties" not in schema  # llama.cpp: listed properties are all there may be
-        space = self.primitive("space")
-        entries: list[tuple[str, bool]] = []
-        for key, sub in props.items():
-            value = self.visit(sub, f"{name}-{key}", f"{where}/properties/{key}")
-            kv = self.add_rule(f"{name}-{key}-kv", f'{self.literal_value(str(key))} {space} ":" {space} {value}')
-            entries.append((kv, key in required))
-        extra_kv = None
-        if extra is not False:
-            value = self.visit(extra, f"{name}-additional-value", f"{where}/additionalProperties")
-            key_rule = self._key_not_in(list(props), name)
-            extra_kv = self.add_rule(f"{name}-additional-kv", f'{key_rule} {space} ":" {space} {value}')
-        return f'"{{" {space} {self.members(entries, extra_kv, name)} {space} "}}"'
-
-    def members(self, entries: list[tuple[str, bool]], extra_kv: str | None, name: str,
-                separator: str | None = None) -> str:
-        """Members in order, each (rule, required), `separator` (a comma and space) between them:
-        `first` (nothing written yet) and `after` (each member preceded by the separator) chains,
-        one rule per member so the grammar stays linear in their number."""
-        space = self.primitive("space")
-        sep = separator if separator is not None else f'"," {space}'
-        after, first = "", ""
-        if extra_kv is not None:
-            after = self.add_rule(f"{name}-more", f"({sep} {extra_kv})*")
-            first = f"({extra_kv} {after})?"
-        for i in range(len(entries) - 1, -1, -1):
-            kv, is_required = entries[i]
-            if is_required:
-                new_after = f"{sep} {kv} {after}".strip()
-                new_first = f"{kv} {after}".strip()
-            else:
-                new_after = f"({sep} {kv})? {after}".strip()
-                new_first = f"{kv} {after}".strip() + f" | {first or chr(34) * 2}"
-            after = self.add_rule(f"{name}-after-{i}", new_after)
-            first = self.add_rule(f"{name}-from-{i}", new_first)
-        return first
-
-    def _key_not_in(self, names: list[str], name: str) -> str:
-        """A key (a JSON string) that is none of `names`."""
-        string = self.primitive("string")
-        escaped = [json.dumps(n, ensure_ascii=False)[1:-1] for n in names]
-        if not names or any(e != n for e, n in zip(escaped, names, strict=True)):
-            return string  # names that need escapes: any key (duplicates are then possible)
-        char = self.primitive("char")
-        trie: dict = {}
-        for n in names:
-            node = trie
-            for c in n:
-                node = node.setdefault(c, {})
-            node[""] = {}
-        by_body: dict[str, str] = {}
-
-        def node_rule(node: dict) -> str:
-            alts = []
-            children = sorted(c for c in node if c)
-            for c in children:
-                alts.append(f"{literal(c)} {node_rule(node[c])}")
-            excluded = "".join(_classliteral(c) for c in children)
-            alts.append(f'([^"\\\\\\x7F\\x00-\\x1F{excluded}] | [\\\\] (["\\\\bfnrt] | "u" [0-9a-fA-F]{{4}})) '
-                        f'{char}* "\\""')
-            if "" not in node:
-                alts.append('"\\""')
-            body = " | ".join(alts)
-            if body not in by_body:
-                by_body[body] = self.add_rule(f"{name}-key-{len(by_body) + 1}", body)
-            return by_body[body]
-
-        return self.add_rule(f"{name}-other-key", f'"\\"" {node_rule(trie)}')
-
-
-def _classliteral(c: str) -> str:
-    return "\\" + c if c in "]-\\^[" else c
 
 
 def json_schema_to_gbnf(schema: Any) -> str:

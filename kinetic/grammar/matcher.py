@@ -23,7 +23,7 @@ from collections import OrderedDict
 import numpy as np
 
 from kinetic.grammar.compile import BYTES, END, NOT_TOKEN, RULE, TOKEN, Program, compile_grammar
-from kinetic.grammar.gbnf import Grammar, GrammarError
+from kinetic.grammar.gbnf_ast import Grammar, GrammarError
 from kinetic.grammar.vocab import TokenVocab, walk_trie
 
 ACCEPT = 0      # the stack node standing for the empty stack: the grammar is complete

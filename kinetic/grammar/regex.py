@@ -17,7 +17,7 @@ matched.
 from __future__ import annotations
 
 from kinetic.grammar.compile import normalize_ranges
-from kinetic.grammar.gbnf import MAX_REPETITION, GrammarError
+from kinetic.grammar.gbnf_ast import MAX_REPETITION, GrammarError
 
 ANY_JSON_CHAR = 'char'  # the converter's rule for one character of a JSON string
 

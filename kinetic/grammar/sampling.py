@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kinetic.grammar.gbnf import GrammarError
+from kinetic.grammar.gbnf_ast import GrammarError
 from kinetic.grammar.matcher import GrammarState
 
 

@@ -22,7 +22,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from kinetic.grammar.gbnf import Grammar, GrammarError, parse_gbnf
+from kinetic.grammar.gbnf import parse_gbnf
+from kinetic.grammar.gbnf_ast import Grammar, GrammarError
+from kinetic.grammar.json_objects import members
 from kinetic.grammar.json_schema import SchemaRules
 from kinetic.grammar.json_text import literal
 
@@ -116,7 +118,7 @@ def _python_call(rules: SchemaRules, name: str, params: Any, index: int) -> str:
             raise GrammarError(f"the parameter {key!r} of {name!r} cannot be a Python keyword argument")
         value = rules.visit(schema, f"call{index}-{key}", f"tools[{index}].function.parameters.properties.{key}")
         entries.append((rules.add_rule(f"call{index}-{key}-kv", f'"{key}=" {value}'), key in required))
-    body = rules.members(entries, None, f"call{index}", separator=f'"," {rules.primitive("space")}') if entries else ""
+    body = members(rules, entries, None, f"call{index}", separator=f'"," {rules.primitive("space")}') if entries else ""
     return rules.add_rule(f"call{index}", f'{literal(name + "(")} {body} ")"')
 
 

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 from numba import njit
 
-from kinetic.grammar.gbnf import GrammarError, Token
+from kinetic.grammar.gbnf_ast import GrammarError, Token
 
 
 class TokenVocab:

@@ -24,7 +24,8 @@ import numpy as np
 from gguf import GGUFValueType
 
 from kinetic.errors import KineticError
-from kinetic.frontend.gguf_file import GGUF_MAGIC, GGUFFile, Metadata
+from kinetic.frontend.gguf_file import GGUF_MAGIC, GGUFFile
+from kinetic.frontend.gguf_metadata import Metadata
 from kinetic.ktc.layout import Kind
 from kinetic.ktc.reader import KtcError, KtcFile
 

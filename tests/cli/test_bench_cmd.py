@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from kinetic import __version__, bench, bench_llama
+from kinetic import __version__, bench, bench_card, bench_edit, bench_llama, bench_llama_edit
 from kinetic.cli import main as cli
 
 QUICK = ["-p", "8", "-n", "4", "-t", "2", "--edit-tokens", "0"]  # the edit test has its own tests below
@@ -256,7 +256,7 @@ def write_fake_server(folder, answer: list[str], spec_line: str = SPEC_LINE):
 
 def kinetic_edit(tokens: int, seconds: float, text: str) -> bench.BenchResult:
     """A BenchResult with only an edit test, as if Kinetic had measured it."""
-    edit = bench.EditResult(
+    edit = bench_edit.EditResult(
         256, True, list(range(tokens)), list(range(tokens)), [seconds], [seconds * 3], text=text, prompt_tokens=99
     )
     return bench.BenchResult(Path("SmolLM2.gguf"), "cpu", 2, 1, [], 0.1, 100, 10, "Q4_1", 0, edit=edit)
@@ -269,18 +269,18 @@ def test_card_with_llama_edit():
     """The edit row puts llama-server's best first-to-last speed beside Kinetic's, with the ratio, in the card
     and its JSON, and the line says the speculative mode and whether the answers agree (a difference is no failure)."""
     k = kinetic_edit(101, 0.5, "same answer")  # 100 tokens after the first in 0.5 s: 200 t/s
-    le = bench_llama.LlamaEditResult(
+    le = bench_llama_edit.LlamaEditResult(
         "ngram-mod", counts=[51, 51], seconds=[1.0, 0.5], text="same answer", prompt_tokens=99
     )
     assert le.best == pytest.approx(100.0)
-    card = bench_llama.card(k, LL, le)
+    card = bench_card.card(k, LL, le)
     assert "| edit256 | 200.0 | 100.0 | 2.00x |" in card
     assert (
         "llama.cpp speculative mode ngram-mod" in card
         and "identical to plain decoding: yes" in card
         and "llama.cpp's answer identical to Kinetic's: yes." in card
     )
-    js = bench_llama.card_json(k, LL, le)
+    js = bench_card.card_json(k, LL, le)
     assert js["tests"][-1] == {"test": "edit256", "kinetic_t_s": 200.0, "llama_cpp_t_s": 100.0, "ratio": 2.0}
     assert js["llama_cpp"]["edit"] == {
         "spec_type": "ngram-mod",
@@ -291,8 +291,8 @@ def test_card_with_llama_edit():
         "identical_to_kinetic": True,
     }
     le.text = "other answer"
-    assert "identical to Kinetic's: no (llama.cpp is not batch-invariant" in bench_llama.card(k, LL, le)
-    assert bench_llama.card_json(k, LL, le)["llama_cpp"]["edit"]["identical_to_kinetic"] is False
+    assert "identical to Kinetic's: no (llama.cpp is not batch-invariant" in bench_card.card(k, LL, le)
+    assert bench_card.card_json(k, LL, le)["llama_cpp"]["edit"]["identical_to_kinetic"] is False
 
 
 def test_missing_llama_server_is_skipped(monkeypatch, tmp_path):
@@ -300,28 +300,30 @@ def test_missing_llama_server_is_skipped(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.setattr(bench_llama, "LLAMA_BENCH_PLACES", (tmp_path / "bin" / "llama-bench",))
     assert bench_llama.find_llama_server(tmp_path / "llama-bench") is None
-    le = bench_llama.run_llama_edit(None, tmp_path / "m.gguf", threads=2, repetitions=1, n_edit=256)
+    le = bench_llama_edit.run_llama_edit(None, tmp_path / "m.gguf", threads=2, repetitions=1, n_edit=256)
     k = kinetic_edit(101, 0.5, "x")
-    card = bench_llama.card(k, LL, le)
+    card = bench_card.card(k, LL, le)
     assert "| edit256 | 200.0 | not run | - |" in card
     assert "llama.cpp's edit test (llama-server) not run: llama-server not found" in card
-    assert bench_llama.card_json(k, LL, le)["llama_cpp"]["edit"]["not_run"].startswith("llama-server not found")
+    assert bench_card.card_json(k, LL, le)["llama_cpp"]["edit"]["not_run"].startswith("llama-server not found")
 
 
 def test_llama_server_without_spec_type_is_skipped(tmp_path):
     """A llama-server whose --help has no --spec-type (or not the asked mode) is not started; the reason says so."""
     old = write_fake_server(tmp_path, ["x"], spec_line="-t, --threads N   threads")
-    le = bench_llama.run_llama_edit(old, tmp_path / "m.gguf", threads=2, repetitions=1, n_edit=256)
+    le = bench_llama_edit.run_llama_edit(old, tmp_path / "m.gguf", threads=2, repetitions=1, n_edit=256)
     assert le.not_run == f"{old} has no --spec-type (too old a build)" and not (tmp_path / "server_argv.json").exists()
     new = write_fake_server(tmp_path, ["x"])
-    le = bench_llama.run_llama_edit(new, tmp_path / "m.gguf", threads=2, repetitions=1, n_edit=256, spec_type="ngram-x")
+    le = bench_llama_edit.run_llama_edit(new, tmp_path / "m.gguf", threads=2, repetitions=1, n_edit=256,
+                                         spec_type="ngram-x")
     assert le.not_run == f"{new} has no --spec-type ngram-x"
 
 
 def test_spec_types():
     """--spec-type's values are read from its --help line."""
-    assert bench_llama.spec_types("x\n" + SPEC_LINE + "\n") == ["none", "draft-simple", "ngram-simple", "ngram-mod"]
-    assert bench_llama.spec_types("--spec-draft-n-max N   tokens") == []
+    expected = ["none", "draft-simple", "ngram-simple", "ngram-mod"]
+    assert bench_llama_edit.spec_types("x\n" + SPEC_LINE + "\n") == expected
+    assert bench_llama_edit.spec_types("--spec-draft-n-max N   tokens") == []
 
 
 def test_compare_runs_llama_server_edit(capsys, smollm2_path, fake_llama_bench):
@@ -337,7 +339,7 @@ def test_compare_runs_llama_server_edit(capsys, smollm2_path, fake_llama_bench):
     assert " ".join(argv[2:15]) == "-t 2 -c 1032 -np 1 -ngl 0 -fa on --host 127.0.0.1 --port"
     assert int(argv[15]) > 0 and argv[16:] == ["--spec-type", "ngram-simple", "-dev", "none"]
     request = json.loads((exe.parent / "server_request.json").read_text())
-    assert request["messages"] == [{"role": "user", "content": bench.EDIT_REQUEST}]
+    assert request["messages"] == [{"role": "user", "content": bench_edit.EDIT_REQUEST}]
     assert request["temperature"] == 0 and request["max_tokens"] == 8 and request["stream"] is True
     card = json.loads(out)
     edit = card["llama_cpp"]["edit"]
@@ -358,9 +360,9 @@ def test_llama_server_stopped_on_ctrl_c(monkeypatch, tmp_path):
     def interrupted(url, n_edit):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(bench_llama, "stream_edit", interrupted)
+    monkeypatch.setattr(bench_llama_edit, "stream_edit", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        bench_llama.run_llama_edit(exe, tmp_path / "m.gguf", threads=2, repetitions=1, n_edit=8)
+        bench_llama_edit.run_llama_edit(exe, tmp_path / "m.gguf", threads=2, repetitions=1, n_edit=8)
     pid = int((tmp_path / "server_pid").read_text())
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
@@ -379,6 +381,6 @@ def test_llama_cpp_runs_on_the_gpu_when_kinetic_did(tmp_path):
     gpu = bench_llama.llama_bench_command(exe, model, threads=2, repetitions=1, n_prompt=8, n_gen=4, gpu=True)
     assert cpu[-4:] == ["-o", "json", "-dev", "none"] and "-ngl" in cpu and cpu[cpu.index("-ngl") + 1] == "0"
     assert gpu[gpu.index("-ngl") + 1] == "99" and "-dev" not in gpu
-    server = bench_llama.llama_server_command(exe, model, "--device", threads=2, n_ctx=64, port=1, spec_type="x",
-                                              gpu=True)
+    server = bench_llama_edit.llama_server_command(exe, model, "--device", threads=2, n_ctx=64, port=1, spec_type="x",
+                                                   gpu=True)
     assert server[server.index("-ngl") + 1] == "99" and "-dev" not in server

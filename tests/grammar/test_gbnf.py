@@ -6,7 +6,7 @@ import pytest
 
 from kinetic.grammar import GrammarError, parse_gbnf
 from kinetic.grammar.compile import compile_grammar, utf8_sequences
-from kinetic.grammar.gbnf import AnyChar, CharClass, Choice, Literal, Repeat, RuleRef, Token
+from kinetic.grammar.gbnf_ast import AnyChar, CharClass, Choice, Literal, Repeat, RuleRef, Token
 
 GRAMMARS = [
     'root ::= "yes" | "no"\n',
@@ -79,6 +79,7 @@ def test_last_definition_wins():
     ('root ::= * "a"\n', "'*' has nothing before it to repeat", 1, 10),
     ('root ::= "a"{3,1}\n', "maximum below its minimum", 1, 13),
     ('root ::= "a"{2001}\n', "above 2000", 1, 13),
+    ('root ::= "a"{x}\n', "expected a number, found 'x'", 1, 14),
     ('root ::= "a" )\n', "unexpected ')' in rule 'root'", 1, 14),
     ('root ::= <[12\n', "expected ']>'", 1, 14),
     ("", "the grammar is empty", 1, 1),

@@ -1,16 +1,14 @@
-""".ktc files: compile, verify, sign, load; every byte checked and every damage named.
+""".ktc files: compile, verify, sign, load, and what a profile or another build changes.
 
 Real models for compiling and identity (SmolLM2 runs; Gemma 3 compiles and verifies); the synthetic
-llama file, given a chat template so that every section kind is present, for the byte flips.
+llama file, given a chat template so that every section kind is present (tests/ktc/conftest.py), for
+the layout, signing, writing and profile tests. Damaged files: test_ktc_damage.py.
 """
 
 from __future__ import annotations
 
 import collections
 import json
-import os
-import shutil
-import struct
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +16,6 @@ import pytest
 
 import kinetic
 from kinetic.cli.main import main
-from kinetic.errors import KineticError
 from kinetic.frontend.gguf_file import open_gguf
 from kinetic.ktc import Kind, KtcError, KtcFile
 from kinetic.ktc import layout as L
@@ -26,30 +23,9 @@ from kinetic.ktc import load as ktc_load
 from kinetic.ktc import writer as ktc_writer
 from kinetic.ktc.load import LoadedKtc
 from tests.conftest import model_path
-from tests.synthetic import rewrite_gguf, synthetic_path
+from tests.ktc.helpers import TEMPLATE, flip
 
-TEMPLATE = ("{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}"
-            "{% if add_generation_prompt %}<a>{% endif %}")
 PROMPT = "The capital of France is"
-
-
-@pytest.fixture(autouse=True)
-def private_stamps(tmp_path, monkeypatch):
-    """Each test gets its own stamp folder, so no stamp from another test or the user's cache counts."""
-    monkeypatch.setattr(ktc_load, "stamp_dir", lambda: tmp_path / "stamps")
-
-
-@pytest.fixture(scope="module")
-def synth_gguf(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("synth") / "llama-chat.gguf"
-    return rewrite_gguf(synthetic_path("llama"), out, set_kv={"tokenizer.chat_template": TEMPLATE})
-
-
-@pytest.fixture(scope="module")
-def synth_ktc(synth_gguf) -> Path:
-    out = synth_gguf.with_suffix(".ktc")
-    assert main(["compile", str(synth_gguf), "-o", str(out)]) == 0
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -57,33 +33,6 @@ def smollm2_ktc(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("smollm2") / "smollm2.ktc"
     assert main(["compile", str(model_path("smollm2-135m")), "-o", str(out)]) == 0
     return out
-
-
-def copy_of(src: Path, dst: Path) -> Path:
-    shutil.copyfile(src, dst)
-    return dst
-
-
-def flip(path: Path, offset: int, mask: int = 0x01) -> None:
-    with open(path, "r+b") as f:
-        f.seek(offset)
-        byte = f.read(1)[0]
-        f.seek(offset)
-        f.write(bytes([byte ^ mask]))
-
-
-def full_check(path: Path) -> None:
-    """What `kinetic verify` checks: the structure on open, then every section's hash."""
-    ktc = KtcFile.open(path)
-    for kind in ktc.entries:
-        ktc.check_hash(kind)
-
-
-def assert_verify_fails(path: Path, capsys, naming: str) -> None:
-    capsys.readouterr()
-    assert main(["verify", str(path)]) == 1
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 2 and err[0].startswith("kinetic: ") and naming in err[0], err
 
 
 # -- real models -------------------------------------------------------------------------------------
@@ -155,157 +104,6 @@ def test_synthetic_ktc_runs_like_its_gguf(synth_gguf, synth_ktc):
     a = kinetic.Model(synth_gguf, n_ctx=32).generate([1, 2, 3], max_tokens=6, return_tokens=True)
     b = kinetic.Model(synth_ktc, n_ctx=32).generate([1, 2, 3], max_tokens=6, return_tokens=True)
     assert a == b
-
-
-def _part_offsets(path: Path) -> dict[str, int]:
-    """One byte inside each part of the file: the header, the manifest, each section, the padding."""
-    ktc = KtcFile.open(path)
-    offsets = {"header": 20, "manifest": L.HEADER_SIZE + 8 + 20}
-    for kind, e in ktc.entries.items():
-        offsets[kind.label] = e.offset + e.size // 2
-    offsets["padding"] = L.HEADER_SIZE + ktc.header.manifest_size + 10
-    return offsets
-
-
-@pytest.mark.parametrize("part", ["header", "manifest", "weights", "tokenizer", "chat_template", "graph", "profile",
-                                  "metadata", "padding"])
-def test_a_flipped_byte_is_named_and_refused(part, synth_ktc, tmp_path, capsys):
-    """Flipping one byte of the header, the manifest, any section or the padding makes verify exit 1
-    naming that part, and makes loading (kinetic.Model, as `kinetic run` loads) refuse the file."""
-    path = copy_of(synth_ktc, tmp_path / "flipped.ktc")
-    flip(path, _part_offsets(path)[part])
-    assert_verify_fails(path, capsys, part if part not in ("padding",) else "padding byte")
-    with pytest.raises(KtcError) as info:
-        kinetic.Model(path)
-    assert info.value.part == part
-
-
-def test_every_byte_is_covered(synth_ktc, tmp_path):
-    """Flipping any byte of the file (every 4099th, plus each region's first and last) fails the full
-    check: nothing in the file is outside the header, manifest, zero padding and hashed sections."""
-    data = bytearray(synth_ktc.read_bytes())
-    ktc = KtcFile.open(synth_ktc)
-    edges = {0, L.HEADER_SIZE - 1, L.HEADER_SIZE, L.HEADER_SIZE + ktc.header.manifest_size - 1, len(data) - 1}
-    for e in ktc.entries.values():
-        edges |= {e.offset, e.end - 1, e.offset - 1}
-    path = tmp_path / "one.ktc"
-    for offset in sorted(edges | set(range(0, len(data), 4099))):
-        data[offset] ^= 0x80
-        path.write_bytes(data)
-        data[offset] ^= 0x80
-        with pytest.raises(KtcError):
-            full_check(path)
-
-
-def test_weights_flip_is_caught_after_a_stamp(synth_ktc, tmp_path, monkeypatch):
-    """A loaded file is stamped so the next load skips hashing the weights; a byte flipped in place
-    afterwards (modification time put back) still makes the next load hash them and refuse."""
-    path = copy_of(synth_ktc, tmp_path / "stamped.ktc")
-    LoadedKtc(path)
-    hashed = []
-    original = KtcFile.check_hash
-    monkeypatch.setattr(KtcFile, "check_hash", lambda self, kind: hashed.append(kind) or original(self, kind))
-    LoadedKtc(path)
-    assert Kind.WEIGHTS not in hashed and Kind.GRAPH in hashed
-    st = path.stat()
-    flip(path, KtcFile.open(path).entries[Kind.WEIGHTS].offset + 100)
-    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
-    with pytest.raises(KtcError) as info:
-        LoadedKtc(path)
-    assert info.value.part == "weights"
-
-
-# -- structure: truncation, padding, manifest, header ------------------------------------------------
-
-
-@pytest.mark.parametrize("keep", [10, L.HEADER_SIZE + 30, 100_000, -1])
-def test_truncated_file_is_a_clear_error(keep, synth_ktc, tmp_path, capsys):
-    """A file cut short anywhere is refused as truncated, never with a traceback."""
-    data = synth_ktc.read_bytes()
-    path = tmp_path / "cut.ktc"
-    path.write_bytes(data[:keep])
-    with pytest.raises(KtcError, match="truncated") as info:
-        KtcFile.open(path)
-    assert info.value.part == "file"
-    assert_verify_fails(path, capsys, "truncated")
-
-
-def test_nonzero_padding_is_refused(synth_ktc, tmp_path):
-    """A padding byte set between two sections is refused naming the padding and where it is."""
-    path = copy_of(synth_ktc, tmp_path / "pad.ktc")
-    graph = KtcFile.open(path).entries[Kind.GRAPH]
-    with open(path, "r+b") as f:
-        f.seek(graph.offset - 1)
-        f.write(b"\x07")
-    with pytest.raises(KtcError, match=f"padding byte {graph.offset - 1} .before section graph") as info:
-        KtcFile.open(path)
-    assert info.value.part == "padding"
-
-
-def rewrite_manifest(path: Path, change) -> None:
-    """Edit the manifest entries with `change(entries) -> entries` and reseal the manifest and header
-    checks, so only the structural check under test can object."""
-    ktc = KtcFile.open(path)
-    entries = change(list(ktc.entries.values()))
-    manifest = L.pack_manifest(entries)
-    header = L.Header(ktc.header.version, ktc.header.file_size, len(manifest), ktc.header.flags, 0)
-    with open(path, "r+b") as f:
-        f.write(L.pack_header(header) + manifest)
-
-
-def test_overlapping_sections_are_refused(synth_ktc, tmp_path):
-    """A section that starts inside the one before it is refused, naming both."""
-    path = copy_of(synth_ktc, tmp_path / "overlap.ktc")
-
-    def overlap(entries):
-        g = next(i for i, e in enumerate(entries) if e.kind == Kind.GRAPH)
-        prev = entries[g - 1]
-        entries[g] = L.Entry(entries[g].kind, prev.offset + 1, entries[g].size, entries[g].digest)
-        return entries
-
-    rewrite_manifest(path, overlap)
-    with pytest.raises(KtcError, match="section graph .* overlaps section chat_template") as info:
-        KtcFile.open(path)
-    assert info.value.part == "manifest"
-
-
-def test_section_out_of_bounds_is_refused(synth_ktc, tmp_path):
-    """A section that runs past the end of the file is refused, naming it."""
-    path = copy_of(synth_ktc, tmp_path / "bounds.ktc")
-
-    def grow(entries):
-        e = entries[-1]
-        entries[-1] = L.Entry(e.kind, e.offset, e.size + 10**9, e.digest)
-        return entries
-
-    rewrite_manifest(path, grow)
-    with pytest.raises(KtcError, match="section metadata .* runs past the end of the file"):
-        KtcFile.open(path)
-
-
-def test_manifest_out_of_bounds_is_refused(synth_ktc, tmp_path):
-    """A header whose manifest would run past the end of the file is refused, naming the manifest."""
-    path = copy_of(synth_ktc, tmp_path / "manifest.ktc")
-    ktc = KtcFile.open(path)
-    header = L.Header(1, ktc.file_size, ktc.file_size, 0, 0)
-    with open(path, "r+b") as f:
-        f.write(L.pack_header(header))
-    with pytest.raises(KtcError, match="manifest .* out of the file's bounds") as info:
-        KtcFile.open(path)
-    assert info.value.part == "manifest"
-
-
-@pytest.mark.parametrize("offset, value, message", [(0, b"GGUF", "not a .ktc file"),
-                                                     (4, struct.pack("<I", 2), "format version 2")])
-def test_bad_magic_and_unknown_version(offset, value, message, synth_ktc, tmp_path):
-    """Another file type and a later format version are refused by their header, saying which."""
-    path = copy_of(synth_ktc, tmp_path / "magic.ktc")
-    with open(path, "r+b") as f:
-        f.seek(offset)
-        f.write(value)
-    with pytest.raises(KtcError, match=message) as info:
-        KtcFile.open(path)
-    assert info.value.part == "header"
 
 
 # -- signing -----------------------------------------------------------------------------------------
@@ -417,14 +215,6 @@ def test_other_build_optimizes_the_graph_again(synth_ktc, monkeypatch):
     assert len(notes) == 1 and "optimizing its graph again" in notes[0]
 
 
-def test_damaged_file_is_refused_by_the_python_api_as_kinetic_error(synth_ktc, tmp_path):
-    """kinetic.Model raises a KineticError (the CLI's clean failure) for a damaged .ktc file."""
-    path = copy_of(synth_ktc, tmp_path / "bad.ktc")
-    flip(path, KtcFile.open(path).entries[Kind.TOKENIZER].offset + 5)
-    with pytest.raises(KineticError, match="section tokenizer does not match"):
-        kinetic.Model(path)
-
-
 def test_public_key_file_is_not_taken_as_a_secret_key(synth_gguf, tmp_path, capsys):
     """--sign-key with keygen's FILE.pub (also 64 hex digits) is refused instead of signing with it."""
     assert main(["keygen", str(tmp_path / "k")]) == 0
@@ -433,12 +223,3 @@ def test_public_key_file_is_not_taken_as_a_secret_key(synth_gguf, tmp_path, caps
     assert "is a public key file" in capsys.readouterr().err and not out.exists()
 
 
-def test_kinetic_run_refuses_a_flipped_weights_byte(synth_ktc, tmp_path, capsys):
-    """`kinetic run` on a .ktc file with one weights byte flipped exits 1 naming the weights section."""
-    path = copy_of(synth_ktc, tmp_path / "run.ktc")
-    assert main(["run", str(path), "--raw", "hello", "-n", "1", "--temp", "0"]) == 0
-    flip(path, KtcFile.open(path).entries[Kind.WEIGHTS].offset + 4096)
-    capsys.readouterr()
-    assert main(["run", str(path), "--raw", "hello", "-n", "1", "--temp", "0"]) == 1
-    err = capsys.readouterr().err.splitlines()
-    assert err[0] == "kinetic: run.ktc: section weights does not match its BLAKE3 hash in the manifest"

@@ -17,19 +17,12 @@ import pytest
 from kinetic.cli.main import main
 from kinetic.errors import KineticError, SignatureRequiredError
 from kinetic.ktc import Kind, KtcError
-from kinetic.ktc import load as ktc_load
 from kinetic.ktc.load import REQUIRE_SIGNATURE_ENV, LoadedKtc, load_if_ktc, required_signer
 from kinetic.limits import check_threads, max_threads
 from kinetic.model import Model
 from tests.ktc_variants import read_sections, rewrite
 from tests.load_worker import run_cases
 from tests.synthetic import synthetic_path
-
-
-@pytest.fixture(autouse=True)
-def private_stamps(tmp_path, monkeypatch):
-    monkeypatch.setattr(ktc_load, "stamp_dir", lambda: tmp_path / "stamps")
-    monkeypatch.delenv(REQUIRE_SIGNATURE_ENV, raising=False)
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,6 @@ import kinetic
 from kinetic.cli.main import main
 from kinetic.codegen.cpu.step import available_cpus
 from kinetic.ktc import Kind, KtcFile
-from kinetic.ktc import load as ktc_load
 from kinetic.ktc.load import LoadedKtc
 from kinetic.ktc.profile import Profile, default_profile
 from kinetic.ktc.tune import BATCHES, Candidate, _choose_batch, _choose_threads, thread_candidates
@@ -26,11 +25,6 @@ from tests.synthetic import synthetic_path
 
 LIMIT = 10.0
 MARGIN = 15.0  # lowering, loading and writing the file around the search, on a busy machine
-
-
-@pytest.fixture(autouse=True)
-def private_stamps(tmp_path, monkeypatch):
-    monkeypatch.setattr(ktc_load, "stamp_dir", lambda: tmp_path / "stamps")
 
 
 def profile_of(path: Path) -> dict:

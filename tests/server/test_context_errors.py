@@ -10,7 +10,7 @@ import httpx
 import openai
 import pytest
 
-from tests.server.live import serving
+from tests.server.live import openai_client_fixture, url_fixture
 
 LONG = "hello world " * 300  # about 600 tokens: more than the 512 of the test server
 PASSED_BY_BYTES = "hello world " * 20_000  # refused from its byte length, before tokenizing
@@ -19,17 +19,14 @@ PASSED_BY_BYTES = "hello world " * 20_000  # refused from its byte length, befor
 LITELLM_PHRASES = ("this model's maximum context length is", "exceeds the available context size")
 
 
-@pytest.fixture(scope="module")
-def url(model):
-    with serving(model) as base:
-        yield base
+url = url_fixture()
+client = openai_client_fixture()
 
 
 @pytest.mark.parametrize("text", [LONG, PASSED_BY_BYTES], ids=["counted", "by-bytes"])
-def test_openai_routes_answer_context_length_exceeded(url, text):
+def test_openai_routes_answer_context_length_exceeded(url, client, text):
     """/v1/chat/completions refuses with HTTP 400, code context_length_exceeded, type
     invalid_request_error and OpenAI's wording, as the openai package reads it."""
-    client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=120)
     with pytest.raises(openai.BadRequestError) as refused:
         client.chat.completions.create(model="any", messages=[{"role": "user", "content": text}], max_tokens=4)
     error = refused.value

@@ -6,14 +6,13 @@ from __future__ import annotations
 import json
 
 import httpx
-import openai
 import pytest
 
 from kinetic.grammar import GrammarMatcher, TokenVocab, json_schema_grammar
 from kinetic.server.body import Fields
 from kinetic.server.constraints import llama_grammar, ollama_grammar, openai_grammar
 from tests.grammar.helpers import full_match
-from tests.server.live import serving
+from tests.server.live import openai_client_fixture, url_fixture
 
 # SmolLM2 answers this with a bare number when JSON mode allows any value.
 NUMBER = [{"role": "user", "content": "What is 2+2? Reply with the number only."}]
@@ -41,16 +40,13 @@ def test_json_mode_and_empty_schemas_hold_the_answer_to_an_object(reader, body):
         assert not full_match(matcher, text), text
 
 
-@pytest.fixture(scope="module")
-def url(model):
-    with serving(model) as base:
-        yield base
+url = url_fixture()
+client = openai_client_fixture()
 
 
-def test_json_object_answers_an_object_where_any_value_gave_a_number(url):
+def test_json_object_answers_an_object_where_any_value_gave_a_number(client):
     """response_format json_object, greedy, on a question SmolLM2 answers with a bare number: the
     content parses to an object (OpenAI package), with no newline inside."""
-    client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=120)
     reply = client.chat.completions.create(model="any", messages=NUMBER, temperature=0, max_tokens=40,
                                            response_format={"type": "json_object"})
     content = reply.choices[0].message.content

@@ -7,23 +7,20 @@ import httpx
 import openai
 import pytest
 
-from tests.server.live import serving
+from tests.server.live import openai_client_fixture, url_fixture
 
 MODEL = "SmolLM2-135M-Instruct.Q4_1"
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
     "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
 
 
-@pytest.fixture(scope="module")
-def url(model):
-    with serving(model) as base:
-        yield base
+url = url_fixture()
+client = openai_client_fixture()
 
 
-def test_model_by_id(url):
+def test_model_by_id(client):
     """models.retrieve(the served name) is the entry /v1/models lists; another id raises
     NotFoundError with OpenAI's code model_not_found."""
-    client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
     found = client.models.retrieve(MODEL)
     assert found.model_dump() == client.models.list().data[0].model_dump() and found.id == MODEL
     with pytest.raises(openai.NotFoundError) as missing:
