@@ -44,11 +44,19 @@ def create_app(model, options: ServerOptions | None = None) -> Litestar:
         exception_handlers=EXCEPTION_HANDLERS,
         middleware=[ReleaseAfterLarge, DefineMiddleware(Guard, options=options)],
         on_startup=[lambda: worker.start()],
-        on_shutdown=[lambda: worker.stop()],
+        on_shutdown=[lambda: worker.stop(), lambda: finish_warm_writes(model)],
         request_max_body_size=options.max_body_bytes + 1,  # body.read_body enforces the limit itself
         openapi_config=None,
         debug=False,
     )
     app.state.kinetic = state
     return app
+
+
+def finish_warm_writes(model) -> None:
+    """Write Warm Start's queued state files before the server exits: after a graceful shutdown on
+    SIGTERM, uvicorn ends the process by the signal itself, which skips the disk tier's exit hook."""
+    warm = getattr(model, "warm", None)
+    if warm is not None and warm.disk is not None:
+        warm.disk.close()
 
