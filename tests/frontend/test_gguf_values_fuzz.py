@@ -126,7 +126,9 @@ def test_hostile_values_are_refused_or_served(arch, tmp_path):
     assert not internal, "\n".join(f"{k}: {v}" for k, v in internal.items())
     assert outcomes["unchanged"].kind == "ok"
     kinds = [o.kind for o in outcomes.values()]
-    assert kinds.count("refused") > len(kinds) // 2 and "ok" in kinds[1:], "both outcomes are exercised"
+    # keys of other families (recurrent, MoE, encoder) are read by their loaders only: on this file
+    # their hostile values are served, so a third, not a half, is the floor of refusals
+    assert kinds.count("refused") > len(kinds) // 3 and "ok" in kinds[1:], "both outcomes are exercised"
 
 
 def _write(src: Path, changes: dict, dst: Path) -> Path:
@@ -137,4 +139,4 @@ def test_case_counts():
     """The suite's size is what docs/security.md states: hyperparameters, tokenizer, tensors per model."""
     counts = {arch: (len(hyperparameter_cases(arch)), len(tokenizer_cases(arch)), len(tensor_cases(arch)))
               for arch in ARCHS}
-    assert counts == {"llama": (414, 90, 50), "gemma3": (75, 90, 71)}, counts
+    assert counts == {"llama": (642, 90, 50), "gemma3": (75, 90, 71)}, counts
