@@ -8,6 +8,10 @@ included.
 
     python benchmarks/convoy.py [MODEL] [--clients 1,2,4] [--tokens 64] [--threads 2] [--repeat 3]
                                 [--draft]
+
+With --servers, the same through HTTP against `kinetic serve -np N` and llama-server
+(`-np N -cb`), same file and threads (convoy_servers.py): aggregate tokens/s and per-client latency
+for each N, then the same-answer demo.
 """
 
 from __future__ import annotations
@@ -66,7 +70,15 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--draft", action="store_true", help="RAD-1 on (default: off, plain decode rows)")
+    parser.add_argument("--servers", action="store_true", help="kinetic serve against llama-server over HTTP")
+    parser.add_argument("--demo-tokens", type=int, default=128, help="--servers: the same-answer demo's tokens")
     args = parser.parse_args()
+    if args.servers:
+        from convoy_servers import compare_servers
+
+        compare_servers(args.model, [int(x) for x in args.clients.split(",")], args.tokens, args.threads,
+                        args.repeat, args.demo_tokens)
+        return
     model = Model(args.model, n_ctx=512, threads=args.threads)
     greedy = SamplingSettings(temperature=0.0, seed=1)
     drafting = "on" if args.draft else "off"

@@ -1,7 +1,8 @@
 """The scheduler: the queue of answers waiting for the engine, the slots of the answers running, and
 the thread that runs their passes (Convoy: continuous batching).
 
-Owns: admission (at most `max_queued` requests waiting; beyond that `SchedulerBusy`), the slots
+Owns: admission (at most `max_queued` requests waiting; beyond that `SchedulerBusy`, with the
+seconds after which a retry likely finds room: `retry_after`), the slots
 (at most `slots` answers run at once, on a device that batches several sequences per pass; one on
 a device that does not: Capabilities.max_sequences), the pass loop (each pass, the running answers'
 rows chosen by kinetic/runtime/convoy.py run together through Engine.run; a request waiting for a
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 import queue
 import threading
 import traceback
@@ -31,17 +33,24 @@ import numpy as np
 
 from kinetic.errors import KineticError
 from kinetic.runtime.convoy import PassBudget, compose
-from kinetic.runtime.engine import SeqRows
+from kinetic.runtime.engine import SeqRows, Sequence
 from kinetic.runtime.generation import Finished, Generation, GenerationRequest, Generator
 from kinetic.runtime.kv_cache import available_memory
+from kinetic.runtime.warm import common_prefix
 
 log = logging.getLogger("kinetic.runtime")
 
 DEFAULT_SLOTS = 4  # --parallel's default
+RETRY_AFTER_MAX_S = 60  # the longest Retry-After a busy scheduler suggests
 
 
 class SchedulerBusy(KineticError):
-    """Too many requests are already waiting for the engine."""
+    """Too many requests are already waiting for the engine; `retry_after`: seconds after which a
+    retry likely finds room."""
+
+    def __init__(self, message: str, hint: str, retry_after: int):
+        super().__init__(message, hint)
+        self.retry_after = retry_after
 
 
 @dataclass
@@ -64,9 +73,14 @@ class Counters:
     tokens_predicted_seconds_total: float = 0.0
     n_decode_total: int = 0  # engine passes (each shared by the answers in it)
     n_tokens_max: int = 0
+    prompt_tokens_cached_total: int = 0  # prompt tokens reused rather than computed (Warm Start)
+
+    requests_finished: int = 0  # answers that ended (Retry-After's mean duration)
 
     def count(self, done: Finished) -> None:
-        self.prompt_tokens_total += done.prompt_tokens
+        self.requests_finished += 1
+        self.prompt_tokens_total += done.held_tokens - done.cached_tokens  # those that ran, as llama-server counts
+        self.prompt_tokens_cached_total += done.cached_tokens
         self.prompt_seconds_total += done.prompt_seconds
         self.tokens_predicted_total += done.generated_tokens
         self.tokens_predicted_seconds_total += done.generate_seconds
@@ -120,10 +134,14 @@ class Scheduler:
         self.counters = Counters()
         self.lock = threading.Lock()  # guards counters and slot_tickets
         self.slot_tickets: list[Ticket | None] = [None] * self.slots  # running now, else the last run
+        # the sequence each slot holds: its last answer's, continued by the next (Warm Start cuts it
+        # back to what the new prompt shares; without Warm Start it starts empty)
+        self._sequences: list[Sequence | None] = [None] * self.slots
         self._active: list[Ticket] = []  # the engine thread's own: running tickets, in arrival order
         self._queue: queue.Queue[Ticket | None] = queue.Queue()
         self._thread: threading.Thread | None = None
         self._stopping = False
+        self._prefills: list[Ticket] = []  # Zero Wait's prefills not yet superseded (guarded by `lock`)
 
     @staticmethod
     def _cache_bytes(engine) -> int:
@@ -171,8 +189,20 @@ class Scheduler:
 
     @property
     def waiting(self) -> int:
-        """Requests waiting for a slot (llama-server's requests_deferred)."""
-        return self._queue.qsize()
+        """Requests waiting for a slot (llama-server's requests_deferred); one cancelled while it
+        waits no longer counts (it leaves the queue unrun when a slot frees)."""
+        with self._queue.mutex:
+            return sum(t is not None and not t.cancelled.is_set() for t in self._queue.queue)
+
+    def retry_after(self) -> int:
+        """Seconds until the queue likely has room: the answers ahead of a new request, slots at a
+        time, at the mean duration of the answers so far (1 before any has finished), 1..60."""
+        with self.lock:
+            c = self.counters
+            done = c.requests_finished
+            mean = (c.prompt_seconds_total + c.tokens_predicted_seconds_total) / done if done else 1.0
+        rounds = (self.waiting + self.slots) / self.slots
+        return max(1, min(RETRY_AFTER_MAX_S, math.ceil(mean * rounds)))
 
     @property
     def processing(self) -> int:
@@ -180,10 +210,16 @@ class Scheduler:
         return sum(t is not None and t.running for t in self.slot_tickets)
 
     def submit(self, request: GenerationRequest, post: Callable[[object], None]) -> Ticket:
-        if self._queue.qsize() >= self.max_queued:
-            raise SchedulerBusy(f"the server is busy: {self._queue.qsize()} requests are already waiting",
-                                "Try again shortly.")
+        waiting = self.waiting
+        if waiting >= self.max_queued:
+            raise SchedulerBusy(f"the server is busy: every slot is answering and {waiting} requests are already "
+                                "waiting", "Try again shortly.", self.retry_after())
         ticket = Ticket(request, post)
+        if request.prefill_only:  # Zero Wait: a newer prefill replaces the ones before it
+            with self.lock:
+                for older in self._prefills:
+                    older.cancelled.set()
+                self._prefills = [ticket]
         self._queue.put(ticket)
         return ticket
 
@@ -198,7 +234,13 @@ class Scheduler:
             self._guarded(ticket, self._advance)
 
     def _admit(self) -> bool:
-        """Starts waiting tickets while a slot is free (waits for one when nothing runs). False: stop."""
+        """Starts waiting tickets while a slot is free (waits for one when nothing runs). False: stop.
+        A request that comes in ends the running prefills first (Zero Wait gives way after the pass
+        it is in; what it ran stays in its slot, which the request then takes, and in Warm Start's store)."""
+        if self._queue.qsize():
+            for ticket in [t for t in self._active if t.request.prefill_only]:
+                ticket.cancelled.set()
+                self._guarded(ticket, self._advance)
         while len(self._active) < self.slots and not self._stopping:
             try:
                 ticket = self._queue.get(block=not self._active)
@@ -212,7 +254,8 @@ class Scheduler:
 
     def _start(self, ticket: Ticket) -> None:
         taken = {t.slot for t in self._active}
-        ticket.slot = next(i for i in range(self.slots) if i not in taken)
+        free = [i for i in range(self.slots) if i not in taken]
+        ticket.slot = max(free, key=lambda i: (self._shared(i, ticket.request.prompt), -i))
         with self.lock:
             self.slot_tickets[ticket.slot] = ticket
             ticket.running = True
@@ -220,8 +263,21 @@ class Scheduler:
         self._active.append(ticket)
         self._guarded(ticket, self._begin)
 
+    def _shared(self, slot: int, prompt: tuple[int, ...]) -> int:
+        """Leading tokens the slot's sequence shares with a prompt (the slot a request reuses best)."""
+        seq = self._sequences[slot]
+        if seq is None or self.generator.warm is None:
+            return 0
+        return common_prefix(np.asarray(seq.tokens, np.int32), np.asarray(prompt, np.int32))
+
     def _begin(self, ticket: Ticket) -> None:
-        ticket.generation = self.generator.generate(ticket.request, ticket.cancelled)
+        engine = self.generator.engine
+        seq = self._sequences[ticket.slot]
+        if seq is None:
+            seq = self._sequences[ticket.slot] = engine.new_sequence()
+        if self.generator.warm is None:
+            engine.rollback(seq, 0)
+        ticket.generation = self.generator.generate(ticket.request, ticket.cancelled, sequence=seq)
         ticket.steps = ticket.generation.steps()
         self._advance(ticket)
 

@@ -47,16 +47,18 @@ def is_anthropic(path: str) -> bool:
 
 class ApiError(Exception):
     """A request the server will not serve: HTTP status, message, and the field at fault. `kind`
-    replaces the error type the status implies; `extra` adds fields to the error object."""
+    replaces the error type the status implies; `extra` adds fields to the error object; `headers`
+    go on the answer (a busy server's 503 says when to retry: Retry-After)."""
 
     def __init__(self, status: int, message: str, param: str | None = None, kind: str | None = None,
-                 extra: dict | None = None):
+                 extra: dict | None = None, headers: dict[str, str] | None = None):
         super().__init__(message)
         self.status = status
         self.message = message
         self.param = param
         self.kind = kind
         self.extra = extra or {}
+        self.headers = headers or {}
 
     def body(self, path: str) -> dict:
         """The error as the API `path` belongs to writes it."""
@@ -128,7 +130,7 @@ def path_of(request: Request) -> str:
 
 
 def handle_api_error(request: Request, exc: ApiError) -> Response:
-    return Response(exc.body(path_of(request)), status_code=exc.status)
+    return Response(exc.body(path_of(request)), status_code=exc.status, headers=exc.headers or None)
 
 
 def handle_http_exception(request: Request, exc: HTTPException) -> Response:

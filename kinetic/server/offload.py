@@ -54,7 +54,8 @@ class CpuPool:
         leaves while waiting for a thread never runs. `large`: take the large requests' thread,
         and trim the heap afterwards."""
         if self.admitted >= self.workers + 1 + self.max_waiting:
-            raise ApiError(503, f"the server is busy: {self.admitted} requests are being prepared; try again shortly")
+            raise ApiError(503, f"the server is busy: {self.admitted} requests are being prepared; try again shortly",
+                           headers={"Retry-After": "1"})
         self.admitted += 1
         gone = threading.Event()
         watcher = asyncio.ensure_future(_watch_disconnect(receive, gone)) if receive is not None else None

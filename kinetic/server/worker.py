@@ -131,6 +131,7 @@ class EngineWorker:
         job = Job(asyncio.get_running_loop())
         try:
             job.ticket = self.scheduler.submit(request, job.post)
-        except SchedulerBusy as e:
-            raise ApiError(503, f"{e.message}; try again shortly") from None
+        except SchedulerBusy as e:  # llama-server queues without bound; Ollama answers 503 (OLLAMA_MAX_QUEUE)
+            raise ApiError(503, f"{e.message}; try again in {e.retry_after} s",
+                           headers={"Retry-After": str(e.retry_after)}) from None
         return job

@@ -5,7 +5,9 @@ processing at once."""
 from __future__ import annotations
 
 import json
+import random
 import threading
+import time
 
 import httpx
 import pytest
@@ -69,3 +71,78 @@ def test_concurrent_requests_equal_their_answers_alone(model):
     assert got == expected
     assert max(seen_processing) >= 2, f"never more than one request processing: {seen_processing}"
     assert [s["id"] for s in slots] == [0, 1, 2, 3] and not any(s["is_processing"] for s in slots)
+
+
+# eight requests of different prompt and answer lengths (greedy and seeded, two streamed)
+EIGHT = [{"prompt": text, "n_predict": n, "temperature": temp, "seed": seed, "stream": stream}
+         for text, n, temp, seed, stream in (
+             ("Hi", 3, 0, 1, False),
+             ("The capital of France is", 40, 0, 1, False),
+             ("Once upon a time, in a land far away, there lived a", 17, 0.8, 42, True),
+             ("Write a haiku about the sea:", 28, 0.9, 7, False),
+             ("List three colors and one animal that has each of them:", 9, 0, 1, True),
+             ("Explain why the sky is blue in one paragraph. " * 6, 22, 0.7, 3, False),
+             ("2 + 2 =", 5, 0.5, 11, False),
+             ("A recipe for bread: first,", 33, 0, 1, False))]
+
+
+def _concurrently(url: str, bodies: list[dict]) -> list[tuple[str, tuple]]:
+    got: list = [None] * len(bodies)
+
+    def send(i: int) -> None:
+        with httpx.Client(base_url=url, timeout=300) as own:
+            got[i] = _answer(own, bodies[i])
+
+    threads = [threading.Thread(target=send, args=(i,)) for i in range(len(bodies))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return got
+
+
+def test_eight_concurrent_requests_of_different_lengths_equal_their_answers_alone(model):
+    """Eight requests of different prompt and answer lengths, sent at once to a server with 8 slots,
+    each get bit for bit the answer they get alone."""
+    with serving(model, ServerOptions(parallel=8)) as url, httpx.Client(base_url=url, timeout=300) as c:
+        expected = [_answer(c, b) for b in EIGHT]
+        got = _concurrently(url, EIGHT)
+    assert got == expected
+
+
+@pytest.mark.slow
+def test_soak_eight_clients_for_two_minutes(model):
+    """Eight clients sending requests of mixed lengths back to back for two minutes, each arriving
+    while others run: every answer equals its answer alone, none fails, and at the end /metrics
+    counts every request and shows nothing processing or deferred."""
+    with serving(model, ServerOptions(parallel=8)) as url, httpx.Client(base_url=url, timeout=300) as c:
+        expected = [_answer(c, b) for b in EIGHT]
+        before = _metric(c, "requests_total")
+        wrong: list = []
+        sent = [0] * 8
+        end = time.monotonic() + 120
+
+        def client(k: int) -> None:
+            pick = random.Random(k)
+            with httpx.Client(base_url=url, timeout=300) as own:
+                while time.monotonic() < end:
+                    i = pick.randrange(len(EIGHT))
+                    answer = _answer(own, EIGHT[i])
+                    sent[k] += 1
+                    if answer != expected[i]:
+                        wrong.append((i, answer))
+
+        threads = [threading.Thread(target=client, args=(k,)) for k in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        total = _metric(c, "requests_total") - before
+        idle = (_metric(c, "requests_processing"), _metric(c, "requests_deferred"))
+    assert not wrong, f"{len(wrong)} answers differed from their answers alone: {wrong[:2]}"
+    assert total == sum(sent) and min(sent) > 0 and idle == (0, 0)
+
+
+def _metric(c: httpx.Client, name: str) -> int:
+    line = next(x for x in c.get("/metrics").text.splitlines() if x.startswith(f"llamacpp:{name} "))
+    return int(float(line.split()[1]))

@@ -2,8 +2,9 @@
 
 Owns: the few numba intrinsics the compiled step needs and numba does not offer — calling a
 generated (llvmlite) kernel given its address, raw pointers from integer addresses, 64-bit atomics
-and the spin-wait hint for the step's barrier, and IEEE f32 <-> f16 conversion (LLVM's fptrunc /
-fpext: round to nearest even, what numpy's astype(float16) does). Written by hand because numba has
+(compare-and-swap included), the spin-wait hint and the futex call of the step's phase waits
+(step_ops.py), and IEEE f32 <-> f16 conversion (LLVM's fptrunc / fpext: round to nearest even,
+what numpy's astype(float16) does). Written by hand because numba has
 no public API for these; each is a handful of LLVM instructions.
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import platform
 
+import numpy as np
 from llvmlite import ir
 from numba import njit, types
 from numba.core import cgutils
@@ -106,6 +108,19 @@ def atomic_store(typingctx, addr, value):
 
 
 @intrinsic
+def atomic_cas(typingctx, addr, expected, value):
+    """*(int64*)addr = value if it holds `expected`, sequentially consistent; True if it did."""
+    sig = types.boolean(types.int64, types.int64, types.int64)
+
+    def codegen(context, builder, signature, args):
+        p = builder.inttoptr(args[0], _I64.as_pointer())
+        pair = builder.cmpxchg(p, args[1], args[2], "seq_cst", "seq_cst")
+        return builder.extract_value(pair, 1)
+
+    return sig, codegen
+
+
+@intrinsic
 def spin_pause(typingctx):
     """The x86 `pause` hint inside a spin loop (nothing elsewhere)."""
     sig = types.void()
@@ -195,27 +210,20 @@ def cycle_count():
     return cycles()
 
 
-SPINS_BEFORE_YIELD = 4000
+# Linux futex through the C library's syscall(): FUTEX_WAIT_PRIVATE / FUTEX_WAKE_PRIVATE on the 32-bit
+# word at an address (the low half of a little-endian int64). Elsewhere waits spin, then yield.
+_FUTEX_SYSCALL = {"x86_64": 202, "amd64": 202, "aarch64": 98, "arm64": 98}.get(platform.machine().lower(), 0)
+FUTEX_WAIT, FUTEX_WAKE = 128, 129
+FUTEX_TIMEOUT = np.array([0, 1_000_000], np.int64)  # struct timespec: a sleeper rechecks at least every 1 ms
 
 
-@njit(cache=True, inline="always")
-def barrier(addr, n_threads, yield_addr):
-    """All n_threads wait here until the last arrives; returns the cycles this thread waited.
-    addr: two int64 a cache line apart (arrivals, generation). Spins with `pause`, then yields the
-    core (another process may need it)."""
-    if n_threads == 1:
-        return 0
-    gen = atomic_load(addr + 64)
-    if atomic_add(addr, 1) == n_threads - 1:
-        atomic_store(addr, 0)
-        atomic_add(addr + 64, 1)
-        return 0
-    start = cycles()
-    spins = 0
-    while atomic_load(addr + 64) == gen:
-        spins += 1
-        if spins < SPINS_BEFORE_YIELD or yield_addr == 0:
-            spin_pause()
-        else:
-            call_void(yield_addr)
-    return cycles() - start
+def futex_syscall() -> tuple[int, int]:
+    """(the address of the C library's syscall(), the futex call's number), or (0, 0) where there is
+    none. glibc's syscall() only moves its integer arguments into registers, so it is called as a
+    plain function of int64 arguments (call_kernel)."""
+    if not _FUTEX_SYSCALL or platform.system() != "Linux":
+        return 0, 0
+    try:
+        return ctypes.cast(ctypes.CDLL(None).syscall, ctypes.c_void_p).value or 0, _FUTEX_SYSCALL
+    except (OSError, AttributeError):
+        return 0, 0

@@ -20,7 +20,6 @@ from numba import carray, njit
 
 from kinetic.codegen.cpu import tape
 from kinetic.codegen.cpu.native import (
-    barrier,
     call_kernel,
     cycles,
     f16_bits,
@@ -32,11 +31,12 @@ from kinetic.codegen.cpu.native import (
     u16_ptr,
 )
 from kinetic.codegen.cpu.step_attention import attend_items
+from kinetic.codegen.cpu.step_sync import LATE, SYNC_STRIDE, claim, finish, wait_done
 
 # numba's cache checks only this file's stamp, not those of the modules whose code it compiles in;
 # this hash of them (kept current by tests/codegen/cpu/test_cpu_step.py) changes this file whenever
 # they change, so a stale cache is never loaded.
-SOURCES_HASH = "acd0f740debdd33e"
+SOURCES_HASH = "b925fffb9af8f93c"
 
 F32 = np.float32
 F64 = np.float64
@@ -268,116 +268,154 @@ def embed_rows(a, table, row_bytes, y, width, kind, tokens, r0, r1, c0, c1):
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
+def run_op(int_rows, float_rows, ip, share, shares, a, a_addr, n_rows, n_out, out_rows, tokens, positions, row_slot,
+           row_cidx, slot_rows, anc, kv_addr, clen, cpos_addr, gelu):
+    """Share `share` of `shares` of the tape's op `ip`: row-local ops a share of the rows (or of the
+    columns), matmuls of the output columns, attention every shares-th (row, head) item."""
+    t = int_rows[ip]
+    op = t[tape.OP]
+    rows = n_out if t[tape.FLAGS] & tape.FLAG_OUTPUT_ROWS else n_rows
+    r0, r1 = _share(rows, share, shares)
+    width, unit = t[tape.WIDTH], t[tape.UNIT]
+    c0, c1 = 0, width  # row-local ops: columns c0..c1 of rows r0..r1
+    if t[tape.FLAGS] & tape.FLAG_COLUMNS and unit > 0:  # fewer rows than threads: split the columns instead
+        r0, r1 = 0, rows
+        u0, u1 = _share((width + unit - 1) // unit, share, shares)
+        c0, c1 = min(u0 * unit, width), min(u1 * unit, width)
+    if op == tape.OP_RMS_NORM:
+        rms_norm_rows(a, t[tape.RMS_X], t[tape.RMS_Y], t[tape.RMS_WIDTH], t[tape.RMS_GROUP],
+                      F32(float_rows[ip, tape.RMS_EPS]), t[tape.RMS_WEIGHT], t[tape.RMS_WEIGHT_SIZE],
+                      r0, r1, c0, c1)
+    elif op == tape.OP_QUANT:
+        x, k, fn = t[tape.QUANT_X], t[tape.QUANT_WIDTH], t[tape.QUANT_KERNEL]
+        q, d, e = t[tape.QUANT_Q], t[tape.QUANT_D], t[tape.QUANT_E]
+        block, e_row = t[tape.QUANT_BLOCK], t[tape.QUANT_E_ROW]
+        b0, b1 = c0 // block, c1 // block
+        if c1 == k and c0 == 0:  # whole rows: one call
+            if r1 > r0:
+                call_kernel(fn, a_addr + 4 * (x + r0 * k), q + r0 * k, d + 4 * r0 * (k // block),
+                            e + r0 * e_row, (r1 - r0) * (k // block))
+        elif b1 > b0:
+            e_block = e_row // (k // block)
+            for r in range(r0, r1):
+                at = r * (k // block) + b0
+                call_kernel(fn, a_addr + 4 * (x + r * k + c0), q + r * k + c0, d + 4 * at,
+                            e + r * e_row + b0 * e_block, b1 - b0)
+    elif op == tape.OP_MATMUL:
+        n = t[tape.MATMUL_N]
+        n0, n1 = _share(n, share, shares)
+        if n1 > n0:
+            call_kernel(t[tape.MATMUL_KERNEL], t[tape.MATMUL_WEIGHT], t[tape.MATMUL_Q], t[tape.MATMUL_D],
+                        t[tape.MATMUL_E], a_addr + 4 * t[tape.MATMUL_Y], rows, n0, n1, n)
+    elif op == tape.OP_ROPE:
+        hd = t[tape.ROPE_HEAD_DIM]
+        rope_rows(a, t[tape.ROPE_X], t[tape.ROPE_Y], t[tape.ROPE_N_HEAD], hd, t[tape.ROPE_N_ROT],
+                  t[tape.ROPE_NEOX] != 0, t[tape.ROPE_COS], t[tape.ROPE_SIN], r0, r1, c0 // hd, c1 // hd)
+    elif op == tape.OP_KV_STORE:
+        k, v, kv_width, layer = t[tape.KV_K], t[tape.KV_V], t[tape.KV_WIDTH], t[tape.KV_LAYER]
+        for r in range(r0, r1):
+            slot = row_slot[r]
+            at = row_cidx[r] * kv_width
+            kc = carray(u16_ptr(kv_addr[slot, layer, 0]), (at + kv_width,))
+            vc = carray(u16_ptr(kv_addr[slot, layer, 1]), (at + kv_width,))
+            for i in range(c0, c1):
+                kc[at + i] = f16_bits(a[k + r * kv_width + i])
+                vc[at + i] = f16_bits(a[v + r * kv_width + i])
+    elif op == tape.OP_ATTEND:
+        layer, n_head, n_kv = t[tape.ATTEND_LAYER], t[tape.ATTEND_N_HEAD], t[tape.ATTEND_N_KV_HEAD]
+        hd, heads = t[tape.ATTEND_HEAD_DIM], t[tape.ATTEND_HEADS]
+        # every shares-th item: later rows of a prompt see more keys, so contiguous shares would not balance
+        attend_items(a, t[tape.ATTEND_Q], t[tape.ATTEND_Y], kv_addr[:, layer, 0], kv_addr[:, layer, 1], n_kv * hd,
+                     n_head, n_kv, hd, F32(float_rows[ip, tape.ATTEND_SCALE]),
+                     F32(float_rows[ip, tape.ATTEND_CAP]), t[tape.ATTEND_WINDOW], share, rows * (n_head // heads),
+                     shares, positions, row_slot, slot_rows, clen, cpos_addr, anc, t[tape.ATTEND_SCORE_KERNEL],
+                     t[tape.ATTEND_SOFTMAX_KERNEL], heads, t[tape.ATTEND_SCALE_BITS], t[tape.ATTEND_CAP_BITS])
+    elif op == tape.OP_EMBED:
+        embed_rows(a, t[tape.EMBED_TABLE], t[tape.EMBED_ROW_BYTES], t[tape.EMBED_Y], t[tape.EMBED_WIDTH],
+                   t[tape.EMBED_KIND], tokens, r0, r1, c0, c1)
+    elif op == tape.OP_ROPE_TABLE:
+        angles, cos, sin, half = t[tape.TABLE_ANGLES], t[tape.TABLE_COS], t[tape.TABLE_SIN], t[tape.TABLE_HALF]
+        if c0 == 0 and r1 > r0:  # a column split gives the whole table to the thread holding column 0
+            rope_angles(positions[r0:r1], half, F32(float_rows[ip, tape.TABLE_STEP]),
+                        F32(float_rows[ip, tape.TABLE_FREQ_SCALE]), a[angles + r0 * half: angles + r1 * half])
+            at, count = 4 * (angles + r0 * half), (r1 - r0) * half
+            call_kernel(t[tape.TABLE_COSF], a_addr + at, a_addr + 4 * cos + 4 * r0 * half, count)
+            call_kernel(t[tape.TABLE_SINF], a_addr + at, a_addr + 4 * sin + 4 * r0 * half, count)
+    elif op == tape.OP_TAKE_ROWS:
+        x, y, take_width = t[tape.TAKE_X], t[tape.TAKE_Y], t[tape.TAKE_WIDTH]
+        for r in range(r0, r1):
+            src = out_rows[r]
+            for i in range(take_width):
+                a[y + r * take_width + i] = a[x + src * take_width + i]
+    elif op == tape.OP_COLUMNS:
+        x, y, x_width, first = t[tape.COLS_X], t[tape.COLS_Y], t[tape.COLS_X_WIDTH], t[tape.COLS_START]
+        for r in range(r0, r1):
+            for i in range(c0, c1):
+                a[y + r * width + i] = a[x + r * x_width + first + i]
+    elif op == tape.OP_ADD_BIAS:
+        x, y, bias_width = t[tape.BIAS_X], t[tape.BIAS_Y], t[tape.BIAS_WIDTH]
+        bias = a[t[tape.BIAS_B] + c0: t[tape.BIAS_B] + c1]
+        for r in range(r0, r1):
+            o = r * bias_width
+            elementwise(tape.OP_ADD, a[x + o + c0: x + o + c1], bias, a[y + o + c0: y + o + c1], F32(0), F32(0),
+                        gelu)
+    elif op == tape.OP_LAYER_NORM:
+        k, w = t[tape.NORM_WIDTH], t[tape.NORM_WEIGHT]
+        if c1 > c0 and r1 > r0:  # UNIT = WIDTH: a column split gives each row whole to one share
+            call_kernel(t[tape.NORM_KERNEL], a_addr + 4 * (t[tape.NORM_X] + r0 * k),
+                        a_addr + 4 * (t[tape.NORM_Y] + r0 * k), a_addr + 4 * w if w >= 0 else 0, r1 - r0)
+    else:  # elementwise
+        x, b, y, ew_width = t[tape.EW_X], t[tape.EW_B], t[tape.EW_Y], t[tape.EW_WIDTH]
+        f0, f1 = F32(float_rows[ip, tape.EW_F0]), F32(float_rows[ip, tape.EW_F1])
+        if c0 == 0 and c1 == ew_width:
+            elementwise(op, a[x + r0 * ew_width: x + r1 * ew_width], a[b + r0 * ew_width: b + r1 * ew_width],
+                        a[y + r0 * ew_width: y + r1 * ew_width], f0, f1, gelu)
+        else:
+            for r in range(r0, r1):
+                o = r * ew_width
+                elementwise(op, a[x + o + c0: x + o + c1], a[b + o + c0: b + o + c1], a[y + o + c0: y + o + c1],
+                            f0, f1, gelu)
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
 def drive(int_rows, float_rows, start, end, tid, nt, a, a_addr, n_rows, n_out, out_rows, tokens, positions, row_slot,
-          row_cidx, slot_rows, anc, kv_addr, clen, cpos_addr, gelu, bar_addr, yield_addr, prof):
-    """Run the tape's rows start..end (int_rows, float_rows: columns as tape.py names them) as
-    thread `tid` of `nt`; ends with a barrier. Returns the cycles this thread spent waiting for the
-    others. Thread 0 adds each op's cycles to prof[ip, 0] and the cycles it then waited at the op's
-    barrier to prof[ip, 1]."""
+          row_cidx, slot_rows, anc, kv_addr, clen, cpos_addr, gelu, sync_addr, epoch, waits, prof):
+    """Run the tape's rows start..end (int_rows, float_rows: columns as tape.py names them) as one of
+    `nt` threads (thread 0 the caller). The tape is cut into phases at its barrier flags; a phase is
+    `nt` shares, each share every op of the phase for that share (so a row-local op reads what the
+    op before it wrote for the same share), and any thread runs any share it claims first
+    (step_sync.claim): a thread another process keeps off its core holds nobody up unless it holds
+    an unfinished share. A thread goes on to the next phase once every share of this one is done
+    (step_sync.wait_done). `sync_addr`: the pass's phase counters, tagged with `epoch`; a thread
+    that finds another epoch there is late for a pass that has ended and returns. Returns the
+    cycles this thread waited. Thread 0 adds each op's cycles to prof[ip, 0] and the cycles it then
+    waited at the phase's end to prof[ip, 1]."""
     waited = 0
-    for ip in range(start, end):
-        began = cycles()
-        t = int_rows[ip]
-        op = t[tape.OP]
-        rows = n_out if t[tape.FLAGS] & tape.FLAG_OUTPUT_ROWS else n_rows
-        r0, r1 = _share(rows, tid, nt)
-        width, unit = t[tape.WIDTH], t[tape.UNIT]
-        c0, c1 = 0, width  # row-local ops: columns c0..c1 of rows r0..r1
-        if t[tape.FLAGS] & tape.FLAG_COLUMNS and unit > 0:  # fewer rows than threads: split the columns instead
-            r0, r1 = 0, rows
-            u0, u1 = _share((width + unit - 1) // unit, tid, nt)
-            c0, c1 = min(u0 * unit, width), min(u1 * unit, width)
-        if op == tape.OP_RMS_NORM:
-            rms_norm_rows(a, t[tape.RMS_X], t[tape.RMS_Y], t[tape.RMS_WIDTH], t[tape.RMS_GROUP],
-                          F32(float_rows[ip, tape.RMS_EPS]), t[tape.RMS_WEIGHT], t[tape.RMS_WEIGHT_SIZE],
-                          r0, r1, c0, c1)
-        elif op == tape.OP_QUANT:
-            x, k, fn = t[tape.QUANT_X], t[tape.QUANT_WIDTH], t[tape.QUANT_KERNEL]
-            q, d, e = t[tape.QUANT_Q], t[tape.QUANT_D], t[tape.QUANT_E]
-            block, e_row = t[tape.QUANT_BLOCK], t[tape.QUANT_E_ROW]
-            b0, b1 = c0 // block, c1 // block
-            if c1 == k and c0 == 0:  # whole rows: one call
-                if r1 > r0:
-                    call_kernel(fn, a_addr + 4 * (x + r0 * k), q + r0 * k, d + 4 * r0 * (k // block),
-                                e + r0 * e_row, (r1 - r0) * (k // block))
-            elif b1 > b0:
-                e_block = e_row // (k // block)
-                for r in range(r0, r1):
-                    at = r * (k // block) + b0
-                    call_kernel(fn, a_addr + 4 * (x + r * k + c0), q + r * k + c0, d + 4 * at,
-                                e + r * e_row + b0 * e_block, b1 - b0)
-        elif op == tape.OP_MATMUL:
-            n = t[tape.MATMUL_N]
-            n0, n1 = _share(n, tid, nt)
-            if n1 > n0:
-                call_kernel(t[tape.MATMUL_KERNEL], t[tape.MATMUL_WEIGHT], t[tape.MATMUL_Q], t[tape.MATMUL_D],
-                            t[tape.MATMUL_E], a_addr + 4 * t[tape.MATMUL_Y], rows, n0, n1, n)
-        elif op == tape.OP_ROPE:
-            hd = t[tape.ROPE_HEAD_DIM]
-            rope_rows(a, t[tape.ROPE_X], t[tape.ROPE_Y], t[tape.ROPE_N_HEAD], hd, t[tape.ROPE_N_ROT],
-                      t[tape.ROPE_NEOX] != 0, t[tape.ROPE_COS], t[tape.ROPE_SIN], r0, r1, c0 // hd, c1 // hd)
-        elif op == tape.OP_KV_STORE:
-            k, v, kv_width, layer = t[tape.KV_K], t[tape.KV_V], t[tape.KV_WIDTH], t[tape.KV_LAYER]
-            for r in range(r0, r1):
-                slot = row_slot[r]
-                at = row_cidx[r] * kv_width
-                kc = carray(u16_ptr(kv_addr[slot, layer, 0]), (at + kv_width,))
-                vc = carray(u16_ptr(kv_addr[slot, layer, 1]), (at + kv_width,))
-                for i in range(c0, c1):
-                    kc[at + i] = f16_bits(a[k + r * kv_width + i])
-                    vc[at + i] = f16_bits(a[v + r * kv_width + i])
-        elif op == tape.OP_ATTEND:
-            layer, n_head, n_kv = t[tape.ATTEND_LAYER], t[tape.ATTEND_N_HEAD], t[tape.ATTEND_N_KV_HEAD]
-            hd, heads = t[tape.ATTEND_HEAD_DIM], t[tape.ATTEND_HEADS]
-            # every nt-th item: later rows of a prompt see more keys, so contiguous shares would not balance
-            attend_items(a, t[tape.ATTEND_Q], t[tape.ATTEND_Y], kv_addr[:, layer, 0], kv_addr[:, layer, 1], n_kv * hd,
-                         n_head, n_kv, hd, F32(float_rows[ip, tape.ATTEND_SCALE]),
-                         F32(float_rows[ip, tape.ATTEND_CAP]), t[tape.ATTEND_WINDOW], tid, rows * (n_head // heads),
-                         nt, positions, row_slot, slot_rows, clen, cpos_addr, anc, t[tape.ATTEND_SCORE_KERNEL],
-                         t[tape.ATTEND_SOFTMAX_KERNEL], heads, t[tape.ATTEND_SCALE_BITS], t[tape.ATTEND_CAP_BITS])
-        elif op == tape.OP_EMBED:
-            embed_rows(a, t[tape.EMBED_TABLE], t[tape.EMBED_ROW_BYTES], t[tape.EMBED_Y], t[tape.EMBED_WIDTH],
-                       t[tape.EMBED_KIND], tokens, r0, r1, c0, c1)
-        elif op == tape.OP_ROPE_TABLE:
-            angles, cos, sin, half = t[tape.TABLE_ANGLES], t[tape.TABLE_COS], t[tape.TABLE_SIN], t[tape.TABLE_HALF]
-            if c0 == 0 and r1 > r0:  # a column split gives the whole table to the thread holding column 0
-                rope_angles(positions[r0:r1], half, F32(float_rows[ip, tape.TABLE_STEP]),
-                            F32(float_rows[ip, tape.TABLE_FREQ_SCALE]), a[angles + r0 * half: angles + r1 * half])
-                at, count = 4 * (angles + r0 * half), (r1 - r0) * half
-                call_kernel(t[tape.TABLE_COSF], a_addr + at, a_addr + 4 * cos + 4 * r0 * half, count)
-                call_kernel(t[tape.TABLE_SINF], a_addr + at, a_addr + 4 * sin + 4 * r0 * half, count)
-        elif op == tape.OP_TAKE_ROWS:
-            x, y, take_width = t[tape.TAKE_X], t[tape.TAKE_Y], t[tape.TAKE_WIDTH]
-            for r in range(r0, r1):
-                src = out_rows[r]
-                for i in range(take_width):
-                    a[y + r * take_width + i] = a[x + src * take_width + i]
-        elif op == tape.OP_COLUMNS:
-            x, y, x_width, first = t[tape.COLS_X], t[tape.COLS_Y], t[tape.COLS_X_WIDTH], t[tape.COLS_START]
-            for r in range(r0, r1):
-                for i in range(c0, c1):
-                    a[y + r * width + i] = a[x + r * x_width + first + i]
-        elif op == tape.OP_ADD_BIAS:
-            x, y, bias_width = t[tape.BIAS_X], t[tape.BIAS_Y], t[tape.BIAS_WIDTH]
-            bias = a[t[tape.BIAS_B] + c0: t[tape.BIAS_B] + c1]
-            for r in range(r0, r1):
-                o = r * bias_width
-                elementwise(tape.OP_ADD, a[x + o + c0: x + o + c1], bias, a[y + o + c0: y + o + c1], F32(0), F32(0),
-                            gelu)
-        else:  # elementwise
-            x, b, y, ew_width = t[tape.EW_X], t[tape.EW_B], t[tape.EW_Y], t[tape.EW_WIDTH]
-            f0, f1 = F32(float_rows[ip, tape.EW_F0]), F32(float_rows[ip, tape.EW_F1])
-            if c0 == 0 and c1 == ew_width:
-                elementwise(op, a[x + r0 * ew_width: x + r1 * ew_width], a[b + r0 * ew_width: b + r1 * ew_width],
-                            a[y + r0 * ew_width: y + r1 * ew_width], f0, f1, gelu)
-            else:
-                for r in range(r0, r1):
-                    o = r * ew_width
-                    elementwise(op, a[x + o + c0: x + o + c1], a[b + o + c0: b + o + c1], a[y + o + c0: y + o + c1],
-                                f0, f1, gelu)
-        wait = barrier(bar_addr, nt, yield_addr) if t[tape.FLAGS] & tape.FLAG_BARRIER else 0
+    phase = 0
+    first = start
+    while first < end:
+        last = first
+        while last < end - 1 and not int_rows[last][tape.FLAGS] & tape.FLAG_BARRIER:
+            last += 1
+        counters = sync_addr + phase * SYNC_STRIDE
+        share = claim(counters, epoch, nt)
+        while share >= 0:
+            for ip in range(first, last + 1):
+                began = cycles()
+                run_op(int_rows, float_rows, ip, share, nt, a, a_addr, n_rows, n_out, out_rows, tokens, positions,
+                       row_slot, row_cidx, slot_rows, anc, kv_addr, clen, cpos_addr, gelu)
+                if tid == 0:
+                    prof[ip, 0] += cycles() - began
+            finish(counters, nt, waits)
+            share = claim(counters, epoch, nt)
+        if share == LATE:
+            return waited
+        wait = wait_done(counters, epoch, nt, waits)
+        if wait < 0:
+            return waited
         if tid == 0:
-            prof[ip, 0] += cycles() - began - wait
-            prof[ip, 1] += wait
+            prof[last, 1] += wait
         waited += wait
-    return waited + barrier(bar_addr, nt, yield_addr)
+        phase += 1
+        first = last + 1
+    return waited

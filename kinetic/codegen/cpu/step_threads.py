@@ -1,9 +1,15 @@
 """The compiled step's threads: one persistent pool of workers per process, and when to use them.
 
 Owns: `available_cpus` (the default thread count), `run_parallel` (every thread runs the same
-stretch of tape, the calling thread too) and `Contention`, the rule that drops to one thread for
-a while when the machine's other load keeps starving the spinning barriers. Does not own the tape
-nor the driver (step_ops.drive) the threads run.
+stretch of tape, the calling thread too, sharing each phase's work as step_sync.py describes),
+`PhaseCounters` (a step's phase counters, reset with a new epoch for every stretch run) and
+`Contention`, the rule that drops to one thread for a while when recent passes kept spending much
+of their time waiting for a thread another process keeps off its core. Does not own the tape nor
+the driver (step_ops.drive) the threads run.
+
+The calling thread returns once every share of the stretch is done; a worker still walking it then
+(it was off its core) finds the next stretch's epoch in the counters and leaves without touching
+anything.
 """
 
 from __future__ import annotations
@@ -13,7 +19,11 @@ import queue
 import threading
 import time
 
+import numpy as np
+
+from kinetic.codegen.cpu.native import FUTEX_TIMEOUT, futex_syscall, sched_yield_address
 from kinetic.codegen.cpu.step_ops import drive
+from kinetic.codegen.cpu.step_sync import SYNC_WORDS
 
 CONTENDED = 0.4  # a pass whose calling thread waited this share of its time at barriers was starved
 STARVED_PASSES = 4  # this many starved passes among the last 8 (a lasting load, not one hiccup) ...
@@ -49,6 +59,31 @@ class Contention:
             self._starved = 0
 
 
+EPOCHS = 1 << 30  # epochs cycle through 1..EPOCHS (the counters' upper 32 bits)
+# what a waiting thread calls (step_sync.wait_done): the futex, else sched_yield
+WAITS = np.array([*futex_syscall(), FUTEX_TIMEOUT.ctypes.data, sched_yield_address()], np.int64)
+
+
+class PhaseCounters:
+    """One step's phase counters (step_sync.py's layout), one set per phase of its tape."""
+
+    def __init__(self, phases: int):
+        words = np.zeros((phases + 1) * SYNC_WORDS + 8, np.int64)
+        skip = (-words.ctypes.data % 64) // 8  # the first phase on a cache line
+        self.words = words[skip: skip + phases * SYNC_WORDS]
+        self.phases = phases
+        self.epoch = 0
+
+    def next_stretch(self) -> tuple[int, int]:
+        """(the counters' address, a new epoch) with every phase's counts at zero under it."""
+        self.epoch = self.epoch % EPOCHS + 1
+        tag = self.epoch << 32
+        self.words[0::SYNC_WORDS] = tag
+        self.words[8::SYNC_WORDS] = tag
+        self.words[16::SYNC_WORDS] = 0
+        return self.words.ctypes.data, self.epoch
+
+
 _workers: list[queue.SimpleQueue] = []
 _lock = threading.Lock()
 
@@ -68,11 +103,14 @@ def _pool(n: int) -> list[queue.SimpleQueue]:
         return _workers[:n]
 
 
-def run_parallel(tape, ftape, seg: tuple[int, int], threads: int, common: tuple) -> int:
-    """Every thread runs tape[start:end]; the tape's closing barrier means that when the calling
-    thread returns, the workers have finished their shares too (they touch nothing after it).
-    Returns the cycles the calling thread waited at barriers."""
+def run_parallel(tape, ftape, seg: tuple[int, int], threads: int, common: tuple, counters: PhaseCounters,
+                 prof: np.ndarray) -> int:
+    """Every thread runs tape[start:end]; when the calling thread returns, every share of it is done
+    (a worker that arrives late leaves without touching anything). Returns the cycles the calling
+    thread waited at the ends of phases."""
     start, end = seg
+    sync, epoch = counters.next_stretch()
+    tail = (sync, epoch, WAITS, prof)
     for tid, inbox in enumerate(_pool(threads - 1), start=1):
-        inbox.put((tape, ftape, start, end, tid, threads) + common)
-    return drive(tape, ftape, start, end, 0, threads, *common)
+        inbox.put((tape, ftape, start, end, tid, threads) + common + tail)
+    return drive(tape, ftape, start, end, 0, threads, *common, *tail)
