@@ -2,7 +2,7 @@
 
 Owns: `StepKernels`, one step's cache of kernel addresses by (kind, key): activation quantizers and
 roundings (activation_ir), quantized and float matmuls (matmul_ir, float_matmul_ir), attention
-scores and softmax (attention_ir) and the C library's maps (the libm map of
+scores and softmax (attention_ir), layer norms (layer_norm_ir) and the C library's maps (the libm map of
 kinetic/codegen/common/libm.py). The JIT keeps the machine code alive and caches it on disk
 (jit.py). Does not own the kernels' IR nor which instructions call them (lowering.py).
 """
@@ -14,6 +14,7 @@ from kinetic.codegen.cpu import float_matmul_ir
 from kinetic.codegen.cpu.activation_ir import render_quantize, render_round
 from kinetic.codegen.cpu.attention_ir import heads_per_call, render_scores, render_softmax
 from kinetic.codegen.cpu.jit import default_jit
+from kinetic.codegen.cpu.layer_norm_ir import render_layer_norm
 from kinetic.codegen.cpu.matmul import DEFAULT_TILE
 from kinetic.codegen.cpu.matmul_ir import render_matmul
 from kinetic.codegen.cpu.target import host
@@ -45,6 +46,11 @@ class StepKernels:
         variant = float_matmul_ir.best_variant(wtype, features.flags)
         return self._get("fmm", (wtype, k),
                          lambda: float_matmul_ir.render_float_matmul(wtype, k, variant, features.features))
+
+    def layer_norm(self, width: int, eps: float, weighted: bool) -> int:
+        """The layer norm of rows `width` wide (times a weight when `weighted`)."""
+        return self._get("layer_norm", (width, float(eps), weighted),
+                         lambda: render_layer_norm(width, eps, weighted))
 
     def libm(self, name: str) -> int:
         """The C library's `name` over an array (numerics.rope_cos_sin's values)."""

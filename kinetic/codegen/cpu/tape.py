@@ -47,6 +47,7 @@ OP_EMBED = 20
 OP_ROPE_TABLE = 21
 OP_ADD_BIAS = 22
 OP_COLUMNS = 23
+OP_LAYER_NORM = 24
 ELEMENTWISE_CODES = (OP_SCALE, OP_ADD, OP_MUL, OP_SILU, OP_GELU, OP_SOFTCAP, OP_SWIGLU, OP_GEGLU)
 OP_NAMES = {code: name[3:].lower() for name, code in dict(globals()).items() if name.startswith("OP_")}
 
@@ -91,6 +92,9 @@ SOFTCAP_CAP, SOFTCAP_INVERSE = EW_F0, EW_F1  # softcap's: cap and 1 / cap
 BIAS_X, BIAS_B, BIAS_Y, BIAS_WIDTH = range(2, 6)
 # Y's rows (WIDTH = COUNT floats) = X's rows (X_WIDTH floats) from column START on
 COLS_X, COLS_Y, COLS_X_WIDTH, COLS_START = range(2, 6)
+# layer_norm of X's rows (WIDTH floats) into Y by the generated KERNEL (width and eps in it), times
+# the constant WEIGHT (-1: none); whole rows only (UNIT = WIDTH)
+NORM_KERNEL, NORM_X, NORM_Y, NORM_WEIGHT, NORM_WIDTH = range(2, 7)
 
 ARGUMENTS = {  # the columns each op's row fills (the lowering fills exactly these)
     OP_RMS_NORM: range(RMS_X, RMS_WEIGHT_SIZE + 1),
@@ -104,5 +108,6 @@ ARGUMENTS = {  # the columns each op's row fills (the lowering fills exactly the
     OP_TAKE_ROWS: range(TAKE_X, TAKE_WIDTH + 1),
     OP_ADD_BIAS: range(BIAS_X, BIAS_WIDTH + 1),
     OP_COLUMNS: range(COLS_X, COLS_START + 1),
+    OP_LAYER_NORM: range(NORM_KERNEL, NORM_WIDTH + 1),
     **{code: range(EW_X, EW_WIDTH + 1) for code in ELEMENTWISE_CODES},
 }
