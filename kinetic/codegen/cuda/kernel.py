@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from kinetic.codegen.cuda.logf import libc_logf
 from kinetic.codegen.cuda.prelude import prelude
 from kinetic.codegen.cuda.tanhf import libc_tanhf
 
@@ -99,7 +100,8 @@ def program_source(kernels: list[Kernel] | tuple[Kernel, ...], target: str) -> s
             raise ValueError(f"two different kernels are named {k.name}")
         seen[k.name] = k
     tanhf = libc_tanhf() if any("k_tanhf_libc" in k.body for k in seen.values()) else ""
-    return prelude(target) + tanhf + "\n" + "\n".join(k.source() for k in seen.values())
+    logf = libc_logf() if any("k_logf_libc" in k.body for k in seen.values()) else ""
+    return prelude(target) + tanhf + logf + "\n" + "\n".join(k.source() for k in seen.values())
 
 
 def f32_literal(value: float) -> str:

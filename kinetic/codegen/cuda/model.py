@@ -9,7 +9,8 @@ hands in: `SplitModel`), uploading the weights once, and per pass shape a `Plan`
 launches, buffers and staging) recorded once and replayed: on a GPU one host-to-device copy, one
 graph launch, one copy back. Does not own the kernels (renderer.py and the kernel modules), the
 device calls (backends.py), the device copies of the sequences' caches (common/kv_mirror.py), where
-each row of a pass reads and writes them (common/pass_caches.py) or the cache's bookkeeping (the
+each row of a pass reads and writes them (common/pass_caches.py), the recurrent states a pass stages
+and reads back (pass_states.py: the runtime keeps them, as for the CPU) or the cache's bookkeeping (the
 runtime's KVCache: length, positions, rollback).
 
 The KV cache: each sequence's cache gets, on first use, a slot in the device's pool of caches (per
@@ -41,6 +42,7 @@ from kinetic.codegen.common.host_lookup import host_lookups, read_on_device
 from kinetic.codegen.common.kv_mirror import KVMirrors
 from kinetic.codegen.common.pass_caches import PassCaches
 from kinetic.codegen.common.tables import RopeTables
+from kinetic.codegen.cuda import experts, pass_states
 from kinetic.codegen.cuda.embed import SUPPORTED as LOOKUP_TYPES
 from kinetic.codegen.cuda.plan import ATTENTION_SCRATCH_BYTES, LaunchOrder, Plan
 from kinetic.codegen.cuda.renderer import CudaRenderer
@@ -93,6 +95,9 @@ def open_runner(graph: Graph, weights: WeightSource, options: RunnerOptions, *, 
     free = backend.free_bytes()
     on_gpu = min(gpu_layers or total, total)
     fit = layers_that_fit(graph, weights, n_ctx, free) if free is not None else total
+    expert_cache = flywheel_cache(graph, weights, n_ctx, free) if free is not None and gpu_layers is None else None
+    if expert_cache is not None:  # Flywheel: every layer on the GPU, the experts that fit in its cache
+        fit = total
     if fit < on_gpu:  # at most N layers: as many of the last ones as fit
         if fit == 0:
             raise KineticError(f"not even one layer of this model and its {n_ctx}-token cache fits in the "
@@ -101,7 +106,9 @@ def open_runner(graph: Graph, weights: WeightSource, options: RunnerOptions, *, 
         on_gpu = fit
     model: CudaModel | SplitModel
     if on_gpu == total:
-        model = CudaModel(graph, weights, backend, n_ctx)
+        model = CudaModel(graph, weights, backend, n_ctx, expert_cache=expert_cache)
+        if model.experts is not None:
+            print(f"kinetic: {model.experts.status()}", file=sys.stderr)
     else:
         if cpu_runner is None:
             raise KineticError(f"only {on_gpu} of {total} layers fit on {backend.name}", "Use --device cpu.")
@@ -136,6 +143,21 @@ def layer_bytes(graph: Graph, weights: WeightSource, n_ctx: int) -> tuple[int, d
     return fixed, per_layer, lookup
 
 
+def flywheel_cache(graph: Graph, weights: WeightSource, n_ctx: int, free: int) -> int | None:
+    """The bytes of Flywheel's expert cache (docs/moe.md) for a MoE model whose experts do not all fit
+    in `free` bytes but whose other weights and cache do (with the activations' room kept, as
+    layers_that_fit does); None otherwise (no experts, all fit, or not even the rest fits)."""
+    stacks = experts.stacks_bytes(graph, weights)
+    if not stacks:
+        return None
+    fixed, per_layer, lookup = layer_bytes(graph, weights, n_ctx)
+    room = free - max(256 << 20, free // 20)
+    everything = fixed + sum(per_layer.values()) + lookup
+    if everything <= room or everything - stacks > room:
+        return None
+    return room - (everything - stacks)
+
+
 def layers_that_fit(graph: Graph, weights: WeightSource, n_ctx: int, free: int) -> int:
     """How many of the last layers fit in `free` bytes with what runs after them, leaving room for
     the activations (a twentieth of the memory, at least 256 MiB); all of them only if the embedding
@@ -165,8 +187,10 @@ class SplitModel:
         self.cpu, self.gpu, self.split = cpu, gpu, split
 
     def run(self, graph: Graph, rows: PassRows, kv: KVView) -> PassResult:
-        hidden = self.cpu.run(self.split.head, rows, kv).outputs["hidden"]
-        return self.gpu.run(graph, rows, kv, hidden=hidden)
+        head = self.cpu.run(self.split.head, rows, kv)
+        result = self.gpu.run(graph, rows, kv, hidden=head.outputs["hidden"])
+        result.new_state.update(head.new_state)  # the first layers' recurrent states
+        return result
 
     def close(self) -> None:
         self.cpu.close()
@@ -179,7 +203,8 @@ class CudaModel:
     in_place = True  # the pass's new cache rows are written into the host KVCache at slots length + i
     attention_scratch_bytes = ATTENTION_SCRATCH_BYTES  # passes within it attend with attention_rows
 
-    def __init__(self, graph: Graph, weights: WeightSource, backend, n_ctx: int, split: LayerSplit | None = None):
+    def __init__(self, graph: Graph, weights: WeightSource, backend, n_ctx: int, split: LayerSplit | None = None,
+                 expert_cache: int | None = None):
         self.source, self.backend, self.n_ctx, self.split = graph, backend, int(n_ctx), split
         # with a split, the first layers' nodes run elsewhere: their crossing value comes in as "hidden"
         self.skip = split.head_ids if split else frozenset()
@@ -191,14 +216,18 @@ class CudaModel:
             raise KineticError(f"this model cannot run on CUDA: {reason}", "Use --device cpu.")
         self._kernels = rendering.kernels
         self.order = LaunchOrder.of(graph, self._kernels, self.skip)  # what every pass shape's plan shares
+        # Flywheel (expert_cache bytes): the experts stay in host memory, a cache of them on the device
+        self.experts = (experts.ExpertOffload(graph, weights, backend, expert_cache, self._kernels)
+                        if expert_cache is not None else None)
         backend.compile(list({k.name: k for ks in self._kernels.values() for k in ks}.values()))
         # lookups from tables without a CUDA kernel: the host stages their rows (plan.py); a table only
         # they read stays on the host
         self.host_lookups = host_lookups(graph, weights, LOOKUP_TYPES, self.skip)
         used = read_on_device(graph, self.host_lookups, self.skip)
+        host_experts = experts.stack_ids(graph) if self.experts else frozenset()  # Flywheel's: copied up on demand
         self.weights: dict[str, object] = {}
         for node in graph.nodes:
-            if node.op is Op.PARAM and node.id in used:
+            if node.op is Op.PARAM and node.id in used and node.id not in host_experts:
                 raw = np.asarray(weights.tensor(node.attrs.tensor))
                 raw = raw.astype(F32) if node.type.ggml_type is Q.F32 else raw
                 self.weights[node.attrs.tensor] = buf = backend.empty(raw.nbytes)
@@ -210,6 +239,7 @@ class CudaModel:
             backend.write(self.gelu, table)
         self.kv_layers = {graph.node(n.inputs[3]).attrs.layer: n for n in graph.nodes
                           if n.op is Op.ATTENTION and n.id not in self.skip}
+        self.recurrent = pass_states.state_shapes(graph, self.skip)  # name -> (rows, width)
         self._plans: OrderedDict[tuple[int, int], Plan] = OrderedDict()
         self._recordings: dict[tuple[int, int], object] = {}  # per plan, its launches recorded
         self.kv_mirrors = KVMirrors(alloc=backend.empty, write=lambda buf, at, rows: backend.write(buf[at:], rows),
@@ -242,7 +272,7 @@ class CudaModel:
             pool = {"k": self.kv_mirrors.k, "v": self.kv_mirrors.v}
             launches = [(x.kernel, x.rows, tuple(pool[a[0]][a[1]] if isinstance(a, tuple) else a for a in x.args))
                         for x in plan.launches]
-            self._recordings[key] = self.backend.record(launches)
+            self._recordings[key] = experts.record_with_host_steps(self.backend, launches)
         return self._recordings[key]
 
     # ---- one pass --------------------------------------------------------------------------------
@@ -264,10 +294,11 @@ class CudaModel:
         caches = PassCaches.of(rows, kv, self.kv_mirrors)  # each row's cache in the pool, brought up to date
         plan = self.plan(n, r)
         plan.fill(rows, caches, hidden)
+        pass_states.stage(plan, rows, kv)
         self.backend.write(plan.inputs, plan.staging[: plan.input_bytes])
         self.recording(plan)()
         outputs = {name: plan.read(self.graph.node(nid)) for name, nid in self.graph.outputs}
-        return PassResult(outputs, plan.new_kv(caches))
+        return PassResult(outputs, plan.new_kv(caches), pass_states.read(plan, rows))
 
     def close(self) -> None:
         self._recordings.clear()

@@ -12,9 +12,10 @@ back). The fused
 launches are read from the graph the device phase made: an add_rms_norm launches where its add
 stands and writes both values, a rope_pair writes its other rotation too, a producer that an
 in-producer quantize reads writes the quantized row that quantize node stands for, and every matmul
-reads its quantize node's row. Does not own the device calls (backends.py), the kernels
-(renderer.py and the kernel modules), the per-pass tables it stages (rotary cos/sin:
-kinetic/codegen/common/tables.py; each row's cache and visibility: common/pass_caches.py) or the
+reads its quantize node's row; a recurrent op's launch walks the pass's rows, writing each row's
+state into `state_after`. Does not own the device calls (backends.py), the kernels (renderer.py and
+the kernel modules), the per-pass tables it stages (rotary cos/sin: kinetic/codegen/common/tables.py;
+each row's cache and visibility: common/pass_caches.py; recurrent states: pass_states.py) or the
 model-level state: weights, the pool of the sequences' caches, recordings (model.py).
 """
 
@@ -27,6 +28,7 @@ import numpy as np
 
 from kinetic.codegen.common.buffers import Value, plan_buffers
 from kinetic.codegen.common.pass_caches import PassCaches
+from kinetic.codegen.cuda import moe, pass_states
 from kinetic.codegen.cuda.backends import ALIGN
 from kinetic.ir.graph import Graph, Node
 from kinetic.ir.numerics import Rotary
@@ -128,6 +130,8 @@ class Plan:
         kv_widths = [w for _, _, w in self.kv_nodes.values()]
         self.kv_bytes = 2 * n_rows * sum(kv_widths) * 4
         self.kv_rows = backend.empty(self.kv_bytes)
+        # each recurrent state after each row of the pass (pass_states.py), f32 [T, rows*width]
+        self.state_after = {name: backend.empty(4 * n_rows * r * w) for name, (r, w) in model.recurrent.items()}
         self.buffers: dict[int, object] = {}
         self.launches: list[Launch] = []
         self._scratch = None
@@ -144,6 +148,7 @@ class Plan:
         for key in self.rope_keys:
             fields += [(("cos", key), 4 * t * (key[0] // 2)), (("sin", key), 4 * t * (key[0] // 2))]
         fields += [(("mask", w), t * self.model.n_ctx) for w in self.windows]
+        fields += pass_states.input_fields(self.model.recurrent, t)
         # the rows of each lookup the host makes (common/host_lookup.py), f32 [rows, width]
         fields += [(("lookup", nid), 4 * self.count(graph.node(nid)) * lookup.width)
                    for nid, lookup in self.model.host_lookups.items()]
@@ -331,6 +336,19 @@ class Plan:
                     add(Launch(kernels[3].name, n, (out, *row)))
         elif op is Op.TAKE_ROWS:
             add(Launch(kernels[0].name, n, (ins[0], ins[1], out)))
+        elif op in (Op.SHORT_CONV, Op.SSM_SCAN, Op.DELTA_RULE):  # one block row walks the rows (recurrent.py)
+            name = graph.node(node.inputs[-1]).attrs.name  # the state, the last input
+            values = [model.weights[graph.node(j).attrs.tensor] if graph.node(j).op is Op.PARAM else self.buffers[j]
+                      for j in node.inputs[:-1]]
+            add(Launch(kernels[0].name, 1, (*values, self.input_view(("rstate", name)), self.input_view("parents"),
+                                            self.state_after[name], out, n)))
+        elif op in moe.OPS:  # routing on the device, each slot row a GEMV of its expert
+            steps = moe.launches(node, graph, kernels, ins=ins, out=out, n=n,
+                                 take=lambda *nbytes: self._take(node.id, *nbytes),
+                                 weight=lambda nid: model.weights.get(graph.node(nid).attrs.tensor),
+                                 experts=getattr(model, "experts", None))
+            for name, count, args in steps:
+                add(Launch(name, count, args))
         elif op is Op.ADD_BIAS:
             add(Launch(kernels[0].name, n, (ins[0], model.weights[graph.node(node.inputs[1]).attrs.tensor], out)))
         else:

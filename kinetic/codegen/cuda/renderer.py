@@ -26,7 +26,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from kinetic.codegen.cuda import attention, embed, gather, gemv, layer_norm, pointwise, quantize
+from kinetic.codegen.cuda import (
+    attention,
+    embed,
+    gather,
+    gemv,
+    layer_norm,
+    moe,
+    pointwise,
+    quantize,
+    recurrent,
+    recurrent_scan,
+)
 from kinetic.codegen.cuda.caps import ARCHS, BUDGETS, Arch, Budget
 from kinetic.codegen.cuda.kernel import Kernel
 from kinetic.codegen.runner import Capabilities
@@ -199,7 +210,7 @@ def _add_bias(node: Node, ctx: Context) -> list[Kernel]:
 
 Render = Callable[[Node, Context], list[Kernel]]
 KERNELS: dict[Op, Render] = {
-    Op.INPUT: _no_kernel, Op.PARAM: _no_kernel, Op.STATE: _no_kernel,
+    Op.INPUT: _no_kernel, Op.PARAM: _no_kernel, Op.STATE: _no_kernel, Op.RECURRENT_STATE: _no_kernel,
     Op.EMBED: _embed,
     Op.MATMUL: _matmul,
     Op.QUANTIZE: _quantize,
@@ -213,6 +224,19 @@ KERNELS: dict[Op, Render] = {
     Op.ROPE_PAIR: _rope_pair,
     Op.ATTENTION: _attention,
     Op.ADD_BIAS: _add_bias,
+    # recurrent layers (recurrent.py; each row's state staged and read back: model.py, pass_states.py):
+    # the short convolution, Mamba-2's scan, Gated DeltaNet's delta rule and qwen35's stateless ops
+    Op.SHORT_CONV: lambda node, ctx: [recurrent.short_conv(ctx.width(node), int(ctx.graph.node(node.inputs[1])
+                                                                                .type.shape[1]))],
+    Op.SSM_SCAN: lambda node, ctx: [recurrent_scan.ssm_scan(node.attrs.n_head, node.attrs.head_dim,
+                                                            node.attrs.n_group, node.attrs.d_state)],
+    Op.DELTA_RULE: lambda node, ctx: [recurrent_scan.delta_rule(node.attrs.n_k_head, node.attrs.n_v_head,
+                                                                node.attrs.head_dim)],
+    Op.SIGMOID: lambda node, ctx: [recurrent.sigmoid(ctx.width(node))],
+    Op.HEAD_COLUMNS: lambda node, ctx: [recurrent.head_columns(node.attrs.n_head, node.attrs.stride,
+                                                               node.attrs.start, node.attrs.count)],
+    # mixture of experts: routing on the device, each slot a GEMV of its expert (moe.py)
+    **{op: lambda node, ctx: moe.render(node, ctx.graph) for op in moe.OPS},
     **{op: _elementwise(op.value) for op in (Op.ADD, Op.MUL, Op.SCALE, Op.SILU, Op.GELU, Op.SWIGLU, Op.GEGLU,
                                                     Op.SOFTCAP)},
 }

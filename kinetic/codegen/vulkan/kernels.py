@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from kinetic.codegen.common.orders import refused_order
 from kinetic.codegen.runner import Capabilities
-from kinetic.codegen.vulkan import elementwise, gather, rope
+from kinetic.codegen.vulkan import elementwise, gather, recurrent, rope
 from kinetic.codegen.vulkan.dispatch import Dispatch
 from kinetic.codegen.vulkan.ops import SUPPORTED_WEIGHTS
 from kinetic.ir.graph import Graph, Node
@@ -187,6 +187,27 @@ def record_elementwise(name: str) -> Callable:
     return record
 
 
+def record_sigmoid(p, node: Node, ins, out, n: int) -> None:
+    """1 / (1 + expf(-x)) per value, glibc's expf (recurrent.py)."""
+    size = n * p.width(node)
+    p.dispatch(p.ops.kernel(("sigmoid",), recurrent.render_sigmoid), [ins[0], p.ops.expf_table(), out], size,
+               recurrent.WORKGROUP, size)
+
+
+def record_head_columns(p, node: Node, ins, out, n: int) -> None:
+    """Each head's slice of an interleaved projection, copied (recurrent.py)."""
+    a = node.attrs
+    k = p.ops.kernel(("head_columns", a.n_head, a.stride, a.start, a.count),
+                     lambda: recurrent.render_head_columns(a.n_head, a.stride, a.start, a.count))
+    p.dispatch(k, [ins[0], out], n * p.width(node), recurrent.WORKGROUP, n)
+
+
+def refuse_recurrent_state(graph: Graph, node: Node) -> str | None:
+    """The runner keeps no per-sequence recurrent state yet (nor kernels for short_conv, ssm_scan and
+    delta_rule, which read it): a graph holding one is refused by name (docs/recurrent.md)."""
+    return f"{node.op.value} has no Vulkan kernel yet"
+
+
 def record_add_bias(p, node: Node, ins, out, n: int) -> None:
     """x plus the bias (an f32 weight, uploaded once) on every row."""
     bias, size = p.model.weights[p.graph.node(node.inputs[1]).attrs.tensor], n * p.width(node)
@@ -214,6 +235,9 @@ KERNELS: dict[Op, OpKernel] = {
     Op.SWIGLU: OpKernel(computed(record_elementwise("swiglu"))),
     Op.GEGLU: OpKernel(computed(record_elementwise("geglu"))),
     Op.SOFTCAP: OpKernel(computed(record_elementwise("softcap"))),
+    Op.SIGMOID: OpKernel(computed(record_sigmoid)),
+    Op.HEAD_COLUMNS: OpKernel(computed(record_head_columns)),
+    Op.RECURRENT_STATE: OpKernel(bind_nothing, refuse_recurrent_state),
 }
 
 # the orders every reducing kernel sums in (kinetic/ir/orders.py), the reference's: the matvecs in

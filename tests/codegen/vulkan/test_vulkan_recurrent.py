@@ -1,0 +1,79 @@
+"""The Vulkan kernels of the recurrent families' stateless ops (kinetic/codegen/vulkan/recurrent.py:
+qwen35's sigmoid and head_columns) against the reference (kinetic/ir/delta_reference.py), and the
+table's refusal of the recurrent state by name."""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+import pytest
+from vulkan_helpers import assert_reference, bits, spirv_val
+
+from kinetic.codegen.vulkan import recurrent
+from kinetic.codegen.vulkan.attention import expf_table_words
+from kinetic.codegen.vulkan.kernels import unsupported
+from kinetic.ir.numerics import recurrent as rnum
+from kinetic.ir.text import parse_graph
+
+F32 = np.float32
+HEAD_COLUMNS = [(4, 96, 0, 48), (4, 96, 48, 48), (3, 100, 7, 90)]  # n_head, stride, start, count
+
+
+def test_the_modules_are_valid_spirv():
+    """The sigmoid and head_columns modules pass spirv-val (Vulkan 1.2 rules)."""
+    for kernel in (recurrent.render_sigmoid(), recurrent.render_head_columns(*HEAD_COLUMNS[2])):
+        spirv_val(kernel.spirv)
+
+
+def _sigmoid_inputs() -> np.ndarray:
+    """Values across expf's whole range: random of every scale, the overflow and underflow edges,
+    signed zeros, infinities and subnormals."""
+    rng = np.random.default_rng(60)
+    special = np.array([0.0, -0.0, np.inf, -np.inf, 88.72, -88.72, 103.9, -103.9, 87.0, -87.5, 1e-40, -1e-40,
+                        20.0, -20.0], F32)
+    scaled = rng.standard_normal(3000) * np.float32(10) ** rng.integers(-6, 3, 3000)
+    return np.concatenate([special, scaled.astype(F32)])
+
+
+def test_sigmoid_equals_the_reference(ops, device):
+    """sigmoid gives numerics.recurrent.sigmoid's bits (glibc's expf, an add and a divide) on CPU
+    devices, whose division is exact; within an ulp or two elsewhere (Vulkan's 2.5-ulp division)."""
+    x = _sigmoid_inputs()
+    groups = -(-x.size // recurrent.WORKGROUP)
+    got = ops._run(recurrent.render_sigmoid(), [x, expf_table_words()], x.shape, groups, struct.pack("<I", x.size))
+    with np.errstate(over="ignore"):
+        expected = rnum.sigmoid(x)
+    assert_reference(got, expected, exact=device.caps.is_cpu and device.target.fma_mode != "unfused", rtol=5e-7)
+
+
+@pytest.mark.parametrize("shape", HEAD_COLUMNS)
+def test_head_columns_copies_each_heads_slice(ops, shape):
+    """head_columns gives each head's columns start .. start + count - 1, heads side by side, bit for
+    bit (NaN payloads and signed zeros included)."""
+    n_head, stride, start, count = shape
+    rows = 5
+    x = np.random.default_rng(61).integers(0, 2**32, (rows, n_head * stride), dtype=np.uint32).view(F32)
+    kernel = recurrent.render_head_columns(*shape)
+    got = ops._run(kernel, [x], (rows, n_head * count), -(-rows * n_head * count // recurrent.WORKGROUP),
+                   struct.pack("<I", rows))
+    expected = x.reshape(rows, n_head, stride)[:, :, start:start + count].reshape(rows, -1)
+    assert np.array_equal(bits(got), bits(expected))
+
+
+GRAPH = """
+%0 = input() {name="tokens"} : i32[T]
+%1 = param() {tensor="token_embd.weight"} : q8_0[24,64]
+%2 = embed(%1, %0) : f32[T,64]
+%3 = head_columns(%2) {n_head=2, stride=32, start=16, count=16} : f32[T,32]
+%4 = sigmoid(%3) : f32[T,32]
+output y = %4
+"""
+
+
+def test_the_table_runs_the_stateless_ops_and_refuses_the_state_by_name():
+    """A graph of sigmoid and head_columns is accepted; one holding a recurrent state is refused
+    naming it (the runner keeps no recurrent state yet)."""
+    assert unsupported(parse_graph(GRAPH)) is None
+    with_state = parse_graph(GRAPH + '%5 = recurrent_state() {name="conv.0", layer=0} : rs[2,64]\n')
+    assert unsupported(with_state) == "recurrent_state has no Vulkan kernel yet"
