@@ -1,13 +1,27 @@
-"""Shared fixtures: the two real models (downloaded at most once per machine) and the golden data."""
+"""Shared fixtures: the two real models (downloaded at most once per machine) and the golden data.
+Warm Start's states go to a temporary folder for the whole run (KINETIC_WARM_DIR, inherited by the
+servers and commands tests start), never to the user's cache: a state an earlier run left there would
+change a test's cached counts. The kernel and hash caches stay shared."""
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
 
 from kinetic import hub
+
+_WARM_DIR = tempfile.mkdtemp(prefix="kinetic-warm-tests-")
+os.environ["KINETIC_WARM_DIR"] = _WARM_DIR  # set on import: before any fixture starts a process
+
+
+def pytest_unconfigure(config) -> None:
+    shutil.rmtree(_WARM_DIR, ignore_errors=True)
+
 
 DATA = Path(__file__).parent / "data"
 GOLDEN = DATA / "golden"

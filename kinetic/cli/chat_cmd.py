@@ -4,9 +4,10 @@ Owns the terminal side of chat: the header (model, device, context), reading mes
 multi-line paste, a line ending in \\ goes on on the next), the slash commands, streaming answers
 (reasoning dimmed) and Ctrl+C, which stops the answer being written and keeps the program (the
 answer runs in a worker thread and stops within one pass), and Zero Wait's thread, which runs the
-conversation ahead on every edit of the message being typed (ChatSession.run_ahead). Ctrl+D or /exit quits. With stdin not a
-terminal, each line is one message and each answer is printed (scripts, tests). Does not own the
-conversation (chat_session.py) nor the shared options (run_cmd, runtime_options, llama_flags).
+conversation ahead on every edit of the message being typed (ChatSession.run_ahead). Ctrl+D or
+/exit quits. With stdin not a terminal, each line is one message and each answer is printed
+(scripts, tests). Does not own the conversation (chat_session.py) nor the shared options (run_cmd,
+runtime_options, llama_flags).
 """
 
 from __future__ import annotations

@@ -7,7 +7,16 @@ and feed only the rest, run the runtime's generation loop (kinetic/runtime/gener
 the streamed text into reasoning and content (the server's ReasoningSplitter). Each turn's answer
 is what a fresh run of the same prompt gives: the kept cache entries are what a fresh prefill
 computes (batch invariance), so a receipt of any turn verifies by rerunning it alone.
-Does not own the terminal (chat_cmd.py), generation or sampling.
+
+Zero Wait (seed 000): `run_ahead(draft)` runs the conversation with the message being typed up to
+just before its last word (and one token less: the text's last token may merge with the next
+keystroke), only in whole batches from where the answer will start (GenerationRequest.prefill_only,
+as /v1/prefill), never to the end of the turn. It gives way at once to `answer` and to a newer
+draft: both cancel it, and it stops after the pass in flight. What it ran stays in the conversation's
+sequence, so after Enter only what is new runs; the answer is the one a cold run gives (the runs
+ahead are cut on the same grid, docs/warm-start.md).
+Does not own the terminal (chat_cmd.py: which edits reach run_ahead, from which thread), generation or
+sampling.
 """
 
 from __future__ import annotations
@@ -48,6 +57,10 @@ class ChatSession:
         self.last: Turn | None = None
         self._sequence = None  # the engine sequence holding the conversation so far
         self._rendered = ""  # the last prompt's text
+        self._running = threading.Lock()  # one answer or run ahead at a time on the sequence
+        self._guard = threading.Lock()  # guards the two fields below
+        self._ahead: threading.Event | None = None  # cancels the run ahead in flight
+        self._answering = False  # an answer waits or runs: no run ahead starts
 
     @property
     def thinks(self) -> bool:
@@ -78,9 +91,67 @@ class ChatSession:
         self.sampling = apply_sampling(self.sampling, changes)
         return self.sampling
 
+    def run_ahead(self, draft: str, cancelled: threading.Event | None = None) -> int:
+        """Zero Wait: run the conversation with `draft` as the next message up to just before its last
+        word, in whole batches (module docstring); returns the conversation's tokens now held. A newer
+        run ahead or an answer cancels it after the pass in flight; it runs nothing while an answer
+        waits or runs, nor with Warm Start off (nothing would be reused)."""
+        cancelled = cancelled or threading.Event()
+        with self._guard:
+            if self._answering or getattr(self.model, "warm", None) is None:
+                return self.cached
+            if self._ahead is not None:
+                self._ahead.set()
+            self._ahead = cancelled
+        with self._running:
+            if cancelled.is_set():
+                return self.cached
+            ids = self._ahead_ids(draft)
+            if not ids:
+                return self.cached
+            sequence, _ = self._reuse(ids + [-1])  # keeps all of ids the sequence shares
+            request = GenerationRequest(tuple(ids), self.sampling, prefill_only=True)
+            for _ in self.model.generator.generate(request, cancelled, sequence=sequence):
+                pass
+            return self.cached
+
+    def cancel_ahead(self) -> None:
+        """Stop the run ahead in flight after its pass (a newer draft is coming)."""
+        with self._guard:
+            if self._ahead is not None:
+                self._ahead.set()
+
+    def _ahead_ids(self, draft: str) -> list[int]:
+        """The prompt ids a run ahead may compute for `draft` ([] when there is no whole word yet)."""
+        from kinetic.server.prefill_api import prefix_before_last_word
+
+        messages = self._with_system() + [{"role": "user", "content": draft}]
+        try:
+            ids = self._prompt_ids(messages)
+        except KineticError:  # too long for the context: the answer will say so
+            return []
+        cut = prefix_before_last_word(self._rendered, draft)
+        if cut is None:
+            return []
+        ahead = self.model.tokenize(cut, add_special=True, parse_special=True)[:-1]
+        return ahead[:len(ids) - 1]
+
     def answer(self, text: str, cancelled: threading.Event | None = None) -> Iterator[tuple[str, str]]:
         """Ask `text`: yields (REASONING or CONTENT, text) as the answer streams; afterwards `last` is
-        the turn and the answer (as far as it got, when cancelled) is part of the conversation."""
+        the turn and the answer (as far as it got, when cancelled) is part of the conversation. A run
+        ahead in flight stops after its pass; what it ran is reused."""
+        with self._guard:
+            self._answering = True
+            if self._ahead is not None:
+                self._ahead.set()
+        try:
+            with self._running:
+                yield from self._answer(text, cancelled)
+        finally:
+            with self._guard:
+                self._answering = False
+
+    def _answer(self, text: str, cancelled: threading.Event | None) -> Iterator[tuple[str, str]]:
         messages = self._with_system() + [{"role": "user", "content": text}]
         ids = self._prompt_ids(messages)
         sequence, reused = self._reuse(ids)

@@ -12,6 +12,7 @@ the first guess is right and the averages take over after one observation of eac
 
 from __future__ import annotations
 
+import math
 import threading
 from dataclasses import dataclass, field
 
@@ -52,3 +53,16 @@ class RestoreCosts:
         if per_byte is None or per_token is None:
             return True
         return nbytes * per_byte < tokens * per_token
+
+
+SNAPSHOT_EVERY = 256  # tokens between a recurrent model's stored snapshots, at the least
+MIN_ROW_BYTES = 1024  # what a token's stretch counts as at the least (a model without attention has no rows)
+
+
+def snapshot_interval(*, state_bytes: int, row_bytes: int, batch: int) -> int:
+    """Tokens between a recurrent model's stored snapshots: every SNAPSHOT_EVERY tokens (a multiple
+    of the batch, so a snapshot point is a grid point), or the smallest multiple of that whose KV
+    rows (`row_bytes` a token, at least MIN_ROW_BYTES) outweigh the snapshot's recurrent states
+    (`state_bytes`): a snapshot is never large next to the stretch of prompt it saves."""
+    step = math.lcm(SNAPSHOT_EVERY, batch)
+    return step * max(1, math.ceil(state_bytes / (step * max(row_bytes, MIN_ROW_BYTES))))

@@ -75,8 +75,10 @@ _ARRAY_KINDS = "biuf"  # bool, signed, unsigned, float: what states are made of
 
 
 def default_directory() -> Path:
-    """`kinetic/warm` under the user's cache folder (kinetic/user_cache.py); not created here."""
-    return cache_dir("warm")
+    """$KINETIC_WARM_DIR when set (as llama.cpp's LLAMA_CACHE; the test suite points it at a temporary
+    folder), else `kinetic/warm` under the user's cache folder (kinetic/user_cache.py); not created here."""
+    chosen = os.environ.get("KINETIC_WARM_DIR")
+    return Path(chosen) if chosen else cache_dir("warm")
 
 
 def check_key(key: str) -> str:

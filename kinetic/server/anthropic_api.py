@@ -206,12 +206,13 @@ def _message(head: dict, done: Done) -> dict:
     blocks += [_tool_use(c) for c in done.calls]
     reason, sequence = stop_reason(done.fin, bool(done.calls))
     return {**head, "content": blocks, "stop_reason": reason, "stop_sequence": sequence,
-            "usage": _usage(done.fin.prompt_tokens, done.fin.generated_tokens)}
+            "usage": _usage(done.fin.prompt_tokens, done.fin.generated_tokens, done.fin.cached_tokens)}
 
 
-def _usage(input_tokens: int, output_tokens: int) -> dict:
-    return {"input_tokens": input_tokens, "output_tokens": output_tokens, "cache_creation_input_tokens": 0,
-            "cache_read_input_tokens": 0}
+def _usage(input_tokens: int, output_tokens: int, cached: int = 0) -> dict:
+    """Anthropic's usage: input_tokens leaves out the prompt tokens read from the cache (Warm Start)."""
+    return {"input_tokens": input_tokens - cached, "output_tokens": output_tokens, "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": cached}
 
 
 @post(["/v1/messages"], status_code=200)

@@ -129,15 +129,16 @@ def legacy_logprobs(tokens: list[TokenInfo], offset: int) -> dict:
 def usage(fin: Finished) -> dict:
     return {"prompt_tokens": fin.prompt_tokens, "completion_tokens": fin.generated_tokens,
             "total_tokens": fin.prompt_tokens + fin.generated_tokens,
-            "prompt_tokens_details": {"cached_tokens": 0}}
+            "prompt_tokens_details": {"cached_tokens": fin.cached_tokens}}
 
 
 def timings(fin: Finished) -> dict:
-    """llama-server's timings object."""
+    """llama-server's timings object: prompt_n counts the prompt tokens that ran, cache_n those reused."""
     pm, gm = fin.prompt_seconds * 1000, fin.generate_seconds * 1000
-    return {"cache_n": 0, "prompt_n": fin.prompt_tokens, "prompt_ms": pm,
-            "prompt_per_token_ms": pm / fin.prompt_tokens if fin.prompt_tokens else 0.0,
-            "prompt_per_second": fin.prompt_tokens / fin.prompt_seconds if fin.prompt_seconds else 0.0,
+    ran = fin.prompt_tokens - fin.cached_tokens
+    return {"cache_n": fin.cached_tokens, "prompt_n": ran, "prompt_ms": pm,
+            "prompt_per_token_ms": pm / ran if ran else 0.0,
+            "prompt_per_second": ran / fin.prompt_seconds if fin.prompt_seconds else 0.0,
             "predicted_n": fin.generated_tokens, "predicted_ms": gm,
             "predicted_per_token_ms": gm / fin.generated_tokens if fin.generated_tokens else 0.0,
             "predicted_per_second": fin.generated_tokens / fin.generate_seconds if fin.generate_seconds else 0.0}

@@ -1,7 +1,7 @@
 """GET /metrics: Prometheus text under llama-server's `llamacpp:` names, so its dashboards work.
 
 Counters since start: requests_total, prompt_tokens_total (prompt tokens run),
-prompt_tokens_cached_total (0 until a prompt cache exists), prompt_seconds_total,
+prompt_tokens_cached_total (prompt tokens Warm Start reused), prompt_seconds_total,
 tokens_predicted_total, tokens_predicted_seconds_total, n_decode_total, n_tokens_max.
 Gauges: prompt_tokens_seconds and predicted_tokens_seconds (average speeds since start),
 requests_processing (answers in a slot, sharing passes) and requests_deferred (waiting for a slot).
@@ -20,7 +20,8 @@ def prometheus_text(worker: EngineWorker) -> str:
             ("requests_total", "Number of requests started", c.requests_total),
             ("prompt_tokens_total", "Number of prompt tokens processed, excluding cached tokens",
              c.prompt_tokens_total),
-            ("prompt_tokens_cached_total", "Number of prompt tokens reused from the cache", 0),
+            ("prompt_tokens_cached_total", "Number of prompt tokens reused from the cache",
+             c.prompt_tokens_cached_total),
             ("prompt_seconds_total", "Total time spent processing prompts", c.prompt_seconds_total),
             ("tokens_predicted_total", "Number of generation tokens processed", c.tokens_predicted_total),
             ("tokens_predicted_seconds_total", "Total time spent generating tokens", c.tokens_predicted_seconds_total),

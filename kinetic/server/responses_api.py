@@ -44,7 +44,7 @@ def store_of(request: Request) -> ResponseStore:
 
 
 def _usage(fin) -> dict:
-    return {"input_tokens": fin.prompt_tokens, "input_tokens_details": {"cached_tokens": 0},
+    return {"input_tokens": fin.prompt_tokens, "input_tokens_details": {"cached_tokens": fin.cached_tokens},
             "output_tokens": fin.generated_tokens, "output_tokens_details": {"reasoning_tokens": 0},
             "total_tokens": fin.prompt_tokens + fin.generated_tokens}
 

@@ -294,3 +294,19 @@ def test_convoy_of_warm_answers_equals_cold_answers():
         answers, scheduler = convoy(model.generator, requests, slots=3, together=3)
         assert answers == cold
     assert scheduler.counters.prompt_tokens_cached_total > 0
+
+
+def test_the_warm_directory_follows_kinetic_warm_dir(monkeypatch, tmp_path):
+    """KINETIC_WARM_DIR moves Warm Start's default directory (the test suite's points at a temporary
+    folder, never the user's cache); unset, it is kinetic/warm in the user's cache folder."""
+    import os
+    from pathlib import Path
+
+    from kinetic.runtime.warm_disk import default_directory
+    from kinetic.user_cache import cache_dir
+
+    assert os.environ.get("KINETIC_WARM_DIR") and default_directory() != cache_dir("warm")
+    monkeypatch.setenv("KINETIC_WARM_DIR", str(tmp_path))
+    assert default_directory() == Path(tmp_path)
+    monkeypatch.delenv("KINETIC_WARM_DIR")
+    assert default_directory() == cache_dir("warm")
