@@ -16,7 +16,12 @@
 #        weight type checked bit for bit against the reference interpreter for 4 steps, then decode
 #        speed and the share of the GPU's bandwidth on 1B- and 3B-class models (Q4_0, Q4_K, Q8_0),
 #        and a model split between the CPU and the GPU (-ngl);
-#     4. where the real models are here: `kinetic bench --device cuda` on both.
+#     4. where the real models are here: `kinetic bench --device cuda` on both;
+#     5. mixture of experts (benchmarks/cuda_moe.py --make): a tiny qwen3moe checked bit for bit against
+#        the CPU, then docs/moe.md's benchmark shape (32 experts top-4, Q4_0): decode tokens/s with every
+#        expert on the GPU and with Flywheel caching a quarter of them (KINETIC_GPU_BYTES), logits
+#        checked against the CPU's. (Step 1 runs the MoE tests marked gpu: the synthetic MoE files on
+#        the GPU, all experts and a quarter, against the CPU.)
 #
 # Takes about five minutes. Results go to $OUT when set (the device tool's folder), else ./gpu-check/.
 set -uo pipefail
@@ -91,6 +96,10 @@ timeout 120 "$PY" -m kinetic.codegen.cuda.bench 2>&1 | tee "$out/gemv-bench.txt"
     timeout 120 "$PY" benchmarks/cuda_runtime.py --make tiny --type Q4_K --check 4 --tokens 16 -ngl 1 || status=1
     timeout 300 "$PY" benchmarks/cuda_runtime.py --make 3b --type Q4_0 --tokens 32 -ngl 14 || status=1
 } 2>&1 | tee "$out/runtime.txt"
+{
+    timeout 120 "$PY" benchmarks/cuda_moe.py --make tiny --tokens 8 || status=1
+    timeout 300 "$PY" benchmarks/cuda_moe.py --make bench --tokens 64 || status=1
+} 2>&1 | tee "$out/moe.txt"
 for name in $models; do
     timeout 300 "$PY" -m kinetic.cli.main bench "$name" --device cuda -r 3 --edit-tokens 0 2>&1 | tee -a "$out/bench.txt" \
         || status=1

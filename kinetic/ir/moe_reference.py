@@ -6,7 +6,7 @@ rows). Every one works row by row: a row's experts, weights and outputs never de
 experts the other rows of the pass chose, nor on how many rows there are. moe_matmul groups the
 pass's rows by expert (one matmul per expert used) and asks the runner for each group's product
 (`expert_matmul`), which is row by row too, so grouping changes no row's arithmetic. Does not own
-the expert weights' cache (the runner's) nor where experts run (kinetic/runtime/flywheel.py).
+the expert weights' cache (the runner's) nor where experts run (kinetic/codegen/common/flywheel.py).
 This module imports nothing from ops.py (ops.py imports it).
 """
 

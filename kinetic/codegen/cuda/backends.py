@@ -14,11 +14,21 @@ calls; it runs only where a GPU is (scripts/gpu_check.sh).
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from kinetic.codegen.cuda.kernel import Kernel
 
 ALIGN = 256  # bytes: every view the runtime hands a kernel starts at a multiple of this
+# the GPU memory the runtime may use, in bytes (tests and gpu_check's Flywheel case): the emulation's
+# whole memory, a cap on a GPU's free memory; unset: no cap (the emulation: no limit)
+GPU_BYTES = "KINETIC_GPU_BYTES"
+
+
+def gpu_bytes_limit() -> int | None:
+    limit = os.environ.get(GPU_BYTES)
+    return int(limit) if limit else None
 
 
 class HostBackend:
@@ -67,7 +77,9 @@ class HostBackend:
         pass
 
     def free_bytes(self) -> int | None:
-        return None
+        """None (no memory limit), or the emulated GPU's memory in bytes from KINETIC_GPU_BYTES: a small
+        budget makes the runtime split layers or cache experts (Flywheel) as on a small GPU."""
+        return gpu_bytes_limit()
 
     def close(self) -> None:
         self.program = None
@@ -148,7 +160,9 @@ class GpuBackend:
 
     def free_bytes(self) -> int | None:
         free, _total = self.cp.cuda.runtime.memGetInfo()
-        return int(free) + self.cp.get_default_memory_pool().free_bytes()
+        free = int(free) + self.cp.get_default_memory_pool().free_bytes()
+        limit = gpu_bytes_limit()  # KINETIC_GPU_BYTES: at most that much
+        return free if limit is None else min(free, limit)
 
     def close(self) -> None:
         self.synchronize()

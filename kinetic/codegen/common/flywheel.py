@@ -1,6 +1,7 @@
 """Flywheel: where each routed expert of a mixture-of-experts layer runs (docs/moe.md).
 
-Owns the placement decisions as plain code, with no device in it: the GPU memory the experts get (what
+Owns the placement decisions as plain code, with no device in it (it sits in codegen/common so that
+the CUDA runner can ask it: no device imports the runtime): the GPU memory the experts get (what
 is left after attention, shared weights and one sequence's cache, minus a reserve), the expert cache in
 that memory (which experts are resident; eviction by decayed use frequency, then by least recent use),
 the measured costs (CPU seconds per expert byte and row, copy seconds per byte, GPU seconds per byte
@@ -203,6 +204,7 @@ class Flywheel:
         """The status line's words for how experts are placed."""
         if self.all_fit:
             return f"experts: all {len(self.expert_bytes) * self.n_expert} on the GPU"
-        gib = self.budget.expert_cache / 2**30
+        size = self.budget.expert_cache
+        room = f"{size / 2**30:.1f} GiB" if size >= 2**30 else f"{size / 2**20:.1f} MiB"
         return (f"experts: {len(self.cache.resident)} of {len(self.expert_bytes) * self.n_expert} cached on the "
-                f"GPU ({gib:.1f} GiB), the rest run on the CPU or are copied up")
+                f"GPU ({room}), the rest run on the CPU or are copied up")

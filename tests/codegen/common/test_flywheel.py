@@ -1,11 +1,11 @@
-"""Flywheel's placement logic (kinetic/runtime/flywheel.py) against a simulated device: given GPU
+"""Flywheel's placement logic (kinetic/codegen/common/flywheel.py) against a simulated device: given GPU
 memory, expert sizes and costs, the decisions it must make."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from kinetic.runtime.flywheel import Budget, Costs, Flywheel, Rate, Where
+from kinetic.codegen.common.flywheel import Budget, Costs, Flywheel, Rate, Where
 
 MB = 1 << 20
 EXPERT = 4 * MB  # one expert's gate + up + down
