@@ -181,9 +181,9 @@ def attention_rows(n_head: int, n_kv_head: int, head_dim: int, scale: float, sof
   const int head = BX;
   const int cached = LD(int, meta, 0);
   const int n_keys = cached < MASK_STRIDE ? cached : MASK_STRIDE;
-  const long mrow = (long)BY * MASK_STRIDE;
+  const int mrow = BY * MASK_STRIDE;  // rows x capacity stays under 2^31 (the mask's own size)
   const long base = ((long)BY * NH + head) * 2 * MASK_STRIDE;  // scores, then ms; vs at + MASK_STRIDE
-  const long cache_row = LD(int, kv_rows, 2 * BY + 1);  // the row's cache in the pool
+  const int cache_row = LD(int, kv_rows, 2 * BY + 1);  // the row's cache in the pool
 """
     if quantize == "q8_k":  # the block's 256 values are one super-block: a barrier between its two halves
         quantized = (pointwise.q8_k_reduce() + "  }\n  BARRIER();\n  {\n" + setup
@@ -211,7 +211,7 @@ BODY
   for (int j = WARP; j < n_keys; j += {PAR_WARPS}) {{
     if (!LD(u8, mask, mrow + j)) continue;
     LANES {{
-      const long krow = (cache_row + j) * KVW + (long)(head / GROUP) * HD;
+      const long krow = ((long)cache_row + j) * KVW + (long)(head / GROUP) * HD;
 {_score(per_lane, 6)}
     }}
 {_score_sum(4)}\
@@ -261,7 +261,7 @@ BODY
       for (int j = 0; j < n_keys; ++j) {{
         if (!LD(u8, mask, mrow + j)) continue;
         const float ms = LD(float, scratch, base + j), vs = LD(float, scratch, base + MASK_STRIDE + j);
-        const float v = k_h2f(LD(u16, values, (cache_row + j) * KVW + vcol));
+        const float v = k_h2f(LD(u16, values, ((long)cache_row + j) * KVW + vcol));
         acc = k_h2f(k_f2h(k_fma(v, vs, k_h2f(k_f2h(k_mul(acc, ms))))));
         s_sum = k_fma(s_sum, ms, vs);
       }}

@@ -65,4 +65,4 @@ BODY
   }}
 """
     name = f"layer_norm_w{width}_{'weighted' if weighted else 'plain'}_eps{name_tag(eps)}"
-    return Kernel(name, "norm", THREADS, 1, tuple(params), body, shared_bytes=8)
+    return Kernel(name, "layer_norm", THREADS, 1, tuple(params), body, shared_bytes=8)
