@@ -29,7 +29,9 @@ def layer_norm(x: np.ndarray, eps: float) -> np.ndarray:
     """f32 [rows, n] -> each row minus its mean, divided by sqrt(variance + eps) (see the module)."""
     x = np.asarray(x, F32)
     rows, n = x.shape
-    total_x = np.cumsum(x.astype(np.float64), axis=1)[:, -1]  # one float64 chain in order, as ggml's loop
+    # one float64 chain in order from +0.0, as ggml's loop (`sum = 0.0; sum += x[i]`): adding the +0.0
+    # start last changes nothing but the sign of an all-zero row's sum, which the start makes +0
+    total_x = np.float64(0.0) + np.cumsum(x.astype(np.float64), axis=1)[:, -1]
     mean = (total_x.astype(F32) / F32(n)).astype(F32)  # f32 [rows]
     y = (x - mean[:, None]).astype(F32)
     main = n - n % 16
