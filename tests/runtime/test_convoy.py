@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import kinetic
+from kinetic import devices
 from kinetic.errors import KineticError
 from kinetic.grammar import GrammarMatcher, TokenVocab, parse_gbnf
 from kinetic.ir.rows import PassRows
@@ -101,11 +102,14 @@ def test_synthetic_family_convoy_equals_alone(name):
     _gate(model, requests, slots=3)
 
 
-@pytest.mark.parametrize("device", ["cpu", "reference"])
+@pytest.mark.parametrize("device", ["cpu", "reference", "vulkan", "cuda-emulated"])
 def test_draft_trees_verify_beside_other_sequences(device, monkeypatch):
     """Draft trees of several sequences verify in shared passes (the compiled step writing rows in
-    place, the reference returning them for the engine to commit), and every drafted answer is its
-    answer alone."""
+    place, the reference returning them for the engine to commit, Vulkan and the CUDA emulation in
+    their cache pools), and every drafted answer is its answer alone."""
+    reason = devices.DEVICES[device].unavailable()
+    if reason:
+        pytest.skip(f"--device {device} cannot run here: {reason}")
     model = kinetic.Model(synthetic_path("llama"), n_ctx=64, device=device)
     model.generator.decoder.costs = FixedCosts()  # drafting decided by acceptance alone, not the clock
     shared_trees = []

@@ -2,7 +2,8 @@
 emulation): several sequences' rows share each pass, each row stored in and attending over its own
 cache in the device's pool (kinetic/codegen/common/kv_mirror.py, pass_caches.py), and every answer
 is bit for bit what it gets alone on that device (greedy, seeded, drafted; draft trees of several
-sequences in one pass). Each device is skipped, with the reason, where it cannot run."""
+sequences in one pass: tests/runtime/test_convoy.py, on every device). Each device is skipped,
+with the reason, where it cannot run."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from kinetic.runtime.generation import GenerationRequest
 from kinetic.runtime.sampling import SamplingSettings
 from tests.device_checks import PROMPT, REPEATING, FixedCosts, same_bits
 from tests.runtime.convoy_helpers import alone, convoy, shared_passes
-from tests.synthetic import SYNTHETIC, synthetic_files, synthetic_path
+from tests.synthetic import SYNTHETIC, synthetic_files
 
 DEVICES = ["vulkan", "cuda-emulated"]
 GREEDY = SamplingSettings(temperature=0.0, seed=1)
@@ -159,23 +160,3 @@ def test_synthetic_convoy_equals_alone_on_device(name, device):
     requests = [GenerationRequest(prompts[0], GREEDY, max_tokens=6, ignore_eos=True),
                 GenerationRequest(prompts[1], _seeded(9), max_tokens=4, ignore_eos=True)]
     _gate(model, requests, slots=2, together=2)
-
-
-@pytest.mark.parametrize("device", DEVICES)
-def test_draft_trees_of_several_sequences_verify_in_one_pass_on_device(device, monkeypatch):
-    """Draft trees of three sequences verify in shared passes on the device, and every drafted answer
-    is its answer alone."""
-    _skip_unless_runs(device)
-    model = _model(synthetic_path("llama"), device, 64)
-    shared_trees = []
-    run = model.engine.run
-
-    def watched_run(parts):
-        shared_trees.append(len(parts) > 1 and any(not p.commit for p in parts))
-        run(parts)
-
-    monkeypatch.setattr(model.engine, "run", watched_run)
-    requests = [GenerationRequest(tuple(p), GREEDY, max_tokens=n, ignore_eos=True, draft=True)
-                for p, n in (([5, 6, 7, 8] * 4, 10), ([9, 10, 11] * 5, 8), ([3, 4] * 6, 12))]
-    _gate(model, requests, slots=3, together=3)
-    assert any(shared_trees), "no draft tree shared a pass"

@@ -57,12 +57,17 @@ def _slot(c: httpx.Client, slot_id: int) -> dict:
     return next(s for s in c.get("/slots").json() if s["id"] == slot_id)
 
 
-def _stream_first_then_close(url: str, body: dict) -> None:
-    """Streams `body`, reads its first event and closes the connection (a client cancelling)."""
+def _stream_first_then_close(url: str, body: dict, started: threading.Event | None = None,
+                             go: threading.Event | None = None) -> None:
+    """Streams `body`, reads its first event and closes the connection (a client cancelling); with
+    `started` and `go`, it signals `started` after the first event and closes only once `go` is set."""
     with httpx.Client(base_url=url, timeout=120) as c, \
             c.stream("POST", "/completion", json={**body, "stream": True}) as r:
         for line in r.iter_lines():
             if line.startswith("data: "):
+                if started is not None:
+                    started.set()
+                    go.wait(120)
                 return
 
 
@@ -101,20 +106,35 @@ def test_client_that_leaves_frees_its_slot_at_once(model, how):
         beside: list = []
         other = threading.Thread(target=lambda: beside.append(httpx.post(url + "/completion", json=BESIDE,
                                                                           timeout=120)))
+        started, go = threading.Event(), threading.Event()
         if how == "stream closed":
-            leaver = threading.Thread(target=_stream_first_then_close, args=(url, LONG))
+            leaver = threading.Thread(target=_stream_first_then_close, args=(url, LONG, started, go))
         else:
             def leave() -> None:
                 with pytest.raises(httpx.ReadTimeout):  # httpx closes the connection on its timeout
-                    httpx.post(url + "/completion", json=LONG, timeout=httpx.Timeout(120, read=0.5))
+                    started.set()
+                    go.wait(120)
+                    httpx.post(url + "/completion", json=LONG, timeout=httpx.Timeout(120, read=2.0))
             leaver = threading.Thread(target=leave)
+            go.set()  # it leaves 2 s after sending, whatever else runs
         leaver.start()
-        _until(lambda: _gauge(c, "requests_processing") == 1)
+        started.wait(120)
+        # which slot the long request holds, known before anything else could take a freed slot
+        slot_id: list = []
+
+        def long_slot_found() -> bool:
+            slot_id[:] = [s["id"] for s in c.get("/slots").json()
+                          if s["is_processing"] and s.get("params", {}).get("n_predict") == LONG["n_predict"]]
+            return bool(slot_id)
+
+        _until(long_slot_found)
         other.start()
+        if how == "stream closed":
+            _until(lambda: _gauge(c, "requests_processing") == 2)  # both share passes, then the client leaves
+            go.set()
         leaver.join(timeout=120)
-        slot = next(s for s in c.get("/slots").json() if s.get("params", {}).get("n_predict") == LONG["n_predict"])
-        _until(lambda: not _slot(c, slot["id"])["is_processing"], seconds=10)
-        decoded = _slot(c, slot["id"])["next_token"][0]["n_decoded"]
+        _until(lambda: not _slot(c, slot_id[0])["is_processing"], seconds=10)
+        decoded = _slot(c, slot_id[0])["next_token"][0]["n_decoded"]
         other.join(timeout=120)
     assert decoded < LONG["n_predict"] // 3, f"{decoded} tokens decoded after the client left"
     assert beside[0].status_code == 200 and beside[0].json()["content"] == alone

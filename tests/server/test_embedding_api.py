@@ -146,7 +146,7 @@ def test_serve_embedding_refuses_a_text_model():
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, "-m", "kinetic.cli.main", "serve", str(synthetic_path("llama")), "--embedding",
-                           "--port", "0", "-c", "64"], capture_output=True, text=True, timeout=300)
+    done = subprocess.run([sys.executable, "-m", "kinetic.cli.main", "serve", str(synthetic_path("llama")),
+                           "--embedding", "--port", "0", "-c", "64"], capture_output=True, text=True, timeout=300)
     assert done.returncode != 0
     assert "--embedding needs an embedding model; llama.gguf is a text model" in done.stderr

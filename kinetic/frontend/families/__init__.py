@@ -24,9 +24,9 @@ from kinetic.frontend.families import (
     olmo2,
     qwen2,
     qwen3,
+    qwen3moe,
     qwen35,
     qwen35moe,
-    qwen3moe,
 )
 from kinetic.frontend.families.base import Family
 

@@ -72,6 +72,7 @@ __all__ = [
     "block_minimums", "dot_f16", "expf_ggml", "float_dot", "fma_f32", "gelu_ggml", "gelu_table",
     "layer_norm", "libm_f32", "logf", "matmul", "powf", "q8_1_sums", "quantize_q8_0", "quantize_q8_k",
     "quantized_activations",
-    "Rotary", "rms_norm", "rope_angles", "rope_cos_sin", "rope_mscale", "rope_rotate", "short_conv_row", "silu", "softcap", "softplus", "ssm_scan_row",
+    "Rotary", "rms_norm", "rope_angles", "rope_cos_sin", "rope_mscale", "rope_rotate", "short_conv_row", "silu",
+    "softcap", "softplus", "ssm_scan_row",
     "yarn_corr_dims",
 ]
