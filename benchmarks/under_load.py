@@ -89,6 +89,9 @@ def main() -> None:
     found = str(LLAMA_BENCH) if LLAMA_BENCH.exists() else shutil.which("llama-bench")
     parser.add_argument("--llama-bench", default=found, help="llama-bench to compare [default: the built one]")
     args = parser.parse_args()
+    if args.llama_bench and not Path(args.llama_bench).is_file():
+        parser.error(f"--llama-bench {args.llama_bench}: no such file (build llama.cpp as ../shared/llama-cpp.md "
+                     "says, or pass --llama-bench '' to measure Kinetic alone)")
     models = {t: Model(args.model, n_ctx=512, threads=t) for t in sorted({1, args.threads})}
     path = str(models[1].path)
     bench = Path(args.llama_bench) if args.llama_bench else None
