@@ -148,9 +148,10 @@ def _codebook(fn: Function, values: tuple[int, ...], nibble: int) -> int:
     return fn.bits_s(fn.bitcast(word, m.i32), None, 8, offset_id=offset)
 
 
-def render_matvec(t: Target, wtype: Q, n_out: int, k: int, use_subgroups: bool = True) -> Kernel:
+def render_matvec(t: Target, wtype: Q, n_out: int, k: int, use_subgroups: bool = True, experts: bool = False) -> Kernel:
     """Bindings: weights u32 [n_out*row_bytes/4], q_x u32 [rows*K/4], d_x f32 [rows*K/32],
-    (s_x f32 [rows*K/32] for Q4_1 and Q5_1), y f32 [rows*n_out]. Workgroups: (ceil(n_out/8), rows)."""
+    (s_x f32 [rows*K/32] for Q4_1 and Q5_1), y f32 [rows*n_out]; with `experts`, then expert_ids u32
+    [rows] and weights a stack of [E, n_out] rows (expert_row). Workgroups: (ceil(n_out/8), rows)."""
     if wtype not in QS_OFFSET:
         raise Unsupported(f"{wtype.name} is not a block-32 type with a Vulkan kernel (ops.check_weight_type)")
     if k % 32:
@@ -165,9 +166,10 @@ def render_matvec(t: Target, wtype: Q, n_out: int, k: int, use_subgroups: bool =
     dx = m.storage_buffer(2, m.f32, readonly=True, name="d_x")
     sx = m.storage_buffer(3, m.f32, readonly=True, name="s_x") if fmt == "q8_1" else None
     y = m.storage_buffer(4 if sx else 3, m.f32, name="y")
+    ids = m.storage_buffer(5 if sx else 4, m.u32, readonly=True, name="expert_ids") if experts else None
     scratch = None if butterfly or dot_order(wtype) == "scalar" else m.shared_array(m.f32, width, "lanes")
     fn = m.compute_entry((width, 1, 1))
-    lane, row_x, n, n_read = row_roles(fn, t, butterfly, n_out)
+    lane, row_x, n, n_read = row_roles(fn, t, butterfly, n_out, ids)
     order = dot_order(wtype)
     acc = fn.local(m.f32, m.f(0.0))
     summs = fn.local(m.f32, m.f(0.0))
@@ -192,8 +194,9 @@ def render_matvec(t: Target, wtype: Q, n_out: int, k: int, use_subgroups: bool =
         total = fn.fadd(total, fn.load(summs))
     store_row(fn, y, lane, row_x, n, n_out, total)
     fn.end()
-    readonly = (True, True, True) + ((True,) if sx else ()) + (False,)
+    readonly = (True, True, True) + ((True,) if sx else ()) + (False,) + ((True,) if experts else ())
     name = f"matvec_{wtype.name.lower()}_{order}_{n_out}x{k}_{'subgroup' if butterfly else 'shared'}"
+    name += "_experts" if experts else ""
     return Kernel(name, m.to_bytes(), readonly, (width, 1, 1), full_subgroups=butterfly)
 
 
@@ -204,11 +207,12 @@ def uses_butterfly(t: Target, use_subgroups: bool) -> bool:
     return use_subgroups and t.shuffle and t.subgroup_size >= LANES and width % t.subgroup_size == 0
 
 
-def row_roles(fn: Function, t: Target, butterfly: bool, n_out: int) -> tuple[int, int, int, int]:
+def row_roles(fn: Function, t: Target, butterfly: bool, n_out: int, experts=None) -> tuple[int, int, int, int]:
     """(lane, activation row, weight row n, the row actually read) of this invocation: 8 lanes per
     weight row, 8 weight rows per workgroup, workgroup (x, y) = (rows n / 8, activation row). With
     the butterfly the roles follow the subgroup layout, so a row's lanes are lanes of one subgroup;
-    rows past n_out read row n_out-1 and store nothing (control flow stays uniform)."""
+    rows past n_out read row n_out-1 and store nothing (control flow stays uniform). With `experts`
+    the row read is in the expert the activation row chose (expert_row)."""
     m = fn.m
     if butterfly:
         sub_lane = fn.builtin(BuiltIn.SubgroupLocalInvocationId)
@@ -221,7 +225,16 @@ def row_roles(fn: Function, t: Target, butterfly: bool, n_out: int) -> tuple[int
     wg = fn.builtin(BuiltIn.WorkgroupId)
     row_x = fn.emit(Op.CompositeExtract, m.u32, wg, 1)
     n = fn.iadd(fn.imul(fn.emit(Op.CompositeExtract, m.u32, wg, 0), m.u(ROWS_PER_GROUP)), local_row)
-    return lane, row_x, n, fn.glsl2(GLSL.UMin, n, m.u(n_out - 1))
+    return lane, row_x, n, expert_row(fn, fn.glsl2(GLSL.UMin, n, m.u(n_out - 1)), row_x, n_out, experts)
+
+
+def expert_row(fn: Function, n_read: int, row_x: int, n_out: int, experts) -> int:
+    """The weight row an invocation reads: n_read, or with `experts` (u32 [rows], the expert each
+    activation row chose: moe_matmul's slot rows, vulkan/moe.py) row n_read of that expert in a stack
+    of [E, n_out] rows, so the product is the plain matvec's with that expert's matrix alone."""
+    if experts is None:
+        return n_read
+    return fn.iadd(fn.imul(fn.buf_load(experts, row_x), fn.m.u(n_out)), n_read)
 
 
 def store_row(fn: Function, y, lane: int, row_x: int, n: int, n_out: int, total: int) -> None:

@@ -40,15 +40,16 @@ from kinetic.ir.numerics.dots import FLOAT_CHUNK
 SUPPORTED = (Q.F32,)
 
 
-def render_matvec_f32(t: Target, n_out: int, k: int) -> Kernel:
-    """Bindings: weights f32 [n_out*K], x f32 [rows*K], y f32 [rows*n_out]."""
+def render_matvec_f32(t: Target, n_out: int, k: int, experts: bool = False) -> Kernel:
+    """Bindings: weights f32 [n_out*K], x f32 [rows*K], y f32 [rows*n_out] (with `experts`,
+    expert_ids u32 [rows]: matvec_float.open_frame)."""
     main = k - k % FLOAT_CHUNK
-    frame = open_frame(n_out, k, weight_type="f32")
+    frame = open_frame(n_out, k, weight_type="f32", experts=experts)
     fn, rows = frame.fn, frame.rows
     with first_invocation(frame, n_out, _lanes(fn, t, frame.weights, frame.x, rows, frame.lane, main)) as held:
         total = reduce16(fn, [fn.fadd(held[i], held[16 + i]) for i in range(16)])
         store_output(frame, n_out, _tail(fn, t, frame.weights, frame.x, rows, total, main, k))
-    return close_frame(frame, f"matvec_f32_{n_out}x{k}")
+    return close_frame(frame, f"matvec_f32_{n_out}x{k}{'_experts' if experts else ''}")
 
 
 def _lanes(fn: Function, t: Target, w, x, rows, lane: int, main: int) -> int:

@@ -40,6 +40,7 @@ from gguf import GGMLQuantizationType as Q
 from kinetic.codegen.vulkan import builders
 from kinetic.codegen.vulkan.builders import Target
 from kinetic.codegen.vulkan.device import Kernel, Unsupported
+from kinetic.codegen.vulkan.matvec import expert_row
 from kinetic.codegen.vulkan.spirv import GLSL, BuiltIn, Function, Module, Op
 from kinetic.ir.numerics.dots import FLOAT_CHUNK
 
@@ -94,9 +95,10 @@ def reduce16(fn: Function, v: list[int]) -> int:
     return fn.fadd(fn.fadd(v[0], v[2]), fn.fadd(v[1], v[3]))
 
 
-def render_matvec_float(t: Target, wtype: Q, n_out: int, k: int, f64: bool) -> Kernel:
-    """Bindings: weights u32 (16-bit pairs) [n_out*K/2], x f32 [rows*K], y f32 [rows*n_out]. `f64`:
-    the device has float64 (BF16 and any K % 64 tail need it)."""
+def render_matvec_float(t: Target, wtype: Q, n_out: int, k: int, f64: bool, experts: bool = False) -> Kernel:
+    """Bindings: weights u32 (16-bit pairs) [n_out*K/2], x f32 [rows*K], y f32 [rows*n_out] (with
+    `experts`, expert_ids u32 [rows]: open_frame). `f64`: the device has float64 (BF16 and any K % 64
+    tail need it)."""
     if wtype not in SUPPORTED:
         raise Unsupported(f"{wtype.name} is not a float weight type with a Vulkan kernel")
     if k % 2:
@@ -104,7 +106,7 @@ def render_matvec_float(t: Target, wtype: Q, n_out: int, k: int, f64: bool) -> K
     main = k - k % FLOAT_CHUNK
     if (main != k or wtype is Q.BF16) and not f64:
         raise Unsupported(f"matvec: {wtype.name} rows of {k} values need float64 (this device has none)")
-    frame = open_frame(n_out, k, weight_type="u32")
+    frame = open_frame(n_out, k, weight_type="u32", experts=experts)
     fn, m, rows = frame.fn, frame.m, frame.rows
     lanes = _f16_lanes if wtype is Q.F16 else _bf16_lanes
     with first_invocation(frame, n_out, lanes(fn, t, frame.weights, frame.x, rows, frame.lane, main)) as held:
@@ -119,7 +121,7 @@ def render_matvec_float(t: Target, wtype: Q, n_out: int, k: int, f64: bool) -> K
         if start is not None:
             total = fn.convert(_tail(fn, wtype, frame.weights, frame.x, rows, start, main, k), m.f32)
         store_output(frame, n_out, total)
-    return close_frame(frame, f"matvec_{wtype.name.lower()}_{n_out}x{k}")
+    return close_frame(frame, f"matvec_{wtype.name.lower()}_{n_out}x{k}{'_experts' if experts else ''}")
 
 
 @dataclass(frozen=True)
@@ -140,15 +142,18 @@ class Frame:
     row_x: int
     n: int
     rows: tuple[int, int]
+    experts: bool = False  # a fourth binding, expert_ids u32 [rows] (matvec.expert_row)
 
 
-def open_frame(n_out: int, k: int, *, weight_type: str) -> Frame:
-    """The module, its bindings (weights of element type `weight_type`: "u32" or "f32", x f32, y f32)
-    and the invocation's place: output n (past n_out it reads the last row and stores nothing)."""
+def open_frame(n_out: int, k: int, *, weight_type: str, experts: bool = False) -> Frame:
+    """The module, its bindings (weights of element type `weight_type`: "u32" or "f32", x f32, y f32;
+    with `experts`, expert_ids u32 [rows], the weights a stack of [E, n_out] rows) and the
+    invocation's place: output n (past n_out it reads the last row and stores nothing)."""
     m = Module()
     weights = m.storage_buffer(0, getattr(m, weight_type), readonly=True, name="weights")
     x = m.storage_buffer(1, m.f32, readonly=True, name="x")
     y = m.storage_buffer(2, m.f32, name="y")
+    ids = m.storage_buffer(3, m.u32, readonly=True, name="expert_ids") if experts else None
     scratch = m.shared_array(m.f32, WORKGROUP, "lanes")
     fn = m.compute_entry((WORKGROUP, 1, 1))
     index = fn.builtin(BuiltIn.LocalInvocationIndex)
@@ -157,9 +162,10 @@ def open_frame(n_out: int, k: int, *, weight_type: str) -> Frame:
     row_x = fn.emit(Op.CompositeExtract, m.u32, wg, 1)
     n = fn.iadd(fn.imul(fn.emit(Op.CompositeExtract, m.u32, wg, 0), m.u(OUTPUTS_PER_GROUP)), local_out)
     n_read = fn.glsl2(GLSL.UMin, n, m.u(n_out - 1))  # past n_out: read the last row, store nothing
+    n_read = expert_row(fn, n_read, row_x, n_out, ids)
     rows = (fn.imul(n_read, m.u(k)), fn.imul(row_x, m.u(k)))  # first weight, first activation
     own_slot = fn.shared_ptr(scratch, index)
-    return Frame(m, fn, weights, x, y, scratch, own_slot, lane, local_out, row_x, n, rows)
+    return Frame(m, fn, weights, x, y, scratch, own_slot, lane, local_out, row_x, n, rows, experts)
 
 
 @contextmanager
@@ -184,7 +190,8 @@ def store_output(frame: Frame, n_out: int, total: int) -> None:
 def close_frame(frame: Frame, name: str) -> Kernel:
     """The finished kernel `name`."""
     frame.fn.end()
-    return Kernel(name, frame.m.to_bytes(), (True, True, False), (WORKGROUP, 1, 1))
+    readonly = (True, True, False) + ((True,) if frame.experts else ())
+    return Kernel(name, frame.m.to_bytes(), readonly, (WORKGROUP, 1, 1))
 
 
 def _f16_lanes(fn: Function, t: Target, words, x, rows, lane: int, main: int) -> int:

@@ -239,9 +239,11 @@ def _q6_k_lane(fn: Function, words, qx, sums, base: int, xblock: int, lane: int)
 SCALAR_PARTS = {Q.Q4_K: _q4_k_parts, Q.Q2_K: _q2_k_parts}
 
 
-def render_matvec_k(t: Target, wtype: Q, n_out: int, k: int, use_subgroups: bool = True) -> Kernel:
+def render_matvec_k(t: Target, wtype: Q, n_out: int, k: int, use_subgroups: bool = True,
+                    experts: bool = False) -> Kernel:
     """Bindings: weights u32, q_x u32 [rows*K/4], d_x f32 [rows*K/256], bsums i32 [rows*K/16],
-    y f32 [rows*n_out]. Workgroups: (ceil(n_out/8), rows)."""
+    y f32 [rows*n_out]; with `experts`, expert_ids u32 [rows] (matvec.expert_row). Workgroups:
+    (ceil(n_out/8), rows)."""
     if wtype not in SUPPORTED:
         raise Unsupported(f"{wtype.name} is not a super-block type with a Vulkan kernel")
     if k % 256:
@@ -255,10 +257,11 @@ def render_matvec_k(t: Target, wtype: Q, n_out: int, k: int, use_subgroups: bool
     dx = m.storage_buffer(2, m.f32, readonly=True, name="d_x")
     sums = m.storage_buffer(3, m.i32, readonly=True, name="bsums")
     y = m.storage_buffer(4, m.f32, name="y")
+    ids = m.storage_buffer(5, m.u32, readonly=True, name="expert_ids") if experts else None
     f_scratch = None if butterfly else m.shared_array(m.f32, width, "lanes")
     i_scratch = None if butterfly else m.shared_array(m.i32, width, "block_sums")
     fn = m.compute_entry((width, 1, 1))
-    lane, row_x, n, n_read = row_roles(fn, t, butterfly, n_out)
+    lane, row_x, n, n_read = row_roles(fn, t, butterfly, n_out, ids)
     acc, accmin = fn.local(m.f32, m.f(0.0)), fn.local(m.f32, m.f(0.0))
     with fn.loop(m.u(0), m.u(nsb)) as b:
         base = fn.imul(fn.iadd(fn.imul(n_read, m.u(nsb)), b), m.u(block_bytes))
@@ -287,7 +290,9 @@ def render_matvec_k(t: Target, wtype: Q, n_out: int, k: int, use_subgroups: bool
     store_row(fn, y, lane, row_x, n, n_out, total)
     fn.end()
     name = f"matvec_{wtype.name.lower()}_{n_out}x{k}_{'subgroup' if butterfly else 'shared'}"
-    return Kernel(name, m.to_bytes(), (True, True, True, True, False), (width, 1, 1), full_subgroups=butterfly)
+    name += "_experts" if experts else ""
+    readonly = (True, True, True, True, False) + ((True,) if experts else ())
+    return Kernel(name, m.to_bytes(), readonly, (width, 1, 1), full_subgroups=butterfly)
 
 
 def lanes_k(fn: Function, t: Target, wtype: Q, words, qx, sums, base: int, xblock: int, lane: int, d_x: int,

@@ -143,20 +143,25 @@ class VulkanOps:
         padded[: raw.nbytes] = raw.reshape(-1)
         return self.device.upload(padded)
 
-    def matmul_dispatches(self, xbuf, ybuf, wbuf, wtype: Q, rows: int, k: int, n_out: int, alloc) -> list[Dispatch]:
+    def matmul_dispatches(self, xbuf, ybuf, wbuf, wtype: Q, rows: int, k: int, n_out: int, alloc,
+                          expert_ids=None) -> list[Dispatch]:
         """The dispatches of y f32 [rows, n_out] = x f32 [rows, K] @ w.T: the activation quantizer,
         then the matvec. Their three scratch buffers come from alloc(slot, nbytes) (the caller owns
-        them)."""
+        them). With `expert_ids` (u32 [rows]), w is a stack of experts' [n_out, K] matrices and row r
+        is multiplied by expert expert_ids[r]'s (matvec.expert_row; moe_matmul, vulkan/moe.py)."""
         check_weight_type(wtype)
+        experts = expert_ids is not None
+        ids = [expert_ids] if experts else []
         fmt = numerics.activation_format(wtype)  # "q8_0", "q8_1" (Q8_0 with sums), "q8_k", "f16" or "bf16"
         if wtype in matvec_f32.SUPPORTED:  # no quantizer: the f32 rows as they are
-            mv = self.kernel(("matvec_f32", n_out, k), lambda: matvec_f32.render_matvec_f32(self.target, n_out, k))
-            return [Dispatch(mv, [wbuf, xbuf, ybuf], (-(-n_out // matvec_f32.OUTPUTS_PER_GROUP), rows, 1))]
+            mv = self.kernel(("matvec_f32", n_out, k, experts),
+                             lambda: matvec_f32.render_matvec_f32(self.target, n_out, k, experts))
+            return [Dispatch(mv, [wbuf, xbuf, ybuf, *ids], (-(-n_out // matvec_f32.OUTPUTS_PER_GROUP), rows, 1))]
         if wtype in matvec_float.SUPPORTED:  # no quantizer: the kernel rounds the f32 rows itself
             f64 = self.device.caps.shader_float64
-            mv = self.kernel(("matvec_float", wtype, n_out, k, f64),
-                             lambda: matvec_float.render_matvec_float(self.target, wtype, n_out, k, f64))
-            return [Dispatch(mv, [wbuf, xbuf, ybuf], (-(-n_out // matvec_float.OUTPUTS_PER_GROUP), rows, 1))]
+            mv = self.kernel(("matvec_float", wtype, n_out, k, f64, experts),
+                             lambda: matvec_float.render_matvec_float(self.target, wtype, n_out, k, f64, experts))
+            return [Dispatch(mv, [wbuf, xbuf, ybuf, *ids], (-(-n_out // matvec_float.OUTPUTS_PER_GROUP), rows, 1))]
         block = GGML_QUANT_SIZES[Q.Q8_K if fmt == "q8_k" else Q.Q8_0][0]  # values per activation block
         if k % block:
             raise Unsupported(f"matmul: K = {k} is not a multiple of {block} for {wtype.name}")
@@ -164,22 +169,23 @@ class VulkanOps:
         qbuf, dbuf = alloc(0, rows * k), alloc(1, nblocks * 4)
         if fmt == "q8_k":
             quant = self.kernel(("quantize_k",), matvec_k.render_quantize_q8_k)
-            mv = self.kernel(("matvec_k", wtype, n_out, k, self.use_subgroups),
-                             lambda: matvec_k.render_matvec_k(self.target, wtype, n_out, k, self.use_subgroups))
+            mv = self.kernel(("matvec_k", wtype, n_out, k, self.use_subgroups, experts),
+                             lambda: matvec_k.render_matvec_k(self.target, wtype, n_out, k, self.use_subgroups,
+                                                              experts))
             extra = alloc(2, rows * k // 16 * 4)  # Q8_K sums of 16
             qargs, margs = [xbuf, qbuf, dbuf, extra], [wbuf, qbuf, dbuf, extra, ybuf]
             quant_groups = self.grid(-(-nblocks // matvec_k.QUANT_WORKGROUP))
         else:
             with_sums = fmt == "q8_1"
             quant = self.kernel(("quantize", with_sums), lambda: matvec.render_quantize_q8(with_sums))
-            mv = self.kernel(("matvec", wtype, n_out, k, self.use_subgroups),
-                             lambda: matvec.render_matvec(self.target, wtype, n_out, k, self.use_subgroups))
+            mv = self.kernel(("matvec", wtype, n_out, k, self.use_subgroups, experts),
+                             lambda: matvec.render_matvec(self.target, wtype, n_out, k, self.use_subgroups, experts))
             extra = alloc(2, nblocks * 4)  # Q8_1 sums
             qargs = [xbuf, qbuf, dbuf] + ([extra] if with_sums else [])
             margs = [wbuf, qbuf, dbuf] + ([extra] if with_sums else []) + [ybuf]
             quant_groups = self.grid(-(-nblocks // matvec.QUANT_WORKGROUP))
         return [Dispatch(quant, qargs, quant_groups, struct.pack("<I", nblocks)),
-                Dispatch(mv, margs, (-(-n_out // matvec.ROWS_PER_GROUP), rows, 1))]
+                Dispatch(mv, [*margs, *ids], (-(-n_out // matvec.ROWS_PER_GROUP), rows, 1))]
 
     # ---- single ops from numpy arrays (the kernel tests) ---------------------------------------
     def _run(self, kernel: Kernel, arrays: list[np.ndarray], out_shape, groups: int, push: bytes = b""):
