@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from kinetic.codegen.common.orders import refused_order
 from kinetic.codegen.runner import Capabilities
-from kinetic.codegen.vulkan import elementwise, gather, recurrent, rope
+from kinetic.codegen.vulkan import elementwise, gather, moe_records, recurrent, recurrent_records, rope
 from kinetic.codegen.vulkan.dispatch import Dispatch
 from kinetic.codegen.vulkan.ops import SUPPORTED_WEIGHTS
 from kinetic.ir.graph import Graph, Node
@@ -202,12 +202,6 @@ def record_head_columns(p, node: Node, ins, out, n: int) -> None:
     p.dispatch(k, [ins[0], out], n * p.width(node), recurrent.WORKGROUP, n)
 
 
-def refuse_recurrent_state(graph: Graph, node: Node) -> str | None:
-    """The runner keeps no per-sequence recurrent state yet (nor kernels for short_conv, ssm_scan and
-    delta_rule, which read it): a graph holding one is refused by name (docs/recurrent.md)."""
-    return f"{node.op.value} has no Vulkan kernel yet"
-
-
 def record_add_bias(p, node: Node, ins, out, n: int) -> None:
     """x plus the bias (an f32 weight, uploaded once) on every row."""
     bias, size = p.model.weights[p.graph.node(node.inputs[1]).attrs.tensor], n * p.width(node)
@@ -237,7 +231,18 @@ KERNELS: dict[Op, OpKernel] = {
     Op.SOFTCAP: OpKernel(computed(record_elementwise("softcap"))),
     Op.SIGMOID: OpKernel(computed(record_sigmoid)),
     Op.HEAD_COLUMNS: OpKernel(computed(record_head_columns)),
-    Op.RECURRENT_STATE: OpKernel(bind_nothing, refuse_recurrent_state),
+    # the recurrent state: a leaf its op reads through the pass's walk buffer (pass_states.py); the ops
+    # that carry it walk the pass's rows, each from its parent's state (recurrent_records.py)
+    Op.RECURRENT_STATE: OpKernel(bind_nothing),
+    Op.SHORT_CONV: OpKernel(computed(recurrent_records.record_short_conv), recurrent_records.refuse_weights),
+    Op.SSM_SCAN: OpKernel(computed(recurrent_records.record_ssm_scan), recurrent_records.refuse_weights),
+    Op.DELTA_RULE: OpKernel(computed(recurrent_records.record_delta_rule), recurrent_records.refuse_weights),
+    # mixture of experts (moe_records.py): router rows on the device, experts through the type's matvec
+    Op.MOE_GATE: OpKernel(computed(moe_records.record_gate)),
+    Op.MOE_SELECT: OpKernel(computed(moe_records.record_select)),
+    Op.MOE_WEIGHTS: OpKernel(computed(moe_records.record_weights)),
+    Op.MOE_MATMUL: OpKernel(computed(moe_records.record_matmul), refuse_matmul),
+    Op.MOE_SUM: OpKernel(computed(moe_records.record_sum)),
 }
 
 # the orders every reducing kernel sums in (kinetic/ir/orders.py), the reference's: the matvecs in

@@ -21,6 +21,9 @@ pool row and its mask: common/pass_caches.py), and only those new rows are copie
 sequence's host cache in place (`in_place` is True, as the CPU step: the engine commits with
 commit_written / keep_written). A pool buffer stays within one binding (maxStorageBufferRange): more
 caches alive at once than that holds is a KineticError saying how many fit.
+
+Recurrent states (docs/recurrent.md) stay the runtime's: per pass the host writes each parentless
+row's committed state and reads back the states the runtime keeps (pass_states.py: PassResult.new_state).
 """
 
 from __future__ import annotations
@@ -50,7 +53,9 @@ from kinetic.codegen.vulkan.device import (
 from kinetic.codegen.vulkan.embed import SUPPORTED as LOOKUP_TYPES
 from kinetic.codegen.vulkan.kernels import CAPABILITIES, unsupported
 from kinetic.codegen.vulkan.matvec import ROWS_PER_GROUP
+from kinetic.codegen.vulkan.moe_records import refuse_moe_on
 from kinetic.codegen.vulkan.ops import VulkanOps
+from kinetic.codegen.vulkan.pass_states import PassStates
 from kinetic.codegen.vulkan.recorder import PassRecorder
 from kinetic.errors import KineticError
 from kinetic.ir.graph import Graph, Node
@@ -111,6 +116,9 @@ class VulkanModel:
         # a table only they read is not uploaded
         self.host_lookups = host_lookups(graph, weights, LOOKUP_TYPES)
         read = read_on_device(graph, self.host_lookups)
+        sizes = {n.attrs.tensor: np.asarray(weights.tensor(n.attrs.tensor)).nbytes
+                 for n in graph.nodes if n.op is Op.PARAM and n.id in read}
+        refuse_moe_on(graph, sizes, device.caps)  # every expert stays on the device (no Flywheel here)
         for node in graph.nodes:
             if node.op is Op.PARAM and node.id in read:
                 self._upload(node, np.asarray(weights.tensor(node.attrs.tensor)))
@@ -129,7 +137,7 @@ class VulkanModel:
         if wtype is Q.F32 and len(node.type.shape) == 1:
             self.weights[name] = self.device.upload(raw.astype(F32).reshape(-1))
             return
-        raw = raw.reshape(raw.shape[0], -1)
+        raw = raw.reshape(int(node.type.shape[0]), -1)  # rows as the graph says (a [1, n] tensor reads as [n])
         per_part = (self.device.caps.max_storage_buffer_range - 64) // (raw.nbytes // raw.shape[0])
         per_part -= per_part % ROWS_PER_GROUP
         self.parts[name] = [(first, len(rows), self.ops.upload_weight(rows, wtype))
@@ -196,9 +204,10 @@ class VulkanModel:
         n_rows = {"T": len(rows.tokens), "R": len(rows.output_rows)}
         caches = PassCaches.of(rows, kv, self.kv_mirrors)  # each row's cache in the pool, brought up to date
         recorder = PassRecorder(self, rows, caches, n_rows)
+        recorder.states = PassStates(self, rows, kv)  # each row's starting recurrent states (pass_states.py)
         recorder.record()
         self._bind(recorder, (n_rows["T"], n_rows["R"]))
         self.device.run(recorder.dispatches)
         outputs = {name: recorder.read(graph.node(nid)) for name, nid in graph.outputs}
-        return PassResult(outputs, recorder.new_kv())
+        return PassResult(outputs, recorder.new_kv(), recorder.states.read())
 

@@ -67,6 +67,7 @@ class PassRecorder:
         self._rope: dict[Rotary, tuple[DeviceBuffer, DeviceBuffer]] = {}
         self._slots: DeviceBuffer | None = None
         self._starts: DeviceBuffer | None = None
+        self.states = None  # the recurrent states' walk buffers (pass_states.PassStates), set by the runner
 
     def record(self) -> None:
         for node in self.graph.nodes:

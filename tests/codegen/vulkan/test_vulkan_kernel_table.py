@@ -83,3 +83,28 @@ def test_capabilities_are_the_runner_contracts_and_list_only_rows_of_the_table()
     row in KERNELS."""
     assert isinstance(CAPABILITIES, Capabilities) and CAPABILITIES.name == "vulkan"
     assert CAPABILITIES.fused_ops <= set(KERNELS) & kernels.DEVICE_FORMS
+
+
+MOE_GRAPH = """
+%0 = input() {name="tokens"} : i32[T]
+%2 = param() {tensor="token_embd.weight"} : q8_0[24,64]
+%3 = embed(%2, %0) : f32[T,64]
+%4 = param() {tensor="router"} : f32[4,64]
+%5 = matmul(%3, %4) {activations="q8"} : f32[T,4]
+%6 = moe_gate(%5) {gating="softmax"} : f32[T,4]
+%7 = moe_select(%6) {n_used=2} : i32[T,2]
+%8 = moe_weights(%6, %7) {normalize=true, scale=0.0} : f32[T,2]
+%9 = param() {tensor="down_exps"} : q4_0[4,64,64]
+%10 = moe_matmul(%3, %9, %7) {activations="q8"} : f32[T,128]
+%11 = moe_sum(%10, %8) : f32[T,64]
+output y = %11
+"""
+
+
+def test_the_moe_ops_have_rows_and_an_expert_type_without_a_kernel_is_refused():
+    """A MoE layer's five ops are accepted (vulkan/moe_records.py); an expert stack of a type without
+    a matvec is refused naming the type, as a plain matmul's weight is."""
+    graph = run_pipeline(parse_graph(MOE_GRAPH))
+    assert unsupported(graph) is None
+    stack = next(n for n in graph.nodes if n.op is Op.PARAM and n.attrs.tensor == "down_exps")
+    assert "IQ4_XS weights" in unsupported(with_node(graph, stack.id, type=replace(stack.type, dtype="iq4_xs")))

@@ -1,6 +1,6 @@
 """The Vulkan kernels of the recurrent families' stateless ops (kinetic/codegen/vulkan/recurrent.py:
 qwen35's sigmoid and head_columns) against the reference (kinetic/ir/delta_reference.py), and the
-table's refusal of the recurrent state by name."""
+table's rows for the recurrent ops (their kernels: test_vulkan_recurrent_scan.py)."""
 
 from __future__ import annotations
 
@@ -71,9 +71,20 @@ output y = %4
 """
 
 
-def test_the_table_runs_the_stateless_ops_and_refuses_the_state_by_name():
-    """A graph of sigmoid and head_columns is accepted; one holding a recurrent state is refused
-    naming it (the runner keeps no recurrent state yet)."""
+CONV = """
+%5 = param() {tensor="conv.weight"} : f32[32,3]
+%6 = scale(%5) {factor=2.0} : f32[32,3]
+%7 = recurrent_state() {name="conv.0", layer=0} : rs[2,32]
+%8 = short_conv(%4, TAPS, %7) : f32[T,32]
+output z = %8
+"""
+
+
+def test_the_table_runs_the_recurrent_ops_and_refuses_a_weight_it_cannot_read():
+    """A graph of sigmoid, head_columns and a short convolution over its recurrent state is accepted
+    (the runner keeps each sequence's state: pass_states.py); a conv whose taps are not an f32 weight
+    (computed in the graph) is refused naming the op."""
     assert unsupported(parse_graph(GRAPH)) is None
-    with_state = parse_graph(GRAPH + '%5 = recurrent_state() {name="conv.0", layer=0} : rs[2,64]\n')
-    assert unsupported(with_state) == "recurrent_state has no Vulkan kernel yet"
+    assert unsupported(parse_graph(GRAPH + CONV.replace("TAPS", "%5"))) is None
+    reason = unsupported(parse_graph(GRAPH + CONV.replace("TAPS", "%6")))
+    assert reason is not None and reason.startswith("short_conv reads input 1 as an f32 weight")
