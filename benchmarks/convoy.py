@@ -21,21 +21,12 @@ import queue
 import statistics
 import time
 
+from convoy_prompts import PROMPTS
+
 from kinetic.model import Model
 from kinetic.runtime.generation import Finished, GenerationRequest
 from kinetic.runtime.sampling import SamplingSettings
 from kinetic.runtime.scheduler import Failed, Scheduler
-
-PROMPTS = [
-    "Write a short story about a lighthouse keeper.",
-    "Explain how a bicycle gear works.",
-    "List some facts about the moon.",
-    "Describe a walk through a forest in autumn.",
-    "What makes bread rise?",
-    "Tell me about the history of the violin.",
-    "How do bees make honey?",
-    "Give advice for a first job interview.",
-]
 
 
 def run_clients(model: Model, requests: list[GenerationRequest], slots: int) -> tuple[float, list[tuple]]:

@@ -29,20 +29,11 @@ import time
 from pathlib import Path
 
 import httpx
+from convoy_prompts import PROMPTS
 
 from kinetic.hub import resolve_model
 
 LLAMA_SERVER = Path.home() / ".cache/kinetic-ref/llama.cpp/build/bin/llama-server"
-PROMPTS = [
-    "Write a short story about a lighthouse keeper.",
-    "Explain how a bicycle gear works.",
-    "List some facts about the moon.",
-    "Describe a walk through a forest in autumn.",
-    "What makes bread rise?",
-    "Tell me about the history of the violin.",
-    "How do bees make honey?",
-    "Give advice for a first job interview.",
-]
 SEEDED = {"prompt": "Write a poem about the wind in the trees.", "temperature": 0.8, "seed": 42}
 CONTEXT_PER_SLOT = 512
 

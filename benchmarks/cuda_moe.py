@@ -22,16 +22,13 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
-import gguf
 import numpy as np
+from made_models import ROOT, TOKENIZER_FROM, Q, Tensor, donor_vocab, not_donor_arch, random_quant, write_gguf
 
-ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-from cuda_runtime import TOKENIZER_FROM, random_quant  # noqa: E402
 
 from kinetic.codegen.cuda import experts  # noqa: E402
 from kinetic.codegen.cuda import model as cuda_model  # noqa: E402
@@ -43,7 +40,6 @@ from kinetic.ir.ops import Op  # noqa: E402
 from kinetic.runtime.engine import Engine  # noqa: E402
 from kinetic.runtime.weights import GGUFWeights  # noqa: E402
 
-Q = gguf.GGMLQuantizationType
 # name -> (n_embd, n_layer, n_head, n_kv_head, head_dim, n_expert, n_used, expert ff)
 SHAPES = {"tiny": (256, 2, 4, 2, 64, 8, 2, 128), "bench": (1024, 4, 8, 2, 128, 32, 4, 512)}
 N_CTX = 256
@@ -52,53 +48,45 @@ N_CTX = 256
 def make_model(path: Path, shape: str, wtype: Q = Q.Q4_0, seed: int = 0) -> Path:
     """A qwen3moe GGUF of the named shape with random `wtype` matrices (router and norms F32)."""
     n_embd, n_layer, n_head, n_kv, hd, n_expert, n_used, n_ff = SHAPES[shape]
-    rng = np.random.default_rng(seed)
-    src = gguf.GGUFReader(TOKENIZER_FROM)
-    vocab = len(src.fields["tokenizer.ggml.tokens"].contents())
-    writer = gguf.GGUFWriter(path, "qwen3moe")
-    for key, field in src.fields.items():
-        if key.startswith(("GGUF.", "llama.")) or key in ("general.architecture", "general.alignment"):
-            continue
-        vtype = field.types[0]
-        writer.add_key_value(key, field.contents(), vtype,
-                             sub_type=field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None)
-    for key, value in (("context_length", 4096), ("embedding_length", n_embd), ("block_count", n_layer),
-                       ("feed_forward_length", 4 * n_embd), ("attention.head_count", n_head),
-                       ("attention.head_count_kv", n_kv), ("vocab_size", vocab), ("attention.key_length", hd),
-                       ("attention.value_length", hd), ("expert_count", n_expert), ("expert_used_count", n_used),
-                       ("expert_feed_forward_length", n_ff)):
-        writer.add_uint32(f"qwen3moe.{key}", value)
-    writer.add_float32("qwen3moe.rope.freq_base", 1000000.0)
-    writer.add_float32("qwen3moe.attention.layer_norm_rms_epsilon", 1e-6)
+    vocab = donor_vocab(TOKENIZER_FROM)
+    uints = {"context_length": 4096, "embedding_length": n_embd, "block_count": n_layer,
+             "feed_forward_length": 4 * n_embd, "attention.head_count": n_head, "attention.head_count_kv": n_kv,
+             "vocab_size": vocab, "attention.key_length": hd, "attention.value_length": hd,
+             "expert_count": n_expert, "expert_used_count": n_used, "expert_feed_forward_length": n_ff}
+    floats = {"rope.freq_base": 1000000.0, "attention.layer_norm_rms_epsilon": 1e-6}
+    tensors = _tensors(np.random.default_rng(seed), SHAPES[shape], wtype, vocab)
+    return write_gguf(dest=path, arch="qwen3moe", donor=TOKENIZER_FROM, keep=not_donor_arch, uints=uints,
+                      floats=floats, tensors=tensors)
 
-    def quant(name: str, rows: int, cols: int, stack: int = 0) -> None:
+
+def _tensors(rng: np.random.Generator, shape: tuple, wtype: Q, vocab: int) -> Iterator[Tensor]:
+    """The qwen3moe tensors in file order: random quant bytes (expert stacks [n_expert, rows, row bytes]),
+    F32 norms near 1 and a router near 0."""
+    n_embd, n_layer, n_head, n_kv, hd, n_expert, _, n_ff = shape
+
+    def quant(name: str, rows: int, cols: int, stack: int = 0) -> Tensor:
         data = random_quant(rng, wtype, max(stack, 1) * rows, cols)
-        writer.add_tensor(name, data.reshape(stack, rows, -1) if stack else data, raw_dtype=wtype)
+        return name, data.reshape(stack, rows, -1) if stack else data, wtype
 
-    def f32(name: str, *shape: int, around: float = 1.0) -> None:
-        writer.add_tensor(name, (around + 0.1 * rng.standard_normal(shape)).astype(np.float32))
+    def f32(name: str, *dims: int, around: float = 1.0) -> Tensor:
+        return name, (around + 0.1 * rng.standard_normal(dims)).astype(np.float32), None
 
-    writer.add_tensor("token_embd.weight", random_quant(rng, Q.Q8_0, vocab, n_embd), raw_dtype=Q.Q8_0)
-    f32("output_norm.weight", n_embd)
-    quant("output.weight", vocab, n_embd)
+    yield "token_embd.weight", random_quant(rng, Q.Q8_0, vocab, n_embd), Q.Q8_0
+    yield f32("output_norm.weight", n_embd)
+    yield quant("output.weight", vocab, n_embd)
     for i in range(n_layer):
-        f32(f"blk.{i}.attn_norm.weight", n_embd)
-        quant(f"blk.{i}.attn_q.weight", n_head * hd, n_embd)
-        quant(f"blk.{i}.attn_k.weight", n_kv * hd, n_embd)
-        quant(f"blk.{i}.attn_v.weight", n_kv * hd, n_embd)
-        quant(f"blk.{i}.attn_output.weight", n_embd, n_head * hd)
-        f32(f"blk.{i}.attn_q_norm.weight", hd)
-        f32(f"blk.{i}.attn_k_norm.weight", hd)
-        f32(f"blk.{i}.ffn_norm.weight", n_embd)
-        f32(f"blk.{i}.ffn_gate_inp.weight", n_expert, n_embd, around=0.0)
-        quant(f"blk.{i}.ffn_gate_exps.weight", n_ff, n_embd, stack=n_expert)
-        quant(f"blk.{i}.ffn_up_exps.weight", n_ff, n_embd, stack=n_expert)
-        quant(f"blk.{i}.ffn_down_exps.weight", n_embd, n_ff, stack=n_expert)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
+        yield f32(f"blk.{i}.attn_norm.weight", n_embd)
+        yield quant(f"blk.{i}.attn_q.weight", n_head * hd, n_embd)
+        yield quant(f"blk.{i}.attn_k.weight", n_kv * hd, n_embd)
+        yield quant(f"blk.{i}.attn_v.weight", n_kv * hd, n_embd)
+        yield quant(f"blk.{i}.attn_output.weight", n_embd, n_head * hd)
+        yield f32(f"blk.{i}.attn_q_norm.weight", hd)
+        yield f32(f"blk.{i}.attn_k_norm.weight", hd)
+        yield f32(f"blk.{i}.ffn_norm.weight", n_embd)
+        yield f32(f"blk.{i}.ffn_gate_inp.weight", n_expert, n_embd, around=0.0)
+        yield quant(f"blk.{i}.ffn_gate_exps.weight", n_ff, n_embd, stack=n_expert)
+        yield quant(f"blk.{i}.ffn_up_exps.weight", n_ff, n_embd, stack=n_expert)
+        yield quant(f"blk.{i}.ffn_down_exps.weight", n_embd, n_ff, stack=n_expert)
 
 
 def active_bytes(graph, weights) -> int:
@@ -115,13 +103,8 @@ def active_bytes(graph, weights) -> int:
 
 def quarter_budget(graph, weights) -> int:
     """KINETIC_GPU_BYTES for a GPU whose memory leaves Flywheel a quarter of the experts."""
-    lowered = CudaRenderer().lower(graph)
-    fixed, per_layer, lookup = cuda_model.layer_bytes(graph, weights, N_CTX)
-    _, _, slot = experts.slot_layout(lowered, weights)
-    n_experts = sum(int(lowered.node(lowered.node(m.matmuls[0]).inputs[1]).type.shape[0])
-                    for m in experts.moe_layers(lowered))
-    rest = fixed + sum(per_layer.values()) + lookup - experts.stacks_bytes(graph, weights)
-    return rest + (n_experts // 4) * slot + (256 << 20)
+    quarter = experts.expert_count(CudaRenderer().lower(graph)) // 4
+    return cuda_model.free_bytes_for_experts(graph, weights, N_CTX, cached=quarter)
 
 
 def decode(engine: Engine, prompt: list[int], n: int):

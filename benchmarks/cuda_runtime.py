@@ -25,12 +25,12 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
-import gguf
 import numpy as np
+from made_models import ROOT, TOKENIZER_FROM, Q, Tensor, donor_vocab, not_donor_arch, random_quant, write_gguf
 
-ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from kinetic.frontend.gguf_file import open_gguf  # noqa: E402
@@ -40,69 +40,47 @@ from kinetic.passes import PassOptions, run_pipeline  # noqa: E402
 from kinetic.runtime.engine import Engine  # noqa: E402
 from kinetic.runtime.weights import GGUFWeights  # noqa: E402
 
-Q = gguf.GGMLQuantizationType
-TOKENIZER_FROM = ROOT / "tests" / "data" / "synthetic" / "llama" / "llama.gguf"
 # name -> (n_embd, n_layer, n_ff, n_head, n_kv_head): tiny for the emulation, 1b about Llama-3.2-1B's body
 SHAPES = {"tiny": (256, 2, 512, 4, 2), "1b": (2048, 16, 8192, 32, 8), "3b": (3072, 28, 8192, 24, 8)}
-SCALE_FIELDS = {Q.Q8_0: (0,), Q.Q4_0: (0,), Q.Q4_1: (0, 2), Q.Q5_0: (0,), Q.Q5_1: (0, 2), Q.Q4_K: (0, 2),
-                Q.Q6_K: (208,)}
-
-
-def random_quant(rng: np.random.Generator, wtype: Q, rows: int, cols: int) -> np.ndarray:
-    """u8 [rows, row bytes]: random quant bytes, every f16 scale drawn small and finite."""
-    block, size = gguf.GGML_QUANT_SIZES[wtype]
-    blocks = rng.integers(0, 256, (rows, cols // block, size), dtype=np.uint8)
-    for off in SCALE_FIELDS[wtype]:
-        scales = (np.abs(rng.standard_normal(blocks.shape[:2])) * 0.01 + 1e-4).astype(np.float16)
-        blocks[:, :, off : off + 2] = scales.view(np.uint8).reshape(*blocks.shape[:2], 2)
-    return blocks.reshape(rows, -1)
 
 
 def make_model(path: Path, shape: str, wtype: Q, seed: int = 0) -> Path:
     """A llama GGUF of the named shape with random weights of `wtype` (the embedding table Q8_0)."""
     n_embd, n_layer, n_ff, n_head, n_kv = SHAPES[shape]
-    head_dim = n_embd // n_head
-    rng = np.random.default_rng(seed)
-    src = gguf.GGUFReader(TOKENIZER_FROM)
-    vocab = len(src.fields["tokenizer.ggml.tokens"].contents())
-    writer = gguf.GGUFWriter(path, "llama")
-    for key, field in src.fields.items():
-        if key.startswith(("GGUF.", "llama.")) or key in ("general.architecture", "general.alignment"):
-            continue
-        vtype = field.types[0]
-        writer.add_key_value(key, field.contents(), vtype,
-                             sub_type=field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None)
-    for key, value in (("context_length", 4096), ("embedding_length", n_embd), ("block_count", n_layer),
-                       ("feed_forward_length", n_ff), ("attention.head_count", n_head),
-                       ("attention.head_count_kv", n_kv), ("vocab_size", vocab), ("rope.dimension_count", head_dim)):
-        writer.add_uint32(f"llama.{key}", value)
-    writer.add_float32("llama.rope.freq_base", 500000.0)
-    writer.add_float32("llama.attention.layer_norm_rms_epsilon", 1e-5)
+    vocab = donor_vocab(TOKENIZER_FROM)
+    uints = {"context_length": 4096, "embedding_length": n_embd, "block_count": n_layer, "feed_forward_length": n_ff,
+             "attention.head_count": n_head, "attention.head_count_kv": n_kv, "vocab_size": vocab,
+             "rope.dimension_count": n_embd // n_head}
+    floats = {"rope.freq_base": 500000.0, "attention.layer_norm_rms_epsilon": 1e-5}
+    tensors = _tensors(np.random.default_rng(seed), SHAPES[shape], wtype, vocab)
+    return write_gguf(dest=path, arch="llama", donor=TOKENIZER_FROM, keep=not_donor_arch, uints=uints, floats=floats,
+                      tensors=tensors)
 
-    def quant(name: str, rows: int, cols: int, t: Q = wtype) -> None:
-        writer.add_tensor(name, random_quant(rng, t, rows, cols), raw_dtype=t)
 
-    def norm(name: str) -> None:
-        writer.add_tensor(name, (1 + 0.1 * rng.standard_normal(n_embd)).astype(np.float32))
+def _tensors(rng: np.random.Generator, shape: tuple, wtype: Q, vocab: int) -> Iterator[Tensor]:
+    """The llama tensors in file order: random quant bytes of `wtype`, norms near 1."""
+    n_embd, n_layer, n_ff, n_head, n_kv = shape
+    kv_rows = n_kv * (n_embd // n_head)
 
-    quant("token_embd.weight", vocab, n_embd, Q.Q8_0)
-    norm("output_norm.weight")
-    quant("output.weight", vocab, n_embd)
+    def quant(name: str, rows: int, cols: int, t: Q = wtype) -> Tensor:
+        return name, random_quant(rng, t, rows, cols), t
+
+    def norm(name: str) -> Tensor:
+        return name, (1 + 0.1 * rng.standard_normal(n_embd)).astype(np.float32), None
+
+    yield quant("token_embd.weight", vocab, n_embd, Q.Q8_0)
+    yield norm("output_norm.weight")
+    yield quant("output.weight", vocab, n_embd)
     for i in range(n_layer):
-        norm(f"blk.{i}.attn_norm.weight")
-        quant(f"blk.{i}.attn_q.weight", n_embd, n_embd)
-        quant(f"blk.{i}.attn_k.weight", n_kv * head_dim, n_embd)
-        quant(f"blk.{i}.attn_v.weight", n_kv * head_dim, n_embd)
-        quant(f"blk.{i}.attn_output.weight", n_embd, n_embd)
-        norm(f"blk.{i}.ffn_norm.weight")
-        quant(f"blk.{i}.ffn_gate.weight", n_ff, n_embd)
-        quant(f"blk.{i}.ffn_up.weight", n_ff, n_embd)
-        quant(f"blk.{i}.ffn_down.weight", n_embd, n_ff)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
+        yield norm(f"blk.{i}.attn_norm.weight")
+        yield quant(f"blk.{i}.attn_q.weight", n_embd, n_embd)
+        yield quant(f"blk.{i}.attn_k.weight", kv_rows, n_embd)
+        yield quant(f"blk.{i}.attn_v.weight", kv_rows, n_embd)
+        yield quant(f"blk.{i}.attn_output.weight", n_embd, n_embd)
+        yield norm(f"blk.{i}.ffn_norm.weight")
+        yield quant(f"blk.{i}.ffn_gate.weight", n_ff, n_embd)
+        yield quant(f"blk.{i}.ffn_up.weight", n_ff, n_embd)
+        yield quant(f"blk.{i}.ffn_down.weight", n_embd, n_ff)
 
 
 def weight_bytes(graph, weights) -> int:

@@ -41,6 +41,37 @@ def synthetic_path(arch: str) -> Path:
     return SYNTHETIC / arch / f"{arch}.gguf"
 
 
+def logits_beside_llama_cpp(name: str, *, engine=None, prompts: tuple[str, ...] = ("p0", "p1")):
+    """For each recorded prompt of a synthetic file (p0, p1): our logits at every prompt position in one
+    pass of a fresh sequence (f32 [T, n_vocab]; `engine`, or a 64-token one on the default device), and
+    llama.cpp's top token ids and their logits at each position (its one-token-at-a-time path, [T, k])."""
+    from kinetic.ir.rows import PassRows
+
+    ref = np.load(SYNTHETIC / name / f"{name}.npz")
+    engine = engine or _engine(name)
+    for prompt in prompts:
+        ids = ref[f"{prompt}_ids"].tolist()
+        logits = engine.forward(PassRows.chain(ids, 0, outputs="all"), {0: engine.new_sequence()})
+        yield logits, ref[f"{prompt}_seq_top_ids"], ref[f"{prompt}_seq_top_logits"]
+
+
+def top_logit_gap(engine, name: str, prompt: str) -> float:
+    """The largest difference between `engine`'s logits and llama.cpp's over llama.cpp's top tokens at
+    every position of one recorded prompt of a synthetic file (0.0: they agree exactly)."""
+    ((logits, top_ids, top_logits),) = logits_beside_llama_cpp(name, engine=engine, prompts=(prompt,))
+    return float(np.abs(np.take_along_axis(logits, top_ids, axis=1) - top_logits).max())
+
+
+def _engine(name: str):
+    from kinetic.frontend.gguf_file import open_gguf
+    from kinetic.frontend.lower import lower
+    from kinetic.runtime.engine import Engine
+    from kinetic.runtime.weights import GGUFWeights
+
+    file = open_gguf(synthetic_path(name))
+    return Engine(lower(file), GGUFWeights(file), n_ctx=64)
+
+
 def rewrite_gguf(src: Path, dst: Path, *, rename: dict[str, str] | None = None, drop: set[str] = frozenset(),
                  extra: dict[str, np.ndarray] | None = None, set_kv: dict[str, object] | None = None) -> Path:
     """Copy src to dst with tensors renamed or dropped, f32 tensors added, metadata replaced or added

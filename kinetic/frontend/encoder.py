@@ -2,7 +2,8 @@
 layers of non-causal attention and a feed-forward each followed by a layer norm (post-norm), and the
 hidden state of every token as the graph's output.
 
-Owns: the shared builders of the encoder families (bert, nomic-bert: llama.cpp's src/models/bert.cpp),
+Owns: the encoder families' graph (`build_encoder`: bert and nomic-bert are its keyword options,
+llama.cpp's src/models/bert.cpp) and its shared builders,
 `layer_norm` (LLM_NORM: the `layer_norm` op, its weight, then its bias as an add_bias), the pooling
 the file asks for (`pooling`, llama.cpp's pooling types), and the graph's embedding facts, written
 into its meta for the runtime: `embedding` ("true"), `pooling` (none, mean, cls, last, rank) and
@@ -17,11 +18,13 @@ through the `token_types` input, which the runtime leaves at 0.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from kinetic.errors import ModelFileError
 from kinetic.frontend import hparams as hp
-from kinetic.frontend.blocks import Blocks
+from kinetic.frontend.blocks import Act, Blocks
+from kinetic.frontend.layers import whole_head_rope
 from kinetic.ir.ops import AttentionAttrs, ColumnsAttrs, LayerNormAttrs, Op, RopeAttrs, StateAttrs
 from kinetic.ir.types import TensorType
 
@@ -108,6 +111,36 @@ def gelu_ffn(m: Blocks, x: int, *, layer: int) -> int:
                   bias=bias("ffn_up"))
     return m.linear(m.node(Op.GELU, (up,)), p + "ffn_down.weight", n_out=width,
                     why=f"{n_ff} in, the width {width} out", bias=bias("ffn_down"))
+
+
+def gated_silu_ffn(m: Blocks, x: int, *, layer: int) -> int:
+    """nomic-bert's feed-forward: down(silu(gate(x)) * up(x)), no biases."""
+    return m.ffn(x, layer=layer, act=Act.SILU)
+
+
+def build_encoder(m: Blocks, *, rotary: bool, attention_bias: bool, fused_qkv: bool,
+                  ffn: Callable[..., int]) -> int:
+    """The encoder graph: embeddings (learned absolute positions unless `rotary`: NeoX over whole heads),
+    layer-normed; per layer non-causal attention, add the layer's input, layer norm (attn_output_norm),
+    then `ffn(m, x, layer=il)`, add, layer norm (layer_output_norm); every token's hidden state out,
+    the embedding facts and a reranker's head recorded. Returns the output node: f32 [R, n_embd]."""
+    check_non_causal(m)
+    d = hp.decoder(m.gguf, default_eps=1e-12)
+    eps = float(hp.key(m.gguf, "attention.layer_norm_epsilon"))
+    positions = m.input("positions")
+    x = input_embeddings(m, n_embd=d.n_embd, positions=None if rotary else positions)
+    x = layer_norm(m, x, "token_embd_norm", eps=eps)
+    rope = whole_head_rope(m, d, neox=True) if rotary else None
+    a = EncoderAttention(n_head=d.n_head, head_dim=d.head_dim, rope=rope, bias=attention_bias, fused_qkv=fused_qkv)
+    for il in range(d.n_layer):
+        p = f"blk.{il}."
+        h = attention(m, x, layer=il, positions=positions, a=a)
+        x = layer_norm(m, m.add(h, x), p + "attn_output_norm", eps=eps)
+        h = ffn(m, x, layer=il)
+        x = layer_norm(m, m.add(h, x), p + "layer_output_norm", eps=eps)
+    mark_embedding(m, pooling=pooling(m, default="mean"), causal=False)
+    claim_rank_head(m)
+    return output_rows(m, x)
 
 
 def check_non_causal(m: Blocks) -> None:

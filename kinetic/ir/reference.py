@@ -108,6 +108,11 @@ def columns(ev: Evaluation, node: Node, x: list) -> np.ndarray:
     return np.ascontiguousarray(x[0][:, a.start: a.start + a.count])
 
 
+def concat(ev: Evaluation, node: Node, x: list) -> np.ndarray:
+    """Each row's values of x[0], then of x[1], their bits as they are (ggml_concat along dim 0)."""
+    return np.concatenate([x[0], x[1]], axis=1)
+
+
 def rms_norm(ev: Evaluation, node: Node, x: list) -> np.ndarray:
     """RMS norm of each row (or each group of `group` values), times the weight if there is one."""
     a = node.attrs

@@ -37,6 +37,7 @@ class PassRows:
     # pass, whatever the parents say; such a pass is a sequence's whole text over an empty cache
     bidirectional: bool = False
     token_types: np.ndarray | None = None  # i32 [T], BERT's segment ids; None: all 0 ("sentence A")
+    hidden: np.ndarray | None = None  # f32 [T, width], the `hidden.<width>` input (a prediction block's)
 
     @staticmethod
     def encoder(sequences: list[list[int]]) -> PassRows:
@@ -56,6 +57,10 @@ class PassRows:
 
     def input(self, name: str) -> np.ndarray:
         """The per-pass data an `input` node names (kinetic/ir/ops.py, InputAttrs)."""
+        if name.startswith("hidden."):
+            if self.hidden is None or self.hidden.shape != (len(self.tokens), int(name.removeprefix("hidden."))):
+                raise ValueError(f"the pass brings no {name} rows (PassRows.hidden, one per row)")
+            return self.hidden
         if name == "token_types":
             return self.token_types if self.token_types is not None else np.zeros(len(self.tokens), np.int32)
         return {"tokens": self.tokens, "positions": self.positions, "output_rows": self.output_rows}[name]

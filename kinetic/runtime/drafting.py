@@ -1,8 +1,8 @@
 """RAD-1's drafters and drafting policy: where guessed tokens come from and how many to verify.
 
 Owns: the n-gram index (a ring of tokens with hash chains, bounded in memory), the drafters (the
-request's own context; an index of every token this process has seen, shared per engine; the
-protocol a model's multi-token-prediction block plugs into), the draft tree built from a proposal,
+request's own context; an index of every token this process has seen, shared per engine; a model's
+own prediction block, kinetic/runtime/mtp.py, joins them in drafters_for()), the draft tree built from a proposal,
 and the policy: which drafter proposes (the one lately right most), how long the draft is (recent
 acceptance against the measured cost of verifying rows) and the backoff after outright misses.
 Does not own verification or the exactness argument (kinetic/runtime/speculative.py): a draft is
@@ -204,16 +204,6 @@ class SeenDrafter:
         return Proposal(f"{self.name}/{n}", branches) if branches else None
 
 
-class PredictionBlock(Protocol):
-    """A model's own multi-token-prediction layers (Qwen3.5's MTP block, DeepSeek-V3's): from the
-    last kept row's hidden state and token, the next max_len tokens it predicts. Not implemented
-    yet: it needs the engine to hand out the hidden state of a pass's rows. A family that ships such
-    a block adds a Drafter wrapping it (name "mtp") in drafters_for(); the policy below then ranks
-    it by its acceptance like any other source."""
-
-    def draft(self, hidden: np.ndarray, token: int, max_len: int) -> list[int]: ...
-
-
 _seen: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
@@ -224,9 +214,16 @@ def seen_index(engine) -> NgramIndex:
     return _seen[engine]
 
 
-def drafters_for(engine, seen: NgramIndex) -> list[Drafter]:
-    """The drafters of one request, side by side (a model with an MTP block would add its own)."""
-    return [ContextDrafter(engine.n_ctx + 1), SeenDrafter(seen)]
+def drafters_for(engine, seen: NgramIndex, seq=None) -> list[Drafter]:
+    """The drafters of one request, side by side: the context, earlier requests and, for a sequence
+    of a model with a prediction block (qwen35's MTP layer), the block (source "mtp"; it drafts from
+    the last kept row's hidden state and token: kinetic/runtime/mtp.py). The policy ranks them all
+    by their acceptance."""
+    from kinetic.runtime.mtp import mtp_drafter  # mtp.py imports this module (Proposal)
+
+    drafters: list[Drafter] = [ContextDrafter(engine.n_ctx + 1), SeenDrafter(seen)]
+    block = mtp_drafter(engine, seq) if seq is not None else None
+    return drafters + [block] if block is not None else drafters
 
 
 @dataclass(frozen=True)
@@ -287,6 +284,11 @@ class DraftPolicy:
     it is right) for beta more cost; that pays only when q / beta beats the pass's speed-up, so
     with beta ~0.45 (a 2-core CPU) almost never, with beta ~0.05 (a GPU) often. Alternatives get a
     half as many rows as the main branch (at least 2), on top of them, where beta <= BRANCH_BETA.
+
+    Costly drafters (`costly = True`: a model's prediction block runs a pass of its own per guess)
+    are asked only for the chain the gate would verify at their acceptance, and while that is none,
+    for one guess every PROBE_EVERY-th step (its first guess comes with the block's catch-up pass,
+    which it runs anyway), so a block that starts guessing right is noticed (`ask_len`).
     """
 
     DECAY = 0.75
@@ -294,6 +296,7 @@ class DraftPolicy:
     MARGIN = 1.05
     MAX_PAUSE = 256
     BRANCH_BETA = 0.15  # alternatives only where rows are this cheap (a GPU), not on a small CPU
+    PROBE_EVERY = 16  # steps between probes of a costly drafter the gate would not draft from
 
     def __init__(self, costs: PassCosts, max_rows: int = 16):
         self.costs = costs
@@ -301,6 +304,7 @@ class DraftPolicy:
         self.score: dict[str, list[float]] = {}
         self.misses = 0
         self.pause = 0
+        self.unasked: dict[str, int] = {}  # costly drafter -> steps since it was last asked
 
     def ready(self) -> bool:
         """Whether to look for drafts this step (False while backing off)."""
@@ -319,18 +323,38 @@ class DraftPolicy:
         if not proposals or room < 1:
             return None
         best = max(proposals, key=lambda p: self.acceptance(p.source))
-        a, beta = self.acceptance(best.source), self.costs.beta
-        most = min(room, self.max_rows, len(best.branches[0]))  # the gate models the main chain
+        beta = self.costs.beta
+        gain, k = self._gate(self.acceptance(best.source), min(room, self.max_rows, len(best.branches[0])))
+        if gain <= self.MARGIN:
+            return None
+        spare = min(max(2, k // 2), room - k) if beta <= self.BRANCH_BETA else 0
+        return best, k, spare
+
+    def _gate(self, a: float, most: int) -> tuple[float, int]:
+        """(the best modelled speed-up, its rows) of a chain of at most `most` guesses at acceptance a."""
+        beta = self.costs.beta
         gain, k, expected, ak = 0.0, 0, 1.0, 1.0
         for rows in range(1, most + 1):
             ak *= a
             expected += ak
             if expected / (1 + beta * rows) > gain:
                 gain, k = expected / (1 + beta * rows), rows
-        if gain <= self.MARGIN:
-            return None
-        spare = min(max(2, k // 2), room - k) if beta <= self.BRANCH_BETA else 0
-        return best, k, spare
+        return gain, k
+
+    def ask_len(self, drafter: Drafter, room: int) -> int:
+        """How many guesses to ask `drafter` for this step (0: do not ask): `room` for a cheap one; for
+        a costly one, the rows the gate would draft at its acceptance, else 1 every PROBE_EVERY-th step."""
+        if not getattr(drafter, "costly", False) or room < 1:
+            return room
+        gain, k = self._gate(self.acceptance(drafter.name), min(room, self.max_rows))
+        if gain > self.MARGIN:
+            self.unasked[drafter.name] = 0
+            return k
+        ago = self.unasked[drafter.name] = self.unasked.get(drafter.name, self.PROBE_EVERY - 1) + 1
+        if ago < self.PROBE_EVERY:
+            return 0
+        self.unasked[drafter.name] = 0
+        return 1
 
     def record(self, proposals: list[Proposal], generated: list[int], drafted: bool, accepted: int) -> None:
         """Score every proposal against the tokens this step generated; back off after a miss."""

@@ -5,8 +5,10 @@ processing in chunks on a fixed grid (`grid_chunks`: each ends at a multiple of 
 from position 0), one-token decode, greedy selection and rollback, and the shared pass of Convoy
 (`run`: several sequences' rows, each given as a `SeqRows`, in one pass). It knows nothing about
 text: it works on token ids (the tokenizer lives in the frontend). The passes run on a device's
-runner (kinetic/codegen/runner.py), opened through the device registry (kinetic/devices.py). Does not
-own which sequences share a pass (kinetic/runtime/scheduler.py).
+runner (kinetic/codegen/runner.py), opened through the device registry (kinetic/devices.py). For a
+model with a prediction block it also hands each sequence its kept rows' trunk hidden states
+(`Sequence.prediction`, kinetic/runtime/mtp.py). Does not own which sequences share a pass
+(kinetic/runtime/scheduler.py).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from kinetic.ir.interpreter import WeightSource
 from kinetic.ir.ops import Op
 from kinetic.ir.rows import PassRows
 from kinetic.runtime.kv_cache import KVCache, SequenceCaches, check_cache_fits
+from kinetic.runtime.mtp import TRUNK_HIDDEN, PredictionTrack, has_prediction_block, with_trunk_hidden
 from kinetic.runtime.recurrent import part_states, recurrent_shapes, state_rows
 
 DEFAULT_CONTEXT = 4096
@@ -36,6 +39,7 @@ class Sequence:
     cache: KVCache
     tokens: list[int]
     pending: tuple | None = None  # the last verify() pass, (rows, new_kv, cache length), until keep()
+    prediction: PredictionTrack | None = None  # a model with a prediction block: its trunk rows (runtime/mtp.py)
 
 
 @dataclass
@@ -60,9 +64,14 @@ class Engine:
         self.n_ctx = n_ctx
         self.batch = batch
         self.device = device
+        self.weights = weights
+        # a prediction block drafts from the trunk's hidden rows: the run graph hands them out (runtime/mtp.py)
+        self.prediction = has_prediction_block(graph)
+        run_source = with_trunk_hidden(graph) if self.prediction else graph
         # Shortlist (docs/shortlist.md; False is --off shortlist): the runner runs the graph cut before
         # its output layer and self.head scores that layer, in full or only the rows that can win
-        self.head, self._run_graph = _shortlist_head(graph, weights, device, threads) if shortlist else (None, graph)
+        self.head, self._run_graph = (_shortlist_head(run_source, weights, device, threads) if shortlist
+                                      else (None, run_source))
         self.runner: Runner = devices.open_runner(device, self._run_graph, weights,
                                                   RunnerOptions(batch, threads, n_ctx, gpu_layers))
         self.kv_width: dict[int, int] = {}
@@ -100,7 +109,8 @@ class Engine:
 
     def new_sequence(self) -> Sequence:
         check_cache_fits(self.n_ctx, sum(self.kv_width.values()), np.dtype(self.kv_dtype).itemsize)
-        return Sequence(KVCache(self.kv_width, self.n_ctx, self.kv_dtype, recurrent=self.recurrent_shapes), [])
+        return Sequence(KVCache(self.kv_width, self.n_ctx, self.kv_dtype, recurrent=self.recurrent_shapes), [],
+                        prediction=PredictionTrack() if self.prediction else None)
 
     def forward(self, rows: PassRows, seqs: dict[int, Sequence], commit: bool = True, top: int = 0) -> np.ndarray:
         """One pass: logits f32 [R, n_vocab] for rows.output_rows; commits every row unless told not to.
@@ -120,9 +130,11 @@ class Engine:
             s.cache.commit_written(rows.positions)
             s.cache.recurrent.commit(result.new_state, np.arange(len(rows.tokens)))
             s.tokens.extend(rows.tokens.tolist())
+            _record_hidden(s, result.outputs, rows, np.arange(len(rows.tokens)))
         elif commit:
             for sid, s in seqs.items():
-                self._commit(s, rows, np.flatnonzero(rows.seqs == sid), result.new_kv, result.new_state)
+                self._commit(s, rows, np.flatnonzero(rows.seqs == sid), result.new_kv, result.new_state,
+                             result.outputs)
         return self._logits(result.outputs, top)
 
     def _logits(self, outputs: dict, top: int) -> np.ndarray:
@@ -139,7 +151,8 @@ class Engine:
         return np.concatenate([self._logits({"hidden": h}, p.top)
                                for p, h in zip(parts, _split_outputs(outputs["hidden"], parts), strict=True)])
 
-    def _commit(self, seq: Sequence, rows: PassRows, mine: np.ndarray, new_kv: dict, new_state: dict) -> None:
+    def _commit(self, seq: Sequence, rows: PassRows, mine: np.ndarray, new_kv: dict, new_state: dict,
+                outputs: dict) -> None:
         """Append pass rows `mine` (one sequence's, in order) to its cache, recurrent state and tokens."""
         if self.in_place:
             seq.cache.commit_written(rows.positions[mine])
@@ -147,6 +160,7 @@ class Engine:
             seq.cache.commit(new_kv, mine, rows.positions)
         seq.cache.recurrent.commit(new_state, mine)
         seq.tokens.extend(int(t) for t in rows.tokens[mine])
+        _record_hidden(seq, outputs, rows, mine)
 
     def run(self, parts: list[SeqRows]) -> None:
         """One pass of several sequences' rows (one part per sequence, at most max_sequences): fills
@@ -175,11 +189,12 @@ class Engine:
             n_out = len(part.rows.output_rows)
             part.logits = logits[first_out:first_out + n_out]
             if part.commit:
-                self._commit(part.seq, rows, mine, result.new_kv, result.new_state)
+                self._commit(part.seq, rows, mine, result.new_kv, result.new_state, result.outputs)
             else:  # as verify(): keep() commits the accepted path
                 new_kv = {layer: (k[mine], v[mine]) for layer, (k, v) in result.new_kv.items()}
                 part.seq.pending = (part.rows, new_kv, part.seq.cache.length)
                 part.seq.cache.recurrent.hold(part_states(result.new_state, mine))
+                _hold_hidden(part.seq, result.outputs, rows, mine)
             first_row, first_out = first_row + len(mine), first_out + n_out
 
     def prefill(self, seq: Sequence, tokens: list[int], top: int = 0) -> np.ndarray:
@@ -211,6 +226,7 @@ class Engine:
         self.passes += 1
         seq.pending = (rows, result.new_kv, seq.cache.length)
         seq.cache.recurrent.hold(result.new_state)  # each row's state along its path, until keep()
+        _hold_hidden(seq, result.outputs, rows, np.arange(len(rows.tokens)))
         return self._logits(result.outputs, top)
 
     def keep(self, seq: Sequence, path: list[int]) -> None:
@@ -226,6 +242,8 @@ class Engine:
         else:
             seq.cache.commit(new_kv, path, rows.positions)
         seq.cache.recurrent.keep(path)  # the state after the path's last row
+        if seq.prediction is not None:
+            seq.prediction.keep(path)
         seq.tokens.extend(int(t) for t in rows.tokens[path])
 
     def rollback(self, seq: Sequence, length: int) -> None:
@@ -260,6 +278,18 @@ def grid_chunks(start: int, n: int, batch: int) -> list[tuple[int, int]]:
         return []
     cuts = [start, *range((start // batch + 1) * batch, start + n, batch), start + n]
     return list(zip(cuts[:-1], cuts[1:], strict=True))
+
+
+def _record_hidden(seq: Sequence, outputs: dict, rows: PassRows, mine: np.ndarray) -> None:
+    """A sequence's committed pass rows `mine`: their trunk rows to its prediction track, if it has one."""
+    if seq.prediction is not None and TRUNK_HIDDEN in outputs:
+        seq.prediction.record(rows.positions[mine], outputs[TRUNK_HIDDEN][mine])
+
+
+def _hold_hidden(seq: Sequence, outputs: dict, rows: PassRows, mine: np.ndarray) -> None:
+    """A verify pass's rows `mine` (one sequence's): their trunk rows until keep() names the kept ones."""
+    if seq.prediction is not None and TRUNK_HIDDEN in outputs:
+        seq.prediction.hold(rows.positions[mine], outputs[TRUNK_HIDDEN][mine])
 
 
 def _merged(tables: list[PassRows]) -> PassRows:

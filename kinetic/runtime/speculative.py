@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Collection, Generator, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
@@ -105,6 +105,7 @@ class DraftStats:
     drafted_passes: int = 0
     tree_passes: int = 0  # drafted passes with alternative branches
     branch_hits: int = 0  # passes whose kept path went through an alternative
+    by_source: dict = field(default_factory=dict)  # drafter ("context", "seen", "mtp") -> [guessed, kept]
 
 
 def finished(picker: Picker) -> bool:
@@ -215,7 +216,7 @@ class SpeculativeDecoder:
             return
         seen = self.seen
         start = len(seq.tokens)
-        drafters = drafters_for(engine, seen) if (self.draft if draft is None else draft) else []
+        drafters = drafters_for(engine, seen, seq) if (self.draft if draft is None else draft) else []
         policy = DraftPolicy(self.costs, self.max_rows)
         # Shortlist: how many best logits the picker's choice depends on (0: all; kinetic/runtime/shortlist.py)
         top = picker_rows_needed(picker, logprobs=False, n_vocab=engine.n_vocab) if top is None else top
@@ -230,7 +231,8 @@ class SpeculativeDecoder:
                 room = limit - generated - 1  # guessed rows that fit (the limit bounds the cache too)
                 proposals = []
                 if drafters and room > 0 and policy.ready():
-                    proposals = [p for d in drafters if (p := d.propose(context, min(room, self.max_rows)))]
+                    proposals = [p for d in drafters
+                                 if (n := policy.ask_len(d, min(room, self.max_rows))) and (p := d.propose(context, n))]
                 out, guessed, kept = yield from self._pass(seq, token, policy.choose(proposals, room), picker,
                                                            limit - generated, stop, stats, top)
                 policy.record(proposals, out, guessed > 0, kept)
@@ -262,6 +264,8 @@ class SpeculativeDecoder:
             path, out = accept_draft(tree, want.logits, picker, left, stop)
             engine.keep(seq, path)
             guessed, kept = len(tree.tokens) - 1, len(path) - 1
+            counts = stats.by_source.setdefault(proposal.source.split("/")[0], [0, 0])
+            counts[0], counts[1] = counts[0] + guessed, counts[1] + kept
             stats.drafted_passes += 1
             stats.tree_passes += tree.parents.count(0) > 1
             stats.branch_hits += kept > 0 and path[1] != 1

@@ -12,10 +12,14 @@ from kinetic.errors import KineticError
 from kinetic.frontend.families import supported_architectures
 from kinetic.frontend.gguf_file import open_gguf
 from kinetic.frontend.lower import lower
-from kinetic.ir.rows import PassRows
-from kinetic.runtime.engine import Engine
-from kinetic.runtime.weights import GGUFWeights
-from tests.synthetic import SYNTHETIC, rewrite_gguf, synthetic_arch, synthetic_files, synthetic_path
+from tests.synthetic import (
+    SYNTHETIC,
+    logits_beside_llama_cpp,
+    rewrite_gguf,
+    synthetic_arch,
+    synthetic_files,
+    synthetic_path,
+)
 
 
 def test_every_family_has_a_synthetic_file():
@@ -35,13 +39,7 @@ def test_every_family_has_a_synthetic_file():
 def test_synthetic_logits_match_llama_cpp(name):
     """Our logits at every prompt position stay within rounding-flip distance of llama.cpp's, and the
     top token agrees wherever llama.cpp's top two are not close (every shape of every family)."""
-    gguf = open_gguf(synthetic_path(name))
-    ref = np.load(SYNTHETIC / name / f"{name}.npz")
-    engine = Engine(lower(gguf), GGUFWeights(gguf), n_ctx=64)
-    for prompt in ("p0", "p1"):
-        ids = ref[f"{prompt}_ids"].tolist()
-        logits = engine.forward(PassRows.chain(ids, 0, outputs="all"), {0: engine.new_sequence()})
-        top_ids, top_logits = ref[f"{prompt}_seq_top_ids"], ref[f"{prompt}_seq_top_logits"]
+    for logits, top_ids, top_logits in logits_beside_llama_cpp(name):
         ours = np.take_along_axis(logits, top_ids, axis=1)
         # logits have a standard deviation of ~2.4; an 8-bit activation rounding flip moves them ~0.1
         assert np.abs(ours - top_logits).max() < 0.4

@@ -14,11 +14,10 @@ from kinetic.frontend.lower import lower
 from kinetic.ir.numerics.floats import fma_f32
 from kinetic.ir.numerics.recurrent import short_conv_row
 from kinetic.ir.ops import NoAttrs, Op, VerifyError, infer_type
-from kinetic.ir.rows import PassRows
 from kinetic.ir.types import TensorType, f32
 from kinetic.runtime.engine import Engine
 from kinetic.runtime.weights import GGUFWeights
-from tests.synthetic import SYNTHETIC, rewrite_gguf, synthetic_path
+from tests.synthetic import rewrite_gguf, synthetic_path, top_logit_gap
 
 
 def test_facts_name_the_mixers_the_kernel_and_the_window():
@@ -67,16 +66,9 @@ def test_short_conv_rounds_products_in_chunks_then_fuses_the_tail(taps, fused):
 def test_llama_cpps_tap_order_is_needed_on_the_20_tap_file(monkeypatch):
     """With every tap fused (or none), the 20-tap file's logits move off llama.cpp's: the chunk rule
     is what makes them agree exactly."""
-    ref = np.load(SYNTHETIC / "lfm2-k20" / "lfm2-k20.npz")
     gguf = open_gguf(synthetic_path("lfm2-k20"))
     engine = Engine(lower(gguf), GGUFWeights(gguf), n_ctx=16, device="reference")
-    ids = ref["p0_ids"].tolist()
-
-    def gap() -> float:
-        logits = engine.forward(PassRows.chain(ids, 0, outputs="all"), {0: engine.new_sequence()})
-        return float(np.abs(np.take_along_axis(logits, ref["p0_seq_top_ids"], axis=1) - ref["p0_seq_top_logits"]).max())
-
-    assert gap() == 0.0
+    assert top_logit_gap(engine, "lfm2-k20", "p0") == 0.0
 
     def all_fused(window, kernel):
         acc = np.zeros(window.shape[1], np.float32)
@@ -86,7 +78,7 @@ def test_llama_cpps_tap_order_is_needed_on_the_20_tap_file(monkeypatch):
 
     from kinetic.ir import numerics
     monkeypatch.setattr(numerics, "short_conv_row", all_fused)
-    assert gap() > 0.0
+    assert top_logit_gap(engine, "lfm2-k20", "p0") > 0.0
 
 
 def test_fit_counts_the_cache_of_the_attention_layers_only():

@@ -16,10 +16,9 @@ from kinetic.frontend.lower import lower
 from kinetic.ir import numerics
 from kinetic.ir.numerics.floats import F32, fma_f32, libm_f32
 from kinetic.ir.numerics.recurrent import ssm_scan_row
-from kinetic.ir.rows import PassRows
 from kinetic.runtime.engine import Engine
 from kinetic.runtime.weights import GGUFWeights
-from tests.synthetic import SYNTHETIC, rewrite_gguf, synthetic_path
+from tests.synthetic import rewrite_gguf, synthetic_path, top_logit_gap
 
 
 def test_facts_name_the_mixers_the_state_and_the_multipliers():
@@ -100,16 +99,9 @@ def test_falcon_h1_facts_name_both_mixers():
 def test_the_fused_state_update_is_needed_on_falcon_h1(monkeypatch):
     """With the state update's multiply and add rounded apart (no fma), falcon-h1's logits move off
     llama.cpp's: the contraction read from the build is what makes them agree exactly."""
-    ref = np.load(SYNTHETIC / "falcon-h1" / "falcon-h1.npz")
     gguf = open_gguf(synthetic_path("falcon-h1"))
     engine = Engine(lower(gguf), GGUFWeights(gguf), n_ctx=16, device="reference")
-    ids = ref["p1_ids"].tolist()
-
-    def gap() -> float:
-        logits = engine.forward(PassRows.chain(ids, 0, outputs="all"), {0: engine.new_sequence()})
-        return float(np.abs(np.take_along_axis(logits, ref["p1_seq_top_ids"], axis=1) - ref["p1_seq_top_logits"]).max())
-
-    assert gap() == 0.0
+    assert top_logit_gap(engine, "falcon-h1", "p1") == 0.0
 
     def unfused(state, x, dt, a, b, c):
         sp = numerics.softplus(dt)
@@ -119,4 +111,4 @@ def test_the_fused_state_update_is_needed_on_falcon_h1(monkeypatch):
         return (new.astype(np.float64) * c[:, None, :]).sum(-1).astype(F32), new
 
     monkeypatch.setattr(numerics, "ssm_scan_row", unfused)
-    assert gap() > 0.0
+    assert top_logit_gap(engine, "falcon-h1", "p1") > 0.0

@@ -17,11 +17,15 @@ from kinetic.ir.interpreter import Interpreter
 from kinetic.ir.numerics import moe as moe_numerics
 from kinetic.ir.ops import OPS, MoeMatmulAttrs, MoeSelectAttrs, Op, VerifyError, infer_type
 from kinetic.ir.reference import Evaluation
-from kinetic.ir.rows import PassRows
 from kinetic.ir.types import TensorType, f32, i32
-from kinetic.runtime.engine import Engine
 from kinetic.runtime.weights import GGUFWeights
-from tests.synthetic import SYNTHETIC, rewrite_gguf, synthetic_arch, synthetic_files, synthetic_path
+from tests.synthetic import (
+    logits_beside_llama_cpp,
+    rewrite_gguf,
+    synthetic_arch,
+    synthetic_files,
+    synthetic_path,
+)
 
 MOE_ARCHS = ("qwen3moe", "granitemoe", "lfm2moe", "qwen35moe")
 MOE_FILES = [name for name in synthetic_files() if synthetic_arch(name) in MOE_ARCHS]
@@ -93,14 +97,9 @@ def test_moe_logits_equal_llama_cpp_bit_for_bit(name):
     """On every MoE file but those in NEAR, the logits of llama.cpp's top tokens at every prompt position
     (its one-token-at-a-time path) are Kinetic's exactly: the router, the experts and their sum round as
     ggml's CPU ops do (fails when the weights are not renormalized, or summed in another order)."""
-    gguf = open_gguf(synthetic_path(name))
-    ref = np.load(SYNTHETIC / name / f"{name}.npz")
-    engine = Engine(lower(gguf), GGUFWeights(gguf), n_ctx=64)
-    for prompt in ("p0", "p1"):
-        ids = ref[f"{prompt}_ids"].tolist()
-        logits = engine.forward(PassRows.chain(ids, 0, outputs="all"), {0: engine.new_sequence()})
-        ours = np.take_along_axis(logits, ref[f"{prompt}_seq_top_ids"], axis=1)
-        assert np.abs(ours - ref[f"{prompt}_seq_top_logits"]).max() <= NEAR.get(name, 0.0)
+    for logits, top_ids, top_logits in logits_beside_llama_cpp(name):
+        ours = np.take_along_axis(logits, top_ids, axis=1)
+        assert np.abs(ours - top_logits).max() <= NEAR.get(name, 0.0)
 
 
 def test_specs_refuse_what_does_not_fit():

@@ -8,6 +8,7 @@ default test run needs. The Q8_0 input is `kinetic quantize F32-file Q8_0`, made
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
@@ -24,6 +25,12 @@ from kinetic.user_cache import cache_dir
 T = GGMLQuantizationType
 MODELS = ("smollm2-135m", "gemma3-270m")  # the real models, by their names in Kinetic's catalogue
 FILE_TYPES = {"F32": 0, "F16": 1}
+
+
+def file_sha256(path: Path) -> str:
+    """The SHA-256 of a whole file, read in chunks (hashlib.file_digest)."""
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def model_path(model: str) -> Path:

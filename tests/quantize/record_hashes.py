@@ -20,19 +20,11 @@ from pathlib import Path
 
 from gguf import GGUFReader
 
-from tests.quantize.inputs import MODELS, input_file
+from tests.quantize.inputs import MODELS, file_sha256, input_file
 
 RECORD = Path(__file__).parents[1] / "data" / "quantize" / "llama_quantize.json"
 TYPES = ("Q8_0", "Q6_K", "Q5_K_M", "Q5_K_S", "Q5_1", "Q5_0", "Q4_K_M", "Q4_K_S", "Q4_1", "Q4_0", "Q3_K_M")
 DEFAULT_TOOL = Path.home() / ".cache/kinetic-ref/llama.cpp/build/bin/llama-quantize"
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 22), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def output_record(path: Path) -> tuple[list[str], dict]:

@@ -127,14 +127,6 @@ def test_whole_file_matches_llama_quantize(model: str, combo: str, tmp_path: Pat
     """The whole output file is byte for byte llama-quantize's, from the very inputs it read."""
     kind, target = split(combo)
     source = input_path(model, kind)
-    assert file_sha256(source) == RECORD[model]["inputs"][kind], "the input differs from the one recorded"
+    assert inputs.file_sha256(source) == RECORD[model]["inputs"][kind], "the input differs from the one recorded"
     run.quantize_file(source, tmp_path / "out.gguf", target, threads=2)
-    assert file_sha256(tmp_path / "out.gguf") == RECORD[model]["outputs"][combo]["file"]
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 22), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+    assert inputs.file_sha256(tmp_path / "out.gguf") == RECORD[model]["outputs"][combo]["file"]

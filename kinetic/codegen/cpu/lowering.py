@@ -40,6 +40,7 @@ from kinetic.codegen.cpu.tape_plan import Instr, Plan, Ref
 from kinetic.codegen.cpu.target import BIT_EXACT
 from kinetic.errors import KineticError
 from kinetic.ir import numerics
+from kinetic.ir import reference as ref
 from kinetic.ir.graph import Graph, Node
 from kinetic.ir.interpreter import Interpreter, WeightSource
 from kinetic.ir.ops import LEAVES, QUANTIZED_ROWS, Op
@@ -131,6 +132,8 @@ def lower_graph(builder: TapeBuilder) -> Plan:
     g, plan = builder.graph, builder.plan
     _rope_tables(builder)
     for node in g.nodes:
+        if node.op is Op.INPUT and node.type.dtype == "f32":  # rows the pass brings (PassRows.hidden)
+            _input_rows(builder, node)
         if node.op in LEAVES:
             continue
         if node.op not in LOWERINGS:
@@ -139,6 +142,17 @@ def lower_graph(builder: TapeBuilder) -> Plan:
             plan.f32_sizes[("v", node.id)] = builder.capacity * node.type.shape[1]
         LOWERINGS[node.op].emit(builder, node, [g.node(i) for i in node.inputs])
     return plan
+
+
+def _input_rows(b: TapeBuilder, node: Node) -> None:
+    """An f32 input (a prediction block's `hidden.<width>` rows): copied into its buffer by Python."""
+    b.plan.f32_sizes[("v", node.id)] = b.capacity * node.type.shape[1]
+    name = node.attrs.name
+
+    def run(step, n: int, n_out: int) -> None:
+        step.view(node.id, n)[:] = step.pass_rows.input(name)
+
+    b.add_python(run, writes=(("v", node.id),))
 
 
 def _width(node: Node) -> int:
@@ -391,8 +405,9 @@ LOWERINGS: dict[Op, OpLowering] = {
     Op.SSM_SCAN: OpLowering(recurrent_ops.ssm_scan),
     Op.DELTA_RULE: OpLowering(recurrent_ops.delta_rule),
     Op.HEAD_COLUMNS: OpLowering(recurrent_ops.head_columns),
+    Op.CONCAT: OpLowering(recurrent_ops.row_local(ref.concat)),
     Op.SIGMOID: OpLowering(recurrent_ops.sigmoid),
-    Op.MOE_GATE: OpLowering(moe_ops.moe_gate),  # Python instructions; expert products on the generated kernels
+    Op.MOE_GATE: OpLowering(moe_ops.moe_gate),  # generated row kernels; expert products native (moe_step.py)
     Op.MOE_SELECT: OpLowering(moe_ops.moe_select),
     Op.MOE_WEIGHTS: OpLowering(moe_ops.moe_weights),
     Op.MOE_MATMUL: OpLowering(moe_ops.moe_matmul),

@@ -70,6 +70,7 @@ u16_ptr = _pointer_intrinsic(types.uint16)
 i32_ptr = _pointer_intrinsic(types.int32)
 i8_ptr = _pointer_intrinsic(types.int8)
 f32_ptr = _pointer_intrinsic(types.float32)
+i64_ptr = _pointer_intrinsic(types.int64)
 
 
 @intrinsic

@@ -46,6 +46,18 @@ def _fma(typingctx, a, b, c):
 
 
 @njit(cache=True)
+def _fold_lanes(lanes, v):  # pragma: no cover - compiled
+    """The 64 lanes' sums reduced as ggml reduces its four 16-wide vectors: (0 + 2) + (1 + 3) per lane,
+    then halves 8 and 4 folded, then (v0 + v2) + (v1 + v3); `v`: 16 floats of scratch."""
+    for i in range(16):
+        v[i] = (lanes[i] + lanes[32 + i]) + (lanes[16 + i] + lanes[48 + i])
+    for half in (8, 4):
+        for i in range(half):
+            v[i] = v[i + half] + v[i]
+    return (v[0] + v[2]) + (v[1] + v[3])
+
+
+@njit(cache=True)
 def _vec_dot(x, y):  # pragma: no cover - compiled
     """ggml_vec_dot_f32 of two f32 vectors (see the module docstring)."""
     n = x.shape[0]
@@ -54,13 +66,7 @@ def _vec_dot(x, y):  # pragma: no cover - compiled
     for start in range(0, main, LANES):
         for i in range(LANES):
             lanes[i] = _fma(x[start + i], y[start + i], lanes[i])
-    v = np.empty(16, np.float32)
-    for i in range(16):
-        v[i] = (lanes[i] + lanes[32 + i]) + (lanes[16 + i] + lanes[48 + i])
-    for half in (8, 4):
-        for i in range(half):
-            v[i] = v[i + half] + v[i]
-    total = (v[0] + v[2]) + (v[1] + v[3])
+    total = _fold_lanes(lanes, np.empty(16, np.float32))
     rest = n - main
     unfused = main + rest // 16 * 16 + (8 if rest % 16 >= 8 else 0)
     for i in range(main, n):
@@ -116,12 +122,7 @@ def _scan(state, x_dt, decay, b, c, y):  # pragma: no cover - compiled
                 for lane in range(LANES):
                     s[start + lane] = _fma(s[start + lane], decay[h], b[h, start + lane] * x_dt[h, i])
                     lanes[lane] = _fma(s[start + lane], c[h, start + lane], lanes[lane])
-            for lane in range(16):
-                v[lane] = (lanes[lane] + lanes[32 + lane]) + (lanes[16 + lane] + lanes[48 + lane])
-            for half in (8, 4):
-                for lane in range(half):
-                    v[lane] = v[lane + half] + v[lane]
-            total = (v[0] + v[2]) + (v[1] + v[3])
+            total = _fold_lanes(lanes, v)
             for k in range(main, d_state):
                 s[k] = _fma(s[k], decay[h], b[h, k] * x_dt[h, i])
                 total = _fma(s[k], c[h, k], total)

@@ -44,32 +44,23 @@ def short_conv(b, node: Node, ins: list[Node]) -> None:
     b.add_python(run, reads=(("v", x.id),), writes=(("v", node.id),))
 
 
-def ssm_scan(b, node: Node, ins: list[Node]) -> None:
-    """The tape's row for ssm_scan: one Python instruction walking the rows as the reference does
-    (weights through the step's reference interpreter, decoded once), each row computed by the
-    compiled kernel (recurrent_kernels.py, the reference's bits)."""
-    computed = [i for i in ins if i.op not in (Op.PARAM, Op.RECURRENT_STATE)]
+def path_walking(reference, row):
+    """The tape's row for an op whose reference walks the pass's rows, each from its state along its
+    path (ssm_scan, delta_rule): one Python instruction running `reference` (weights through the
+    step's reference interpreter, decoded once) with each row computed by the compiled kernel `row`
+    (recurrent_kernels.py, the reference's bits)."""
+    def lower(b, node: Node, ins: list[Node]) -> None:
+        computed = [i for i in ins if i.op not in (Op.PARAM, Op.RECURRENT_STATE)]
 
-    def run(step, n: int, n_out: int) -> None:
-        ev = ref.Evaluation(step.reference, step.pass_rows, step.pass_caches, new_state=step.new_state)
-        inputs = [step.view(i.id, n) if i in computed else (i.attrs if i.op is Op.RECURRENT_STATE else i) for i in ins]
-        step.view(node.id, n)[:] = ref.ssm_scan(ev, node, inputs, row=recurrent_kernels.ssm_scan_row)
+        def run(step, n: int, n_out: int) -> None:
+            ev = ref.Evaluation(step.reference, step.pass_rows, step.pass_caches, new_state=step.new_state)
+            inputs = [step.view(i.id, n) if i in computed else (i.attrs if i.op is Op.RECURRENT_STATE else i)
+                      for i in ins]
+            step.view(node.id, n)[:] = reference(ev, node, inputs, row=row)
 
-    b.add_python(run, reads=tuple(("v", i.id) for i in computed), writes=(("v", node.id),))
+        b.add_python(run, reads=tuple(("v", i.id) for i in computed), writes=(("v", node.id),))
 
-
-def delta_rule(b, node: Node, ins: list[Node]) -> None:
-    """The tape's row for delta_rule: one Python instruction walking the rows as the reference does
-    (each row's state along its path, kinetic/ir/delta_reference.py) with each row computed by the
-    compiled kernel (recurrent_kernels.py, the reference's bits)."""
-    computed = [i for i in ins if i.op not in (Op.PARAM, Op.RECURRENT_STATE)]
-
-    def run(step, n: int, n_out: int) -> None:
-        ev = ref.Evaluation(step.reference, step.pass_rows, step.pass_caches, new_state=step.new_state)
-        inputs = [step.view(i.id, n) if i in computed else (i.attrs if i.op is Op.RECURRENT_STATE else i) for i in ins]
-        step.view(node.id, n)[:] = delta_ref.delta_rule(ev, node, inputs, row=recurrent_kernels.delta_rule_row)
-
-    b.add_python(run, reads=tuple(("v", i.id) for i in computed), writes=(("v", node.id),))
+    return lower
 
 
 def row_local(reference):
@@ -84,6 +75,8 @@ def row_local(reference):
     return lower
 
 
+ssm_scan = path_walking(ref.ssm_scan, recurrent_kernels.ssm_scan_row)  # Mamba-2 (kinetic/ir/reference.py)
+delta_rule = path_walking(delta_ref.delta_rule, recurrent_kernels.delta_rule_row)  # Gated DeltaNet
 head_columns = row_local(delta_ref.head_columns)
 sigmoid = row_local(lambda ev, node, x: recurrent_kernels.sigmoid(x[0]))
 

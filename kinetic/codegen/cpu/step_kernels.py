@@ -67,6 +67,11 @@ class StepKernels:
         softmax = self._get("softmax", (head_dim, heads, softcap), lambda: render_softmax(head_dim, heads, softcap))
         return scores, softmax, heads
 
+    def generated(self, key: tuple, render) -> int:
+        """A kernel rendered by `render()` ((module text, name)), kept by `key` (moe_ops.py's row
+        kernels: key names the renderer and its arguments)."""
+        return self._get("generated", key, render)
+
     def _get(self, kind: str, key, render) -> int:
         if (kind, key) not in self.addresses:
             ir, name = render()

@@ -19,6 +19,7 @@ import numpy as np
 from numba import carray, njit
 
 from kinetic.codegen.cpu import tape
+from kinetic.codegen.cpu.moe_step import matmul_slots, quantize_slots
 from kinetic.codegen.cpu.native import (
     call_kernel,
     cycles,
@@ -36,7 +37,7 @@ from kinetic.codegen.cpu.step_sync import LATE, SYNC_STRIDE, claim, finish, wait
 # numba's cache checks only this file's stamp, not those of the modules whose code it compiles in;
 # this hash of them (kept current by tests/codegen/cpu/test_cpu_step.py) changes this file whenever
 # they change, so a stale cache is never loaded.
-SOURCES_HASH = "b925fffb9af8f93c"
+SOURCES_HASH = "2ae3dc6d9117fd17"
 
 F32 = np.float32
 F64 = np.float64
@@ -364,6 +365,17 @@ def run_op(int_rows, float_rows, ip, share, shares, a, a_addr, n_rows, n_out, ou
         if c1 > c0 and r1 > r0:  # UNIT = WIDTH: a column split gives each row whole to one share
             call_kernel(t[tape.NORM_KERNEL], a_addr + 4 * (t[tape.NORM_X] + r0 * k),
                         a_addr + 4 * (t[tape.NORM_Y] + r0 * k), a_addr + 4 * w if w >= 0 else 0, r1 - r0)
+    elif op == tape.OP_ROW_KERNEL:
+        b = t[tape.ROWK_B]
+        if c1 > c0 and r1 > r0:  # UNIT = WIDTH: a column split gives each row whole to one share
+            call_kernel(t[tape.ROWK_KERNEL], a_addr + 4 * t[tape.ROWK_X], a_addr + 4 * b if b >= 0 else 0,
+                        a_addr + 4 * t[tape.ROWK_Y], r0, r1)
+    elif op == tape.OP_MOE_QUANT:
+        quantize_slots(t[tape.MOE_PARAMS], a, a_addr, t[tape.MOE_X], t[tape.MOE_IDS], t[tape.MOE_Q],
+                       t[tape.MOE_D], t[tape.MOE_E], rows, share, shares)
+    elif op == tape.OP_MOE_MATMUL:
+        matmul_slots(t[tape.MOE_PARAMS], a, a_addr, t[tape.MOE_IDS], t[tape.MOE_Q], t[tape.MOE_D],
+                     t[tape.MOE_E], t[tape.MOE_Y], t[tape.MOE_SCRATCH], rows, share, shares)
     else:  # elementwise
         x, b, y, ew_width = t[tape.EW_X], t[tape.EW_B], t[tape.EW_Y], t[tape.EW_WIDTH]
         f0, f1 = F32(float_rows[ip, tape.EW_F0]), F32(float_rows[ip, tape.EW_F1])

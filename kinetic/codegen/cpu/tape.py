@@ -48,6 +48,9 @@ OP_ROPE_TABLE = 21
 OP_ADD_BIAS = 22
 OP_COLUMNS = 23
 OP_LAYER_NORM = 24
+OP_ROW_KERNEL = 25
+OP_MOE_QUANT = 26
+OP_MOE_MATMUL = 27
 ELEMENTWISE_CODES = (OP_SCALE, OP_ADD, OP_MUL, OP_SILU, OP_GELU, OP_SOFTCAP, OP_SWIGLU, OP_GEGLU)
 OP_NAMES = {code: name[3:].lower() for name, code in dict(globals()).items() if name.startswith("OP_")}
 
@@ -95,6 +98,14 @@ COLS_X, COLS_Y, COLS_X_WIDTH, COLS_START = range(2, 6)
 # layer_norm of X's rows (WIDTH floats) into Y by the generated KERNEL (width and eps in it), times
 # the constant WEIGHT (-1: none); whole rows only (UNIT = WIDTH)
 NORM_KERNEL, NORM_X, NORM_Y, NORM_WEIGHT, NORM_WIDTH = range(2, 7)
+# a generated row kernel (moe_ir.py) KERNEL(x, b, y, r0, r1) on whole rows (UNIT = WIDTH): X, B, Y
+# f32 offsets (B -1: none)
+ROWK_KERNEL, ROWK_X, ROWK_B, ROWK_Y = range(2, 6)
+# a mixture-of-experts product's two instructions (moe_step.py): the slots' rows quantized grouped
+# by expert, then the generated matmul per expert. PARAMS: the address of the instruction's int64
+# parameters (moe_step.P_*); X the input rows, IDS the chosen experts, Y the output, SCRATCH a
+# group's products (f32 offsets); Q / D / E the grouped rows (byte addresses)
+MOE_PARAMS, MOE_X, MOE_IDS, MOE_Q, MOE_D, MOE_E, MOE_Y, MOE_SCRATCH = range(2, 10)
 
 ARGUMENTS = {  # the columns each op's row fills (the lowering fills exactly these)
     OP_RMS_NORM: range(RMS_X, RMS_WEIGHT_SIZE + 1),
@@ -109,5 +120,8 @@ ARGUMENTS = {  # the columns each op's row fills (the lowering fills exactly the
     OP_ADD_BIAS: range(BIAS_X, BIAS_WIDTH + 1),
     OP_COLUMNS: range(COLS_X, COLS_START + 1),
     OP_LAYER_NORM: range(NORM_KERNEL, NORM_WIDTH + 1),
+    OP_ROW_KERNEL: range(ROWK_KERNEL, ROWK_Y + 1),
+    OP_MOE_QUANT: range(MOE_PARAMS, MOE_SCRATCH + 1),
+    OP_MOE_MATMUL: range(MOE_PARAMS, MOE_SCRATCH + 1),
     **{code: range(EW_X, EW_WIDTH + 1) for code in ELEMENTWISE_CODES},
 }

@@ -64,6 +64,16 @@ def moe_layers(graph: Graph) -> list[MoeLayer]:
     return [MoeLayer(top[sid], sid, tuple(ids)) for sid, ids in sorted(by_select.items())]
 
 
+def n_experts(graph: Graph, layer: MoeLayer) -> int:
+    """How many experts the layer's stacks hold (their first dimension)."""
+    return int(graph.node(graph.node(layer.matmuls[0]).inputs[1]).type.shape[0])
+
+
+def expert_count(graph: Graph) -> int:
+    """The experts of every MoE layer together."""
+    return sum(n_experts(graph, ml) for ml in moe_layers(graph))
+
+
 def stack_ids(graph: Graph) -> frozenset[int]:
     """The stacked expert weights' param node ids."""
     return frozenset(n.inputs[1] for n in graph.nodes if n.op is Op.MOE_MATMUL)
@@ -131,7 +141,7 @@ class ExpertOffload:
         self.pool = backend.empty(n_slots * self.slot_bytes)
         self.free_slots = list(range(n_slots - 1, -1, -1))
         self.slot_of: dict[tuple[int, int], int] = {}
-        n_expert = max(int(graph.node(graph.node(ml.matmuls[0]).inputs[1]).type.shape[0]) for ml in self.layers)
+        n_expert = max(n_experts(graph, ml) for ml in self.layers)
         costs = Costs(**{k: Rate(v) for k, v in INITIAL_COSTS.items()})
         self.flywheel = Flywheel(Budget(n_slots * self.slot_bytes, 0, 0),
                                  {ml.layer: self.slot_bytes for ml in self.layers}, n_expert, costs)

@@ -158,6 +158,16 @@ def flywheel_cache(graph: Graph, weights: WeightSource, n_ctx: int, free: int) -
     return room - (everything - stacks)
 
 
+def free_bytes_for_experts(graph: Graph, weights: WeightSource, n_ctx: int, *, cached: int) -> int:
+    """The free device bytes (KINETIC_GPU_BYTES) at which flywheel_cache leaves room for `cached`
+    experts: everything but the experts, that many cache slots and the activations' 256 MiB (its
+    inverse while that stays under 5 GiB, where the activations' room is 256 MiB)."""
+    _, _, slot = experts.slot_layout(CudaRenderer().lower(graph), weights)
+    fixed, per_layer, lookup = layer_bytes(graph, weights, n_ctx)
+    rest = fixed + sum(per_layer.values()) + lookup - experts.stacks_bytes(graph, weights)
+    return rest + cached * slot + (256 << 20)
+
+
 def layers_that_fit(graph: Graph, weights: WeightSource, n_ctx: int, free: int) -> int:
     """How many of the last layers fit in `free` bytes with what runs after them, leaving room for
     the activations (a twentieth of the memory, at least 256 MiB); all of them only if the embedding

@@ -36,9 +36,8 @@ def _blocks(width: int) -> int:
     return -(-width // THREADS)
 
 
-def sigmoid(width: int) -> Kernel:
-    """out f32 [rows, width] = 1 / (1 + expf(0 - x)) per value of x f32 [rows, width] (the reference's
-    `0 - x`: a negated zero stays +0 as numpy's does)."""
+def _unary(name: str, width: int, value: str) -> Kernel:
+    """out f32 [rows, width] = `value` (a C expression of the float v) per value v of x f32 [rows, width]."""
     params = (Param("x", "const float*"), Param("out", "float*"))
     body = f"""\
   enum {{ W = {width} }};
@@ -47,11 +46,18 @@ BODY
     const int i = BX * {THREADS} + TID;
     if (i < W) {{
       const long at = (long)BY * W + i;
-      ST(float, out, at, k_div(1.0f, k_add(1.0f, k_expf_libc(k_sub(0.0f, LD(float, x, at))))));
+      const float v = LD(float, x, at);
+      ST(float, out, at, {value});
     }}
   }}
 """
-    return Kernel(f"sigmoid_w{width}", "pointwise", THREADS, _blocks(width), params, body)
+    return Kernel(f"{name}_w{width}", "pointwise", THREADS, _blocks(width), params, body)
+
+
+def sigmoid(width: int) -> Kernel:
+    """out f32 [rows, width] = 1 / (1 + expf(0 - x)) per value of x f32 [rows, width] (the reference's
+    `0 - x`: a negated zero stays +0 as numpy's does)."""
+    return _unary("sigmoid", width, "k_div(1.0f, k_add(1.0f, k_expf_libc(k_sub(0.0f, v))))")
 
 
 def head_columns(n_head: int, stride: int, start: int, count: int) -> Kernel:
@@ -126,17 +132,4 @@ BODY
 def softplus(width: int) -> Kernel:
     """out f32 [rows, width] = numerics.recurrent.softplus per value of x f32 [rows, width]: the scan's
     and the delta rule's step sizes, written out on its own."""
-    params = (Param("x", "const float*"), Param("out", "float*"))
-    body = f"""\
-  enum {{ W = {width} }};
-BODY
-  LANES {{
-    const int i = BX * {THREADS} + TID;
-    if (i < W) {{
-      const long at = (long)BY * W + i;
-      const float v = LD(float, x, at);
-      ST(float, out, at, {SOFTPLUS.format(v="v")});
-    }}
-  }}
-"""
-    return Kernel(f"softplus_w{width}", "pointwise", THREADS, _blocks(width), params, body)
+    return _unary("softplus", width, SOFTPLUS.format(v="v"))

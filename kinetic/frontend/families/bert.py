@@ -13,29 +13,13 @@ read by the runtime too, from the file.
 from __future__ import annotations
 
 from kinetic.frontend import encoder as enc
-from kinetic.frontend import hparams as hp
 from kinetic.frontend.blocks import Blocks
 from kinetic.frontend.families.base import Family
 from kinetic.frontend.gguf_file import GGUFFile
 
 
 def build(m: Blocks) -> int:
-    enc.check_non_causal(m)
-    d = hp.decoder(m.gguf, default_eps=1e-12)
-    eps = float(hp.key(m.gguf, "attention.layer_norm_epsilon"))
-    positions = m.input("positions")
-    x = enc.input_embeddings(m, n_embd=d.n_embd, positions=positions)
-    x = enc.layer_norm(m, x, "token_embd_norm", eps=eps)
-    attention = enc.EncoderAttention(n_head=d.n_head, head_dim=d.head_dim, rope=None, bias=True, fused_qkv=False)
-    for il in range(d.n_layer):
-        p = f"blk.{il}."
-        h = enc.attention(m, x, layer=il, positions=positions, a=attention)
-        x = enc.layer_norm(m, m.add(h, x), p + "attn_output_norm", eps=eps)
-        h = enc.gelu_ffn(m, x, layer=il)
-        x = enc.layer_norm(m, m.add(h, x), p + "layer_output_norm", eps=eps)
-    enc.mark_embedding(m, pooling=enc.pooling(m, default="mean"), causal=False)
-    enc.claim_rank_head(m)
-    return enc.output_rows(m, x)
+    return enc.build_encoder(m, rotary=False, attention_bias=True, fused_qkv=False, ffn=enc.gelu_ffn)
 
 
 def facts(g: GGUFFile) -> dict[str, str]:

@@ -14,14 +14,51 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
 from kinetic.frontend import hparams as hp
-from kinetic.frontend.blocks import Act, Blocks
+from kinetic.frontend.blocks import Blocks
 from kinetic.frontend.families.base import Family, llama_facts
 from kinetic.frontend.gguf_file import GGUFFile
+from kinetic.frontend.recurrent_blocks import hybrid_decoder
 from kinetic.ir.ops import RopeAttrs
+
+
+@dataclass(frozen=True)
+class Multipliers:
+    """Granite's four multipliers as the file gives them (0.0: off); granitehybrid reads them too."""
+
+    embedding: float
+    residual: float
+    attention: float  # 0.0: 1/sqrt(head size)
+    logit: float | None  # None: no logit divisor (granitehybrid without logit_scale)
+
+    @classmethod
+    def read(cls, g: GGUFFile, *, logit_required: bool) -> Multipliers:
+        """The file's multipliers; `logit_required`: a missing logit_scale is refused by name (granite)."""
+        logit = hp.key(g, "logit_scale") if logit_required else (hp.key(g, "logit_scale", None) or None)
+        return cls(embedding=hp.key(g, "embedding_scale", 0.0), residual=hp.key(g, "residual_scale", 0.0),
+                   attention=hp.key(g, "attention.scale", 0.0), logit=logit)
+
+    def kq_scale(self, head_dim: int) -> float:
+        return self.attention or 1.0 / math.sqrt(head_dim)
+
+    def divide_logits(self, m: Blocks, logits: int) -> int:
+        """logits times the f32 reciprocal of logit_scale (as ggml_scale(1/s) does): f32 [R, n_vocab]."""
+        if self.logit is None:
+            return logits
+        return m.scale(logits, float(np.float32(1.0) / np.float32(self.logit)))
+
+    def fact(self) -> str:
+        """What `kinetic info` says about them."""
+        return ", ".join((
+            f"embedding x{self.embedding or 1:g}",
+            f"residual branches x{self.residual or 1:g}",
+            f"attention scores x{self.attention:g}" if self.attention else "attention scores x1/sqrt(head size)",
+            f"logits / {1 if self.logit is None else self.logit:g}",
+        ))
 
 
 def _rope(g: GGUFFile, d: hp.Decoder) -> RopeAttrs | None:
@@ -35,27 +72,16 @@ def build(m: Blocks, *, ffn: Callable[[int, int], int] | None = None) -> int:
     g = m.gguf
     d = hp.decoder(g, default_eps=1e-5)
     rope = _rope(g, d)
-    embedding_scale = hp.key(g, "embedding_scale", 0.0)
-    residual_scale = hp.key(g, "residual_scale", 0.0)
-    kq_scale = hp.key(g, "attention.scale", 0.0) or 1.0 / math.sqrt(d.head_dim)
-    logit_divisor = np.float32(hp.key(g, "logit_scale"))
-
-    def residual(x: int, h: int) -> int:
-        return m.add(x, m.scale(h, residual_scale) if residual_scale else h)
-
+    scales = Multipliers.read(g, logit_required=True)
     positions = m.input("positions")
-    x = m.embed("token_embd.weight", m.input("tokens"))  # f32 [T, n_embd]
-    if embedding_scale:
-        x = m.scale(x, embedding_scale)
-    for il in range(d.n_layer):
-        h = m.rms_norm(x, f"blk.{il}.attn_norm.weight", eps=d.eps)
-        h = m.attention(h, layer=il, positions=positions, n_head=d.n_head, n_kv_head=d.n_kv_head,
-                        head_dim=d.head_dim, rope=rope, scale=kq_scale)
-        x = residual(x, h)
-        h = m.rms_norm(x, f"blk.{il}.ffn_norm.weight", eps=d.eps)
-        x = residual(x, ffn(h, il) if ffn else m.ffn(h, layer=il, act=Act.SILU))
-    logits = m.head(x, eps=d.eps)  # f32 [R, n_vocab]
-    return m.scale(logits, float(np.float32(1.0) / logit_divisor))
+
+    def attention(il: int, h: int) -> int:
+        return m.attention(h, layer=il, positions=positions, n_head=d.n_head, n_kv_head=d.n_kv_head,
+                           head_dim=d.head_dim, rope=rope, scale=scales.kq_scale(d.head_dim))
+
+    logits = hybrid_decoder(m, n_layer=d.n_layer, eps=d.eps, mixer=attention, embedding_scale=scales.embedding,
+                            residual_scale=scales.residual, ffn=ffn)
+    return scales.divide_logits(m, logits)
 
 
 def facts(g: GGUFFile) -> dict[str, str]:
@@ -64,13 +90,7 @@ def facts(g: GGUFFile) -> dict[str, str]:
     out = llama_facts(g)
     if _rope(g, d) is None:
         out["rotary"] = "none (rope.scaling.finetuned is false)"
-    attention = hp.key(g, "attention.scale", 0.0)
-    out["multipliers"] = ", ".join((
-        f"embedding x{hp.key(g, 'embedding_scale', 0.0) or 1:g}",
-        f"residual branches x{hp.key(g, 'residual_scale', 0.0) or 1:g}",
-        f"attention scores x{attention:g}" if attention else "attention scores x1/sqrt(head size)",
-        f"logits / {hp.key(g, 'logit_scale'):g}",
-    ))
+    out["multipliers"] = Multipliers.read(g, logit_required=True).fact()
     return out
 
 

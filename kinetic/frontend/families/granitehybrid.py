@@ -12,14 +12,11 @@ logits divided by `logit_scale` (when given). Pre-norms, SiLU feed-forward, outp
 
 from __future__ import annotations
 
-import math
-
-import numpy as np
-
 from kinetic.errors import ModelFileError
 from kinetic.frontend import hparams as hp
 from kinetic.frontend.blocks import Blocks
 from kinetic.frontend.families.base import Family, rotary_fact
+from kinetic.frontend.families.granite import Multipliers
 from kinetic.frontend.gguf_file import GGUFFile
 from kinetic.frontend.recurrent_blocks import Mamba2, hybrid_decoder, kv_heads_per_layer, mamba2
 
@@ -40,20 +37,18 @@ def build(m: Blocks) -> int:
     n_layer, n_head, head_dim, kv_heads, rope = _layout(g)
     eps = float(hp.key(g, "attention.layer_norm_rms_epsilon"))
     dims = Mamba2.read(g) if 0 in kv_heads else None
-    kq_scale = hp.key(g, "attention.scale", 0.0) or 1.0 / math.sqrt(head_dim)
+    scales = Multipliers.read(g, logit_required=False)
     positions = m.input("positions")
 
     def mixer(il: int, h: int) -> int:
         if kv_heads[il] == 0:
             return mamba2(m, h, layer=il, dims=dims, eps=eps)
         return m.attention(h, layer=il, positions=positions, n_head=n_head, n_kv_head=kv_heads[il],
-                           head_dim=head_dim, rope=rope, scale=kq_scale)
+                           head_dim=head_dim, rope=rope, scale=scales.kq_scale(head_dim))
 
-    logits = hybrid_decoder(m, n_layer=n_layer, eps=eps, mixer=mixer,
-                            embedding_scale=hp.key(g, "embedding_scale", 0.0),
-                            residual_scale=hp.key(g, "residual_scale", 0.0))
-    logit_scale = hp.key(g, "logit_scale", None)
-    return m.scale(logits, float(np.float32(1.0) / np.float32(logit_scale))) if logit_scale else logits
+    logits = hybrid_decoder(m, n_layer=n_layer, eps=eps, mixer=mixer, embedding_scale=scales.embedding,
+                            residual_scale=scales.residual)
+    return scales.divide_logits(m, logits)
 
 
 def facts(g: GGUFFile) -> dict[str, str]:
@@ -70,13 +65,7 @@ def facts(g: GGUFFile) -> dict[str, str]:
     kv = sorted({kv_heads[il] for il in attn})
     out["attention"] = f"{n_head} heads x {head_dim}, {'/'.join(map(str, kv)) or 'no'} KV heads"
     out["rotary"] = rotary_fact(rope) if rope else "none (rope.scaling.finetuned is false)"
-    attention = hp.key(g, "attention.scale", 0.0)
-    out["multipliers"] = ", ".join((
-        f"embedding x{hp.key(g, 'embedding_scale', 0.0) or 1:g}",
-        f"residual branches x{hp.key(g, 'residual_scale', 0.0) or 1:g}",
-        f"attention scores x{attention:g}" if attention else "attention scores x1/sqrt(head size)",
-        f"logits / {hp.key(g, 'logit_scale', 0.0) or 1:g}",
-    ))
+    out["multipliers"] = Multipliers.read(g, logit_required=False).fact()
     return out
 
 

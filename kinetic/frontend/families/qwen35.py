@@ -8,8 +8,9 @@ gate (delta_blocks.gated_attention: q and k RMS-normed per head, then rotary). R
 interleaved multi-section rotary (IMROPE, `rope.dimension_sections`) over `rope.dimension_count`
 values of each head; for text every section's position is the token's, so it is NeoX-layout rotary
 over those values. Each layer is x += mixer(attn_norm(x)); x += ffn(post_attention_norm(x)). The
-trailing prediction (MTP / nextn) block is not part of the logits: its tensors are checked and kept
-for drafting (`kinetic info` says `prediction yes`). Output tied unless `output.weight`.
+trailing prediction (MTP / nextn) block is not part of the logits: its tensors are checked here, and
+kinetic/frontend/mtp_block.py builds it as its own graph, the "mtp" drafter of RAD-1
+(kinetic/runtime/mtp.py; `kinetic info` says `prediction yes`). Output tied unless `output.weight`.
 MoE files are the qwen35moe architecture (not supported here).
 """
 
@@ -27,7 +28,7 @@ from kinetic.frontend.gguf_file import GGUFFile
 NEXTN = ("eh_proj", "enorm", "hnorm", "shared_head_norm")  # a prediction block's own tensors (nextn.*)
 
 
-def _layout(g: GGUFFile):
+def layout(g: GGUFFile):
     """(trunk layers, which are recurrent, prediction layers, the attention's sizes, rotary)."""
     d = hp.decoder(g, default_eps=1e-6)
     n_nextn = hp.key(g, "nextn_predict_layers", 0)
@@ -93,7 +94,7 @@ def _mark_prediction_block(m: Blocks, *, layer: int, d: hp.Decoder) -> None:
 def build(m: Blocks, *, ffn: Callable[[int, int], int] | None = None) -> int:
     """The graph; `ffn(h, layer)` replaces the dense feed-forward (qwen35moe's experts)."""
     g = m.gguf
-    d, n_trunk, recurrent, n_nextn, rope = _layout(g)
+    d, n_trunk, recurrent, n_nextn, rope = layout(g)
     dims = DeltaNet.read(g) if any(recurrent) else None
     positions = m.input("positions")
     x = m.embed("token_embd.weight", m.input("tokens"))  # f32 [T, n_embd]
@@ -110,12 +111,14 @@ def build(m: Blocks, *, ffn: Callable[[int, int], int] | None = None) -> int:
         x = m.add(ffn(h, il) if ffn else m.ffn(h, layer=il, act=Act.SILU), x)
     for il in range(n_trunk, n_trunk + n_nextn):
         _mark_prediction_block(m, layer=il, d=d)
+    if n_nextn and g.architecture == "qwen35":  # the engine hands out the trunk's hidden rows (runtime/mtp.py)
+        m.b.meta.append(("prediction_layer", str(n_trunk)))
     return m.head(x, eps=d.eps)  # f32 [R, n_vocab]
 
 
 def facts(g: GGUFFile) -> dict[str, str]:
     """Which layers are Gated DeltaNet, its sizes, the gated attention, rotary and the prediction block."""
-    d, n_trunk, recurrent, n_nextn, rope = _layout(g)
+    d, n_trunk, recurrent, n_nextn, rope = layout(g)
     delta = [il for il in range(n_trunk) if recurrent[il]]
     attn = [il for il in range(n_trunk) if not recurrent[il]]
     out = {"mixers": f"{len(delta)} Gated DeltaNet ({', '.join(map(str, delta)) or 'none'}), "

@@ -211,7 +211,8 @@ def test_numba_cache_keys_track_the_modules_compiled_in():
         return h.hexdigest()[:16]
 
     assert step_attention.SOURCES_HASH == digest("native.py"), "update SOURCES_HASH in step_attention.py"
-    assert step_ops.SOURCES_HASH == digest("native.py", "step_attention.py", "step_sync.py", "tape.py"), (
+    assert step_ops.SOURCES_HASH == digest("native.py", "step_attention.py", "step_sync.py", "tape.py",
+                                                "moe_step.py"), (
         "update SOURCES_HASH in step_ops.py")
 
 

@@ -4,11 +4,14 @@ GPU (both have `launch(name, rows, *args)`; `xp` is numpy or cupy)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
+import pytest
 from gguf import GGMLQuantizationType as Q
 
 from kinetic.codegen.common.tables import RopeTables
-from kinetic.codegen.cuda import attention, embed, gather, gemv, pointwise, quantize
+from kinetic.codegen.cuda import attention, embed, emulator, gather, gemv, pointwise, quantize
 from kinetic.ir import numerics
 
 # byte offsets of each layout's f16 scale fields; every other byte pattern is a valid encoding
@@ -301,3 +304,17 @@ def f16_rounding_cases(width: int) -> np.ndarray:
     values = np.concatenate([values, -values])
     pad = -len(values) % width
     return np.concatenate([values, np.zeros(pad, np.float32)]).reshape(-1, width)
+
+
+def host_programs(kernels: Callable[[], list], cache_name: str):
+    """A module-scoped fixture (bound to the name it is assigned to): `kernels()` compiled for the
+    host emulation, warps and lanes walked in one order, then the other; skips without a compiler."""
+
+    @pytest.fixture(scope="module", params=[False, True], ids=["reverse", "forward"])
+    def program(request, tmp_path_factory) -> emulator.HostProgram:
+        reason = emulator.unavailable_reason()
+        if reason:
+            pytest.skip(reason)
+        return emulator.HostProgram(kernels(), forward=request.param, cache_dir=tmp_path_factory.mktemp(cache_name))
+
+    return program

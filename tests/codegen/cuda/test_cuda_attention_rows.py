@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from cuda_helpers import attention_inputs, attention_scale, reference_attention
+from cuda_helpers import attention_inputs, attention_scale, host_programs, reference_attention
 
-from kinetic.codegen.cuda import attention, device, emulator, quantize
+from kinetic.codegen.cuda import attention, device, quantize
 
 STRIDE = 640  # the mask stride (cache capacity) of these kernels: more keys than the 256 threads
 SHAPES = [(9, 3, 64), (4, 1, 256), (2, 2, 128)]  # n_head, n_kv_head, head_dim: SmolLM2's, Gemma 3's, MHA
@@ -30,11 +30,7 @@ def _kernels() -> list:
     return ks
 
 
-@pytest.fixture(scope="module", params=[False, True], ids=["reverse", "forward"])
-def host(request, tmp_path_factory):
-    if emulator.unavailable_reason():
-        pytest.skip(emulator.unavailable_reason())
-    return emulator.HostProgram(_kernels(), forward=request.param, cache_dir=tmp_path_factory.mktemp("attn-rows"))
+host = host_programs(_kernels, "attn-rows")  # the kernels on the host, in both orders
 
 
 def _run(host, kernel, q, keys, values, visible, n_keys, scratch: bool, extra=()):

@@ -34,16 +34,10 @@ def _model(name: str):
 
 
 def _quarter_budget(graph, weights) -> tuple[int, int, int]:
-    """The emulated GPU's bytes that leave Flywheel's cache a quarter of the experts, that count and
-    the experts' count:
-    everything but the experts, the activations' room (256 MiB here) and a quarter of the slots."""
-    lowered = CudaRenderer().lower(graph)
-    fixed, per_layer, lookup = cuda_model.layer_bytes(graph, weights, N_CTX)
-    _, _, slot = experts.slot_layout(lowered, weights)
-    n_experts = sum(int(lowered.node(lowered.node(ml.matmuls[0]).inputs[1]).type.shape[0])
-                    for ml in experts.moe_layers(lowered))
-    rest = fixed + sum(per_layer.values()) + lookup - experts.stacks_bytes(graph, weights)
-    return rest + (n_experts // 4) * slot + (256 << 20), n_experts // 4, n_experts
+    """The emulated GPU's bytes that leave Flywheel's cache a quarter of the experts
+    (cuda_model.free_bytes_for_experts), that count and the experts' count."""
+    n_experts = experts.expert_count(CudaRenderer().lower(graph))
+    return cuda_model.free_bytes_for_experts(graph, weights, N_CTX, cached=n_experts // 4), n_experts // 4, n_experts
 
 
 @functools.cache

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from cuda_helpers import host_programs
 
-from kinetic.codegen.cuda import emulator, gather, pointwise, quantize
+from kinetic.codegen.cuda import gather, pointwise, quantize
 
 NORMS = [(576, 1e-5, True), (640, 1e-6, True), (320, 1e-6, False)]  # width, eps, weighted
 QUANT_FORMATS = ("q8_0", "q8_1")
@@ -37,11 +38,7 @@ def _kernels() -> list:
     return ks + [gather.kv_store(KV_WIDTH), gather.kv_store(KV_WIDTH, pair=True)]
 
 
-@pytest.fixture(scope="module", params=[False, True], ids=["reverse", "forward"])
-def host(request, tmp_path_factory):
-    if emulator.unavailable_reason():
-        pytest.skip(emulator.unavailable_reason())
-    return emulator.HostProgram(_kernels(), forward=request.param, cache_dir=tmp_path_factory.mktemp("fused"))
+host = host_programs(_kernels, "fused")  # the kernels on the host, in both orders
 
 
 @pytest.mark.parametrize("width,eps,weighted", NORMS)

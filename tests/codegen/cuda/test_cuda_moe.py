@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from cuda_helpers import quantize_rows, random_weight, reference_matmul
+from cuda_helpers import host_programs, quantize_rows, random_weight, reference_matmul
 from gguf import GGMLQuantizationType as Q
 
-from kinetic.codegen.cuda import emulator, gemv, moe
+from kinetic.codegen.cuda import gemv, moe
 from kinetic.codegen.cuda.renderer import KERNELS
 from kinetic.ir.numerics import moe as moe_numerics
 from kinetic.ir.ops import Op
@@ -35,13 +35,7 @@ def _kernels() -> list:
     return kernels
 
 
-@pytest.fixture(scope="module", params=[False, True], ids=["reverse", "forward"])
-def prog(request, tmp_path_factory) -> emulator.HostProgram:
-    """These kernels on the host, warps and lanes in one order, then the other."""
-    reason = emulator.unavailable_reason()
-    if reason:
-        pytest.skip(reason)
-    return emulator.HostProgram(_kernels(), forward=request.param, cache_dir=tmp_path_factory.mktemp("cuda-moe"))
+prog = host_programs(_kernels, "cuda-moe")  # the kernels on the host, in both orders
 
 
 def _logits(rng, n_expert: int) -> np.ndarray:

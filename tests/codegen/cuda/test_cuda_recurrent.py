@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from cuda_helpers import host_programs
 
-from kinetic.codegen.cuda import emulator, recurrent, recurrent_scan
+from kinetic.codegen.cuda import recurrent, recurrent_scan
 from kinetic.codegen.cuda.renderer import KERNELS, CudaRenderer
 from kinetic.ir.numerics import recurrent as rnum
 from kinetic.ir.ops import Op
@@ -36,13 +37,7 @@ def _kernels() -> list:
             + [recurrent_scan.ssm_scan(*c) for c in SSM_SCANS] + [recurrent_scan.delta_rule(*c) for c in DELTA_RULES])
 
 
-@pytest.fixture(scope="module", params=[False, True], ids=["reverse", "forward"])
-def prog(request, tmp_path_factory) -> emulator.HostProgram:
-    """These kernels on the host, warps and lanes in one order, then the other."""
-    reason = emulator.unavailable_reason()
-    if reason:
-        pytest.skip(reason)
-    return emulator.HostProgram(_kernels(), forward=request.param, cache_dir=tmp_path_factory.mktemp("cuda-rec"))
+prog = host_programs(_kernels, "cuda-rec")  # the kernels on the host, in both orders
 
 
 def _sigmoid_inputs(width: int) -> np.ndarray:
