@@ -55,8 +55,8 @@ def _quantizer(fmt: str, jit: Jit):
 
 
 @cache
-def _kernel(wtype: Q, k: int, variant: str, tile: int, jit: Jit):
-    ir, name = render_matmul(wtype, k, variant, tile)
+def _kernel(wtype: Q, k: int, variant: str, tile: int, jit: Jit, wide: bool = True):
+    ir, name = render_matmul(wtype, k, variant, tile, wide=wide)
     return MATMUL_SIG(jit.address(ir, name))
 
 
@@ -104,9 +104,11 @@ def quantized_matmul(
     threads: int = 1,
     variant: str | None = None,
     tile: int = DEFAULT_TILE,
+    wide: bool = True,
     jit: Jit | None = None,
 ) -> np.ndarray:
-    """x f32 [M, K] times the quantized weight u8 [N, row_bytes] transposed -> f32 [M, N]."""
+    """x f32 [M, K] times the quantized weight u8 [N, row_bytes] transposed -> f32 [M, N]. `wide`
+    False keeps full tiles off matmul_wide_ir's 512-bit path (the same bits; for comparisons)."""
     jit = jit or default_jit()
     layout = LAYOUTS[Q(wtype)]
     variant = variant or host().best_variant()
@@ -117,7 +119,7 @@ def quantized_matmul(
         raise ValueError(f"{layout.wtype.name} weight of shape {w.shape} does not match K={k}")
     acts = quantize_activations(x, layout.activation, jit)
     out = np.empty((m, w.shape[0]), np.float32)
-    kernel = _kernel(layout.wtype, k, variant, tile, jit)
+    kernel = _kernel(layout.wtype, k, variant, tile, jit, wide)
     _split(kernel, (_ptr(w), _ptr(acts.q), _ptr(acts.d), _ptr(acts.extra), _ptr(out), m), w.shape[0], threads)
     return out
 

@@ -133,7 +133,7 @@ def _transpose_scales(fn: Function, src: str, per_row: int, first_row: str, t: i
 # total in lane r: 8 vpdpbusd per block for 8 rows and no reduction. Offset types start from
 # -offset * (row r's block sum) in lane r, computed with the layout.
 
-def _transpose8(fn: Function, vecs: list[str]) -> list[str]:
+def transpose8(fn: Function, vecs: list[str]) -> list[str]:
     """8 <8 x i32> rows -> 8 columns (a butterfly of shuffles: at stage `bit`, lanes with that bit set
     in vector i trade places with lanes without it in vector i | bit)."""
     for bit in (1, 2, 4):
@@ -168,7 +168,7 @@ def _interleave(fn: Function, layout: Layout, variant: str, k: int, first: str, 
                 rows.append(fn.load("<8 x i32>", fn.gep("%xq", at)))
             at = fn.v(f"add i64 {b}, {grp * nb}")
             start = "zeroinitializer"
-            for g, col in enumerate(_transpose8(fn, rows)):
+            for g, col in enumerate(transpose8(fn, rows)):
                 xg = fn.v(f"bitcast <8 x i32> {col} to <32 x i8>")
                 fn.store("<32 x i8>", xg, fn.gep(xi, fn.v(f"add i64 {fn.v(f'mul i64 {at}, 256')}, {32 * g}")), 32)
                 if off:
