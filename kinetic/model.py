@@ -52,6 +52,7 @@ class GenerationStats:
     drafted: int = 0  # RAD-1's guessed rows and the guesses it kept
     accepted: int = 0
     cached_tokens: int = 0  # prompt tokens not computed (Warm Start: an earlier call's state)
+    draft_sources: dict[str, tuple[int, int]] = field(default_factory=dict)  # RAD-1: drafter -> (guessed, kept)
 
 
 class Model:
@@ -292,7 +293,7 @@ class Model:
             return GenerationStats()
         return GenerationStats(len(g.request.prompt), g.prompt_seconds, len(g.tokens), g.generate_seconds,
                                g.finish_reason, list(g.tokens), g.sampler.settings, g.drafted, g.accepted,
-                               g.n_cached)
+                               g.n_cached, g.stats.sources())
 
     def sampling_defaults(self) -> SamplingSettings:
         """llama.cpp's defaults with the file's general.sampling.* recommendations over them."""

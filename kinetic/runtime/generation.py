@@ -95,6 +95,7 @@ class Finished:
     accepted: int = 0
     cached_tokens: int = 0  # prompt tokens not computed: reused from a sequence or restored (Warm Start)
     held_tokens: int = 0  # prompt tokens in the sequence when the prompt part ended (a prefill's result)
+    draft_sources: dict[str, tuple[int, int]] = field(default_factory=dict)  # drafter -> (guessed, kept)
 
 
 class Generator:
@@ -239,7 +240,8 @@ class Generation:
             yield Piece(tail, pending.take_all())
         yield Finished(self.finish_reason, stop_type, word, len(request.prompt),
                        len(self.tokens), list(self.tokens), self.prompt_seconds, self.generate_seconds,
-                       self.sampler.settings, self.passes, self.drafted, self.accepted, self.n_cached, self.n_held)
+                       self.sampler.settings, self.passes, self.drafted, self.accepted, self.n_cached, self.n_held,
+                       draft_sources=self.stats.sources())
 
     def _tokens(self, eot: set[int]) -> Iterator[SeqRows | tuple[int, TokenInfo]]:
         """The model's tokens as plain decoding picks them: RAD-1's decoder's steps (drafting as the

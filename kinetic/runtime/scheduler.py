@@ -27,7 +27,7 @@ import queue
 import threading
 import traceback
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -76,6 +76,7 @@ class Counters:
     prompt_tokens_cached_total: int = 0  # prompt tokens reused rather than computed (Warm Start)
 
     requests_finished: int = 0  # answers that ended (Retry-After's mean duration)
+    draft_sources: dict[str, list[int]] = field(default_factory=dict)  # RAD-1: drafter -> [guessed, kept]
 
     def count(self, done: Finished) -> None:
         self.requests_finished += 1
@@ -85,6 +86,9 @@ class Counters:
         self.tokens_predicted_total += done.generated_tokens
         self.tokens_predicted_seconds_total += done.generate_seconds
         self.n_tokens_max = max(self.n_tokens_max, done.prompt_tokens + done.generated_tokens)
+        for source, (guessed, kept) in done.draft_sources.items():
+            totals = self.draft_sources.setdefault(source, [0, 0])
+            totals[0], totals[1] = totals[0] + guessed, totals[1] + kept
 
 
 class Ticket:

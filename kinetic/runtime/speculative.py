@@ -107,6 +107,10 @@ class DraftStats:
     branch_hits: int = 0  # passes whose kept path went through an alternative
     by_source: dict = field(default_factory=dict)  # drafter ("context", "seen", "mtp") -> [guessed, kept]
 
+    def sources(self) -> dict[str, tuple[int, int]]:
+        """A copy of by_source: drafter -> (guessed rows verified, guesses kept)."""
+        return {name: (guessed, kept) for name, (guessed, kept) in self.by_source.items()}
+
 
 def finished(picker: Picker) -> bool:
     """Whether the picker allows nothing after the tokens it accepted (a grammar that is complete and

@@ -5,6 +5,9 @@ prompt_tokens_cached_total (prompt tokens Warm Start reused), prompt_seconds_tot
 tokens_predicted_total, tokens_predicted_seconds_total, n_decode_total, n_tokens_max.
 Gauges: prompt_tokens_seconds and predicted_tokens_seconds (average speeds since start),
 requests_processing (answers in a slot, sharing passes) and requests_deferred (waiting for a slot).
+Kinetic's own, after them: RAD-1's drafts per drafter, kinetic:draft_tokens_total{source="context"}
+(guessed tokens verified) and kinetic:draft_tokens_accepted_total{source=...} (guesses kept), one
+line per drafter that has drafted since start.
 """
 
 from __future__ import annotations
@@ -36,12 +39,25 @@ def prometheus_text(worker: EngineWorker) -> str:
             ("requests_processing", "Number of requests processing", processing),
             ("requests_deferred", "Number of requests deferred", worker.deferred),
         ]
+        drafts = sorted((source, tuple(counts)) for source, counts in c.draft_sources.items())
     lines = []
     for kind, items in (("counter", counters), ("gauge", gauges)):
         for name, help_text, value in items:
             lines += [f"# HELP llamacpp:{name} {help_text}", f"# TYPE llamacpp:{name} {kind}",
                       f"llamacpp:{name} {_number(value)}"]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _draft_lines(drafts)) + "\n"
+
+
+def _draft_lines(drafts: list[tuple[str, tuple[int, int]]]) -> list[str]:
+    """RAD-1's counters per drafter, from (source, (guessed, kept)) pairs."""
+    lines = []
+    for metric, help_text, column in (
+        ("draft_tokens_total", "Guessed tokens RAD-1 verified, per drafter", 0),
+        ("draft_tokens_accepted_total", "Guessed tokens RAD-1 kept, per drafter", 1),
+    ):
+        lines += [f"# HELP kinetic:{metric} {help_text}", f"# TYPE kinetic:{metric} counter"]
+        lines += [f'kinetic:{metric}{{source="{source}"}} {counts[column]}' for source, counts in drafts]
+    return lines
 
 
 def _number(value) -> str:
