@@ -6,12 +6,17 @@ one `BenchResult`. It does not own the reports (kinetic.bench_report: table and 
 side of `--compare` (kinetic.bench_llama, bench_llama_edit, bench_card), the engine (it calls
 `new_sequence`, `prefill` and `decode` as any user would) nor the command line (kinetic.cli.bench_cmd).
 
-Each test runs on a fresh sequence, after one untimed warm-up that loads the compiled kernels, and is
-repeated; the best run is the reported number, as llama.cpp's best run is on the card.
+A `BenchSession` loads the model once and times rounds: each round one pp run and one tg run, so
+`--compare` can put llama.cpp's rounds between Kinetic's (the engines take turns under the same
+load). Each test runs on a fresh sequence, after one untimed warm-up that loads the compiled
+kernels; the best run is the reported number, as llama.cpp's best run is on the card. After the
+rounds come the edit test and, on the CPU, the bytes a decode step read (`DecodeTraffic`) and the
+machine's read bandwidth (kinetic.bench_bandwidth).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import os
 import resource
@@ -24,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from kinetic.bench_bandwidth import DecodeTraffic, ShortlistTraffic, mean_entries_attended, measure_read_bandwidth
 from kinetic.bench_edit import EDIT_TOKENS, EditResult, run_edit
 from kinetic.devices import resolve_device
 from kinetic.errors import KineticError
@@ -77,6 +83,8 @@ class BenchResult:
     shortlist_share: float | None = None  # tg's rows of the output layer scored exactly, per token (None: off)
     tests: list[TestResult] = field(default_factory=list)
     edit: EditResult | None = None
+    traffic: DecodeTraffic | None = None  # bytes a timed decode step read (None: no tg test)
+    read_bandwidth: float | None = None  # the machine's, bytes/s at these threads (None: not on the CPU)
 
     def test(self, prefix: str) -> TestResult | None:
         return next((t for t in self.tests if t.name.startswith(prefix)), None)
@@ -105,52 +113,117 @@ def run_bench(
     n_gen: int = 128,
     n_edit: int = EDIT_TOKENS,
 ) -> BenchResult:
-    """Load the model, then time pp<n_prompt>, tg<n_gen> and the edit test (at most n_edit tokens)
-    `repetitions` times each (0 skips a test)."""
-    from kinetic.model import Model
+    """Load the model, then time pp<n_prompt>, tg<n_gen> (`repetitions` rounds of one run each) and
+    the edit test (at most n_edit tokens, `repetitions` times); 0 skips a test."""
+    session = BenchSession(model_spec, threads=threads, repetitions=repetitions, device=device, off=off,
+                           n_prompt=n_prompt, n_gen=n_gen, n_edit=n_edit)
+    for _ in range(repetitions):
+        session.time_round()
+    return session.finish()
 
-    device = resolve_device(device)  # auto: CUDA, a Vulkan GPU, else the CPU (a line per device skipped)
-    start = time.perf_counter()
-    draft = "rad1" not in (off or [])
-    model = Model(
-        model_spec, n_ctx=max(n_prompt, n_gen, 1024 + n_edit) + 1, device=device, threads=threads, draft=draft,
-        shortlist="shortlist" not in (off or []),
-    )
-    load_seconds = time.perf_counter() - start
-    engine = model.engine
-    # None: a .ktc profile's threads, else every CPU; the table shows the count that ran
-    threads = getattr(engine.runner, "threads", None) or threads or os.cpu_count() or 1
-    prompt = [int(t) for t in np.random.default_rng(TOKEN_SEED).integers(0, engine.n_vocab, max(n_prompt, 1))]
-    _warm_up(engine, prompt[: min(len(prompt), getattr(engine, "batch", 64))], n_gen)
-    result = BenchResult(
-        path=model.path,
-        device=device,
-        threads=threads,
-        repetitions=repetitions,
-        off=list(off or []),
-        load_seconds=load_seconds,
-        size_bytes=model.path.stat().st_size,
-        parameters=sum(t.n_elements for t in model.gguf.tensors.values()),
-        weight_type=_main_weight_type(model.gguf),
-        peak_rss_bytes=0,
-    )
-    if n_prompt > 0:
-        result.tests.append(
-            TestResult(f"pp{n_prompt}", n_prompt, [_time_prompt(engine, prompt) for _ in range(repetitions)])
+
+class BenchSession:
+    """A loaded, warmed-up model: `time_round()` times one pp and one tg run, `finish()` runs the
+    edit test and completes the result."""
+
+    def __init__(
+        self, model_spec: str | os.PathLike, *, threads: int | None, repetitions: int, device: str = "cpu",
+        off: list[str] | None = None, n_prompt: int = 512, n_gen: int = 128, n_edit: int = EDIT_TOKENS,
+    ):
+        from kinetic.model import Model
+
+        device = resolve_device(device)  # auto: CUDA, a Vulkan GPU, else the CPU (a line per device skipped)
+        start = time.perf_counter()
+        self.draft = "rad1" not in (off or [])
+        self.model = Model(
+            model_spec, n_ctx=max(n_prompt, n_gen, 1024 + n_edit) + 1, device=device, threads=threads,
+            draft=self.draft, shortlist="shortlist" not in (off or []),
         )
-    if n_gen > 0:
-        first = _first_token(model.gguf.metadata, prompt[0])
-        head = getattr(engine, "head", None)
-        before = (head.calls, head.scored) if head else None
-        result.tests.append(
-            TestResult(f"tg{n_gen}", n_gen, [_time_generate(engine, first, n_gen) for _ in range(repetitions)])
+        load_seconds = time.perf_counter() - start
+        self.engine = engine = self.model.engine
+        # None: a .ktc profile's threads, else every CPU; the table shows the count that ran
+        threads = getattr(engine.runner, "threads", None) or threads or os.cpu_count() or 1
+        self.prompt = [int(t) for t in np.random.default_rng(TOKEN_SEED).integers(0, engine.n_vocab, max(n_prompt, 1))]
+        _warm_up(engine, self.prompt[: min(len(self.prompt), getattr(engine, "batch", 64))], n_gen)
+        self.n_prompt, self.n_gen, self.n_edit = n_prompt, n_gen, n_edit
+        self.first = _first_token(self.model.gguf.metadata, self.prompt[0])
+        self.shortlisted = ShortlistCount()
+        self.result = BenchResult(
+            path=self.model.path, device=device, threads=threads, repetitions=repetitions, off=list(off or []),
+            load_seconds=load_seconds, size_bytes=self.model.path.stat().st_size,
+            parameters=sum(t.n_elements for t in self.model.gguf.tensors.values()),
+            weight_type=_main_weight_type(self.model.gguf), peak_rss_bytes=0,
         )
-        if head and head.calls > before[0]:
-            result.shortlist_share = (head.scored - before[1]) / (head.calls - before[0]) / head.n
-    if n_edit > 0:
-        result.edit = run_edit(model, n_edit, repetitions, draft)
-    result.peak_rss_bytes = peak_rss_bytes()
-    return result
+        if n_prompt > 0:
+            self.result.tests.append(TestResult(f"pp{n_prompt}", n_prompt, []))
+        if n_gen > 0:
+            self.result.tests.append(TestResult(f"tg{n_gen}", n_gen, []))
+
+    def time_round(self) -> None:
+        """One timed run of each test (pp, then tg)."""
+        if self.n_prompt > 0:
+            self.result.test("pp").seconds.append(_time_prompt(self.engine, self.prompt))
+        if self.n_gen > 0:
+            self.result.test("tg").seconds.append(
+                _time_generate(self.engine, self.first, self.n_gen, self.shortlisted))
+
+    def finish(self) -> BenchResult:
+        r = self.result
+        head = getattr(self.engine, "head", None)
+        if head is not None and self.shortlisted.calls:
+            r.shortlist_share = self.shortlisted.scored / self.shortlisted.calls / head.n
+        if self.n_edit > 0:
+            r.edit = run_edit(self.model, self.n_edit, r.repetitions, self.draft)
+        r.peak_rss_bytes = peak_rss_bytes()  # before the bandwidth's buffer raises it
+        if self.n_gen > 0 and r.test("tg").seconds:
+            r.traffic = decode_traffic(self.model, self.n_gen, self.shortlisted)
+            r.read_bandwidth = measure_read_bandwidth(r.threads) if r.device == "cpu" else None
+        return r
+
+
+@dataclass
+class ShortlistCount:
+    """Timed decode steps, and of them those Shortlist served (`calls`) and the rows they scored exactly."""
+
+    steps: int = 0
+    calls: int = 0
+    scored: int = 0
+
+
+def decode_traffic(model, n_gen: int, counted: ShortlistCount) -> DecodeTraffic:
+    """The bytes a timed tg step read: the file's weights (the output layer as Shortlist read it, one
+    row of an untied embedding table) and the f16/f32 KV cache entries attended to."""
+    engine, tensors = model.engine, model.gguf.tensors
+    total = sum(t.nbytes for t in tensors.values())
+    embedding = tensors.get("token_embd.weight")
+    output = tensors.get("output.weight") or embedding
+    untied = embedding is not None and output is not embedding
+    row = embedding.nbytes // engine.n_vocab if untied else 0
+    output_bytes = output.nbytes if output is not None else 0
+    head = getattr(engine, "head", None)
+    shortlist = None
+    if head is not None and head.copy is not None and counted.steps:
+        shortlist = ShortlistTraffic(
+            steps=counted.steps, shortlisted=counted.calls, rows_scored=counted.scored,
+            row_bytes=head.raw.shape[1], copy_bytes=_array_bytes(head.copy),
+        )
+    return DecodeTraffic(
+        weight_bytes=total - output_bytes - (embedding.nbytes if untied else 0),
+        output_bytes=output_bytes,
+        embedding_row_bytes=row,
+        kv_bytes_per_entry=2 * sum(engine.kv_width.values()) * np.dtype(engine.kv_dtype).itemsize,
+        mean_entries=mean_entries_attended(n_gen),
+        shortlist=shortlist,
+    )
+
+
+def _array_bytes(copy) -> int:
+    """Bytes of Shortlist's copy: an array, or a record of arrays (its rows, scales and bounds, each
+    read whole by a shortlisted step)."""
+    if isinstance(copy, np.ndarray):
+        return copy.nbytes
+    parts = [getattr(copy, f.name) for f in dataclasses.fields(copy)] if dataclasses.is_dataclass(copy) else []
+    return sum(part.nbytes for part in parts if isinstance(part, np.ndarray))
 
 
 def _warm_up(engine, tokens: list[int], n_gen: int) -> None:
@@ -169,16 +242,24 @@ def _time_prompt(engine, tokens: list[int]) -> float:
     return time.perf_counter() - start
 
 
-def _time_generate(engine, first: int, n_gen: int) -> float:
+def _time_generate(engine, first: int, n_gen: int, counted: ShortlistCount) -> float:
     """n_gen decode steps after one untimed token, each feeding back the likeliest token (greedy: with
-    Shortlist on, only the output layer's rows that can be the likeliest are scored)."""
+    Shortlist on, only the output layer's rows that can be the likeliest are scored); `counted` gains
+    the steps and what Shortlist did in them."""
     seq = engine.new_sequence()
     logits = engine.prefill(seq, [first], top=1)
+    head = getattr(engine, "head", None)
+    before = (head.calls, head.scored) if head else (0, 0)
     gc.collect()
     start = time.perf_counter()
     for _ in range(n_gen):
         logits = engine.decode(seq, int(np.argmax(logits)), top=1)
-    return time.perf_counter() - start
+    seconds = time.perf_counter() - start
+    counted.steps += n_gen
+    if head:
+        counted.calls += head.calls - before[0]
+        counted.scored += head.scored - before[1]
+    return seconds
 
 
 def _first_token(metadata: dict, fallback: int) -> int:

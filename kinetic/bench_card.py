@@ -1,8 +1,10 @@
-"""The card of `kinetic bench --compare`: Kinetic's numbers beside llama.cpp's, as markdown and JSON.
+"""The card of `kinetic bench --compare`: Kinetic's numbers beside llama.cpp's (and ik_llama.cpp's), as
+markdown and JSON.
 
-Owns: one row per test with both speeds and their ratio (`card_rows`), the card (`card`) and the
-lines under it (the machine, how it was measured, whether the edit answers agree), and its JSON
-(`card_json`).
+Owns: one row per test with the speeds and the ratios Kinetic / each engine (`card_rows`), the card
+(`card`) and the lines under it (the machine, how it was measured, the ratios of the rounds' medians,
+decode's bandwidth on each engine, whether the edit answers agree, or that ik_llama.cpp was not
+found), and its JSON (`card_json`). Without ik_llama.cpp the card is llama.cpp's alone plus one line.
 Does not own: any measuring (kinetic.bench, kinetic.bench_edit, kinetic.bench_llama,
 kinetic.bench_llama_edit), Kinetic's own table (kinetic.bench_report).
 """
@@ -10,19 +12,30 @@ kinetic.bench_llama_edit), Kinetic's own table (kinetic.bench_report).
 from __future__ import annotations
 
 import platform
+import statistics
+from dataclasses import replace
 
 from kinetic import __version__
 from kinetic.bench import BenchResult
+from kinetic.bench_bandwidth import bandwidth_share
 from kinetic.bench_edit import EDIT_SKIPPED, rate
-from kinetic.bench_llama import LlamaBenchResult
+from kinetic.bench_llama import LlamaBenchResult, ik_absent_line
 from kinetic.bench_llama_edit import LlamaEditResult
 from kinetic.bench_report import edit_name, gib, to_json
 
 TEST_LABELS = {"pp": "prompt", "tg": "generate"}
 
 
-def card_rows(k: BenchResult, ll: LlamaBenchResult, le: LlamaEditResult | None = None) -> list[dict]:
-    """One row per test, edit<N> last: Kinetic's best, llama.cpp's best (None: not run) and the ratio."""
+def ratio(mine: float | None, other: float | None) -> float | None:
+    """Kinetic's speed over another engine's, None when either is missing (or 0)."""
+    return round(mine / other, 3) if other and mine else None
+
+
+def card_rows(
+    k: BenchResult, ll: LlamaBenchResult, le: LlamaEditResult | None = None, ik: LlamaBenchResult | None = None
+) -> list[dict]:
+    """One row per test, edit<N> last: Kinetic's best, llama.cpp's best (None: not run) and the ratio,
+    and with ik_llama.cpp its best and Kinetic's ratio to it (it has no edit test: None there)."""
     ours = [(t.name, t.best) for t in k.tests] + [(edit_name(k), k.edit.best if k.edit else None)]
     theirs = dict(ll.best)
     if le is not None and not le.not_run and le.counts:
@@ -30,39 +43,97 @@ def card_rows(k: BenchResult, ll: LlamaBenchResult, le: LlamaEditResult | None =
     rows = []
     for name, mine in ours:
         other = theirs.get(name)
-        rows.append(
-            {
-                "test": name,
-                "kinetic_t_s": round(mine, 2) if mine is not None else None,
-                "llama_cpp_t_s": round(other, 2) if other else None,
-                "ratio": round(mine / other, 3) if other and mine else None,
-            }
-        )
+        row = {
+            "test": name,
+            "kinetic_t_s": round(mine, 2) if mine is not None else None,
+            "llama_cpp_t_s": round(other, 2) if other else None,
+            "ratio": ratio(mine, other),
+        }
+        if ik is not None:
+            fast = ik.best.get(name)
+            row |= {"ik_llama_cpp_t_s": round(fast, 2) if fast else None, "ratio_ik_llama_cpp": ratio(mine, fast)}
+        rows.append(row)
     return rows
 
 
-def card(k: BenchResult, ll: LlamaBenchResult, le: LlamaEditResult | None = None) -> str:
-    """The markdown card of `kinetic bench --compare`; `le` is llama-server's edit test (None: not run)."""
-    lines = [
-        f"## Kinetic vs llama.cpp: {k.path.stem}",
-        "",
-        f"| test | Kinetic {__version__} | llama.cpp {ll.build} | ratio |",
-        "| --- | ---: | ---: | ---: |",
-    ]
-    for row in card_rows(k, ll, le):
+def card(
+    k: BenchResult, ll: LlamaBenchResult, le: LlamaEditResult | None = None, ik: LlamaBenchResult | None = None
+) -> str:
+    """The markdown card of `kinetic bench --compare`; `le` is llama-server's edit test (None: not run),
+    `ik` ik_llama.cpp's llama-bench (None: not found, and a line says so)."""
+    if ik is None:
+        title, head = "llama.cpp", f"| test | Kinetic {__version__} | llama.cpp {ll.build} | ratio |"
+    else:
+        title = "llama.cpp and ik_llama.cpp"
+        head = (f"| test | Kinetic {__version__} | llama.cpp {ll.build} | ik_llama.cpp {ik.build} "
+                "| Kinetic/llama.cpp | Kinetic/ik_llama.cpp |")
+    lines = [f"## Kinetic vs {title}: {k.path.stem}", "", head, "| --- |" + " ---: |" * (head.count("|") - 2)]
+    for row in card_rows(k, ll, le, ik):
         label = f"{TEST_LABELS[row['test'][:2]]} {row['test']}" if row["test"][:2] in TEST_LABELS else row["test"]
-        mine = f"{row['kinetic_t_s']:.1f}" if row["kinetic_t_s"] is not None else "not measured"
-        theirs = f"{row['llama_cpp_t_s']:.1f}" if row["llama_cpp_t_s"] else "not run"
-        ratio = f"{row['ratio']:.2f}x" if row["ratio"] else "-"
-        lines.append(f"| {label} | {mine} | {theirs} | {ratio} |")
+        cells = [label, _speed(row["kinetic_t_s"], "not measured"), _speed(row["llama_cpp_t_s"], "not run")]
+        if ik is not None:
+            cells.append(_speed(row["ik_llama_cpp_t_s"], "not run"))
+        cells.append(_times(row["ratio"]))
+        if ik is not None:
+            cells.append(_times(row["ratio_ik_llama_cpp"]))
+        lines.append("| " + " | ".join(cells) + " |")
     lines += [
         "",
         machine_line(),
         f"Same file ({gib(k.size_bytes)}, {k.weight_type}), on the CPU, {k.threads} threads, "
         f"flash attention on, best of {k.repetitions}, t/s.",
+        *median_lines(k, ll, ik),
+        *bandwidth_lines(k, ll, ik),
         card_edit_line(k, le),
     ]
+    if ik is None:
+        lines.append(ik_absent_line())
     return "\n".join(lines)
+
+
+def _speed(value: float | None, missing: str) -> str:
+    return f"{value:.1f}" if value else missing
+
+
+def _times(value: float | None) -> str:
+    return f"{value:.2f}x" if value else "-"
+
+
+def median_ratios(k: BenchResult, other: LlamaBenchResult) -> dict[str, float]:
+    """Per test both engines ran: Kinetic's median run over the other engine's median sample."""
+    theirs = other.median
+    out = {}
+    for t in k.tests:
+        if t.seconds and theirs.get(t.name):
+            out[t.name] = round(statistics.median(t.rates) / theirs[t.name], 3)
+    return out
+
+
+def median_lines(k: BenchResult, ll: LlamaBenchResult, ik: LlamaBenchResult | None) -> list[str]:
+    """`Medians of the 3 rounds (the engines took turns): pp512 1.69x llama.cpp, 0.48x ik_llama.cpp; ...`."""
+    engines = [("llama.cpp", ll)] + ([("ik_llama.cpp", ik)] if ik is not None else [])
+    ratios = [(name, median_ratios(k, r)) for name, r in engines]
+    parts = [
+        f"{t.name} " + ", ".join(f"{m[t.name]:.2f}x {name}" for name, m in ratios if t.name in m)
+        for t in k.tests if any(t.name in m for _, m in ratios)
+    ]
+    return [f"Medians of the {k.repetitions} rounds (the engines took turns): {'; '.join(parts)}."] if parts else []
+
+
+def bandwidth_lines(k: BenchResult, ll: LlamaBenchResult, ik: LlamaBenchResult | None) -> list[str]:
+    """Decode's GB/s on each engine at its best tg run; llama.cpp's forks read the whole output layer
+    every token, so their bytes per token are Kinetic's without Shortlist."""
+    tg = k.test("tg")
+    if k.traffic is None or tg is None:
+        return []
+    full = replace(k.traffic, shortlist=None)
+    parts = [f"Kinetic {bandwidth_share(k.traffic, tg.best, k.read_bandwidth).line()}"]
+    for name, other in [("llama.cpp", ll)] + ([("ik_llama.cpp", ik)] if ik is not None else []):
+        if other.best.get(tg.name):
+            share = bandwidth_share(full, other.best[tg.name], k.read_bandwidth)
+            gbps = f"{share.bytes_per_second / 1e9:.1f} GB/s"
+            parts.append(f"{name} {gbps}" + (f" ({100 * share.share:.0f} %)" if share.share is not None else ""))
+    return [f"Decode bandwidth ({tg.name}): " + "; ".join(parts) + "."]
 
 
 def card_edit_line(k: BenchResult, le: LlamaEditResult | None) -> str:
@@ -102,23 +173,31 @@ def llama_edit_json(k: BenchResult, le: LlamaEditResult | None) -> dict | None:
     }
 
 
-def card_json(k: BenchResult, ll: LlamaBenchResult, le: LlamaEditResult | None = None) -> dict:
+def card_json(
+    k: BenchResult, ll: LlamaBenchResult, le: LlamaEditResult | None = None, ik: LlamaBenchResult | None = None
+) -> dict:
     return {
         "model": k.path.stem,
         "machine": machine_line(),
         "threads": k.threads,
         "repetitions": k.repetitions,
         "kinetic_version": __version__,
-        "llama_cpp": {
-            "build": ll.build,
-            "build_number": ll.build_number,
-            "build_commit": ll.build_commit,
-            "best_t_s": ll.best,
-            "mean_t_s": ll.mean,
-            "edit": llama_edit_json(k, le),
-        },
-        "tests": card_rows(k, ll, le),
+        "llama_cpp": {**engine_json(k, ll), "edit": llama_edit_json(k, le)},
+        "ik_llama_cpp": engine_json(k, ik) if ik is not None else {"not_run": ik_absent_line()},
+        "tests": card_rows(k, ll, le, ik),
         "kinetic": to_json(k),
+    }
+
+
+def engine_json(k: BenchResult, r: LlamaBenchResult) -> dict:
+    return {
+        "build": r.build,
+        "build_number": r.build_number,
+        "build_commit": r.build_commit,
+        "best_t_s": r.best,
+        "mean_t_s": r.mean,
+        "median_t_s": r.median,
+        "median_ratio": median_ratios(k, r),
     }
 
 

@@ -1,7 +1,7 @@
 """Kinetic's report of `kinetic bench`: llama-bench's markdown table, the lines under it, and the JSON.
 
 Owns: `table(result)`, `to_json(result)` and the pieces the comparison card reuses (`edit_name`,
-`gib`, `technologies_on`).
+`gib`, `technologies_on`, `decode_share`).
 Does not own: measuring (kinetic.bench, kinetic.bench_edit), llama.cpp's numbers and the card
 (kinetic.bench_llama, kinetic.bench_card).
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from kinetic import __version__
+from kinetic.bench_bandwidth import BandwidthShare, bandwidth_share
 from kinetic.bench_edit import EDIT_SKIPPED, EDIT_TOKENS
 from kinetic.devices import DEVICE_NAMES, DEVICES
 
@@ -61,6 +62,9 @@ def table(r: BenchResult) -> str:
     if r.shortlist_share is not None:
         share = 100 * r.shortlist_share
         notes.append(f"shortlist: {share:.2f} % of the output layer's rows scored exactly per tg token")
+    decode = decode_share(r)
+    if decode is not None:
+        notes.append(f"bandwidth: {decode.line()} ({r.threads} threads, tg's best run)")
     return "\n".join(head + rows + [""] + notes)
 
 
@@ -85,8 +89,25 @@ def to_json(r: BenchResult) -> dict:
         "off": r.off,
         "peak_rss_bytes": r.peak_rss_bytes,
         "shortlist_share": r.shortlist_share,
+        **decode_share_json(r),
         "kinetic_version": __version__,
     }
+
+
+def decode_share(r: BenchResult) -> BandwidthShare | None:
+    """Decode's bandwidth share at tg's best run (None without a tg test)."""
+    tg = r.test("tg")
+    if r.traffic is None or tg is None:
+        return None
+    return bandwidth_share(r.traffic, tg.best, r.read_bandwidth)
+
+
+def decode_share_json(r: BenchResult) -> dict:
+    decode = decode_share(r)
+    if decode is None:
+        return {"decode_bytes_per_token": None, "decode_gb_per_s": None, "machine_read_gb_per_s": None,
+                "bandwidth_share": None}
+    return decode.to_json()
 
 
 def edit_json(e: EditResult | None) -> dict:

@@ -22,6 +22,13 @@ from kinetic.cli import main as cli
 QUICK = ["-p", "8", "-n", "4", "-t", "2", "--edit-tokens", "0"]  # the edit test has its own tests below
 
 
+@pytest.fixture(autouse=True)
+def no_ik_llama_cpp(monkeypatch, tmp_path_factory):
+    """No test runs a real ik_llama.cpp: its usual place is an empty folder and the variable is unset."""
+    monkeypatch.delenv(bench_llama.IK_LLAMA_BENCH_ENV, raising=False)
+    monkeypatch.setattr(bench_llama, "IK_LLAMA_BENCH_PLACES", (tmp_path_factory.mktemp("no-ik") / "llama-bench",))
+
+
 def test_bench_is_a_command():
     assert "bench" in cli.COMMANDS
 
@@ -191,7 +198,7 @@ def test_parse_llama_bench_json():
     text = json.dumps([llama_bench_json(512, 0, [330.0, 338.8, 335.1]), llama_bench_json(0, 128, [140.0, 144.0])])
     result = bench_llama.parse_llama_bench_json(text)
     assert result.best == {"pp512": 338.8, "tg128": 144.0} and result.build == "b4242 (0c1e570)"
-    with pytest.raises(bench.KineticError, match="could not read llama-bench's JSON"):
+    with pytest.raises(bench.KineticError, match="could not read llama.cpp's llama-bench JSON"):
         bench_llama.parse_llama_bench_json("| model | size |")
 
 
