@@ -10,9 +10,11 @@ import pytest
 from gguf import GGMLQuantizationType as Q
 from gguf import dequantize
 
+from kinetic.codegen.cpu import shortlist_store
 from kinetic.codegen.cpu.matmul import quantize_activations
-from kinetic.codegen.cpu.shortlist import FasterOfTwo, OutputHead, eligible
-from kinetic.codegen.cpu.shortlist_copy import make_copy
+from kinetic.codegen.cpu.shortlist import FasterOfTwo, OutputHead, eligible, lane_scorer
+from kinetic.codegen.cpu.shortlist_copy import lane_values, make_copy
+from kinetic.codegen.cpu.shortlist_store import copy_key, load_or_make
 from kinetic.grammar import GrammarMatcher, TokenVocab, parse_gbnf
 from kinetic.ir.rows import PassRows
 from kinetic.model import Model
@@ -46,42 +48,37 @@ def q8_values(raw: np.ndarray, k: int) -> np.ndarray:
     return (blocks[:, :, :2].copy().view(np.float16).astype(np.float64) * blocks[:, :, 2:].view(np.int8)).reshape(-1, k)
 
 
-def q4_values(copy: np.ndarray, k: int) -> np.ndarray:
-    blocks = copy.reshape(len(copy), k // 32, 18)
-    d = blocks[:, :, :2].copy().view(np.float16).astype(np.float64)
-    low, high = (blocks[:, :, 2:] & 15).astype(np.float64) - 8, (blocks[:, :, 2:] >> 4).astype(np.float64) - 8
-    return (d * np.concatenate([low, high], axis=2)).reshape(-1, k)
-
-
 def activations(x: np.ndarray) -> np.ndarray:
     """What both kernels read of a hidden row: its q8_0 values, f64 [K]."""
     acts = quantize_activations(x[None], "q8_0")
     return (acts.q.astype(np.float64).reshape(-1, 32) * acts.d.astype(np.float64).reshape(-1, 1)).reshape(-1)
 
 
-def adversarial_layer(k: int = 256) -> tuple[np.ndarray, np.ndarray]:
-    """(Q8_0 rows, hidden row): row 1 is random and the hidden row lies along its copy's error, so the
-    copy underrates it by the whole Cauchy-Schwarz bound; row 0 is exactly representable in Q4_0 (its
-    copy scores it right) and scores three quarters of the way from row 1's copy score to its true
-    score. So row 0 looks best, row 1 is best, and only the full bound sends row 1 to the exact kernel."""
+def adversarial_layer(k: int = 256, one_block: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """(Q8_0 rows, hidden row): row 1 is random and the hidden row lies along its copy's error (with
+    `one_block`, in the one 32-wide block where the copy scores that error highest, zero elsewhere),
+    so the copy underrates it by the whole Cauchy-Schwarz bound of that block or row; row 0 is held
+    by Q4_0 up to its scale's rounding (its copy scores it right) and scores three quarters of the way
+    from row 1's copy score to its true score. So row 0 looks best, row 1 is best, and only the full
+    bound sends row 1 to the exact kernel."""
     rng = np.random.default_rng(0)
     row = q8_rows(rng.integers(-127, 128, (1, k)), np.full((1, k // 32), 2.0**-6))
-    error = (q8_values(row, k) - q4_values(make_copy(row, k)[0], k))[0]
+    error = (q8_values(row, k) - lane_values(make_copy(row, k), k))[0]
+    if one_block:
+        along = (lane_values(make_copy(row, k), k)[0] * error).reshape(-1, 32).sum(axis=1)
+        error[np.arange(k) // 32 != int(np.argmax(along))] = 0.0
     hidden = (3.0 * error).astype(np.float32)
     x = activations(hidden)
-    copy_score, true_score = q4_values(make_copy(row, k)[0], k)[0] @ x, q8_values(row, k)[0] @ x
+    copy_score, true_score = lane_values(make_copy(row, k), k)[0] @ x, q8_values(row, k)[0] @ x
     target = copy_score + 0.75 * (true_score - copy_score)
 
-    def decoy(beta: float) -> np.ndarray:  # q8 = 15 p, p in [-8, 7], one -8 a block: Q4_0 holds it exactly
-        p = np.clip(np.round(beta * x), -7, 7).reshape(-1, 32)
-        p[np.arange(len(p)), np.abs(x.reshape(-1, 32)).argmin(axis=1)] = -8
-        return q8_rows((15 * p).reshape(1, k), np.full((1, k // 32), 2.0**-8))
-
-    low, high = 0.0, 1e6
-    for _ in range(80):
-        mid = (low + high) / 2
-        low, high = (mid, high) if q8_values(decoy(mid), k)[0] @ x < target else (low, mid)
-    return np.concatenate([decoy(low), row]), hidden
+    # the decoy: q8 = 15 p, p in [-8, 7] along x, one -8 a block (so Q4_0 holds it up to its f16 scale's
+    # rounding), its one scale chosen so that it scores the target
+    p = np.clip(np.round(7 * x / np.abs(x).max()), -7, 7).reshape(-1, 32)
+    p[np.arange(len(p)), np.abs(x.reshape(-1, 32)).argmin(axis=1)] = -8
+    scale = np.float16(target / (15 * p.reshape(-1) @ x))
+    decoy = q8_rows((15 * p).reshape(1, k), np.full((1, k // 32), scale))
+    return np.concatenate([decoy, row]), hidden
 
 
 def test_the_bound_is_tight_and_halving_it_loses_the_best_row():
@@ -100,6 +97,57 @@ def test_the_bound_is_tight_and_halving_it_loses_the_best_row():
     assert 1 not in halved.ids
 
 
+def test_the_block_bound_is_tight_and_halving_it_loses_the_best_row():
+    """With the hidden row along row 1's copy error in one block (zero elsewhere), the block bound is
+    reached within 1 % while the row bound is far above it; so the block bound decides: halving the
+    per-block bounds alone (the row bounds intact) skips the best row, halving the row bounds alone
+    (the per-block bounds intact) still finds it."""
+    raw, hidden = adversarial_layer(one_block=True)
+    head = OutputHead(raw, "q8_0", 256, threads=1)
+    approx, bound = head.bounds(hidden)
+    full = head.full(hidden[None])[0]
+    gap = abs(float(full[1]) - float(approx[1]))
+    assert 0.99 * bound[1] < gap <= bound[1]
+    assert head.c[1] * np.linalg.norm(activations(hidden)) > 2 * bound[1]
+    assert 1 in head.shortlist(hidden, 1).ids
+    head.c = head.c * np.float32(0.5)
+    assert 1 in head.shortlist(hidden, 1).ids
+    head.c, head.per_block = head.c * np.float32(2), head.per_block * np.float32(0.5)
+    assert 1 not in head.shortlist(hidden, 1).ids
+
+
+def test_the_lane_kernel_variants_score_alike():
+    """The lane copy's scorer gives the same scores, bit for bit, on VNNI and without it (exact integer
+    block sums, the same float text after them), on a width whose blocks pad to a multiple of 4."""
+    rng = np.random.default_rng(3)
+    k = 576  # 18 blocks: groups 16 + 4, two of them padding
+    raw = q8_rows(rng.integers(-127, 128, (300, k)), rng.uniform(2.0**-10, 1.0, (300, k // 32)))
+    head = OutputHead(raw, "q8_0", k, threads=1)
+    head._make_copy()
+    hidden = rng.standard_normal(k).astype(np.float32)
+    acts = quantize_activations(hidden[None], "q8_0")
+    host_scores = head._score_lanes(acts)
+    head._lanes = lane_scorer(k // 32, "generic")
+    assert np.array_equal(head._score_lanes(acts), host_scores)
+    exact = lane_values(head.copy, k) @ activations(hidden)
+    assert np.allclose(host_scores, exact, rtol=1e-5, atol=1e-4)
+
+
+def test_copies_are_kept_on_disk_and_reused(tmp_path, monkeypatch):
+    """A layer's copy is made once and stored; the next load reads it back equal without making it,
+    and another layer (other bytes) gets a copy of its own."""
+    rng = np.random.default_rng(4)
+    raw = q8_rows(rng.integers(-127, 128, (64, 128)), np.full((64, 4), 2.0**-6))
+    made = load_or_make(raw, 128, "q8_0", tmp_path)
+    monkeypatch.setattr(shortlist_store, "make_copy", lambda *a: pytest.fail("the copy was made again"))
+    again = load_or_make(raw, 128, "q8_0", tmp_path)
+    for name in ("rows", "scales", "c", "per_block"):
+        assert np.array_equal(getattr(made, name), getattr(again, name))
+    other = raw.copy()
+    other[0, 5] ^= 1
+    assert copy_key(other, 128, "q8_0") != copy_key(raw, 128, "q8_0")
+
+
 @pytest.mark.parametrize("weight_scale", [2.0**-24, 2.0**-14, 2.0**-6, 1.0, 2.0**10])  # f16 subnormal .. large
 @pytest.mark.parametrize("hidden_scale", [1e-5, 1e-2, 1.0, 1e4])  # q8 scales from f16 subnormals to 4e2
 def test_the_bound_holds_at_extreme_scales(weight_scale, hidden_scale):
@@ -115,7 +163,7 @@ def test_the_bound_holds_at_extreme_scales(weight_scale, hidden_scale):
     scales = weight_scale * rng.uniform(0.5, 2.0, (n, k // 32))
     raw = q8_rows(values, scales)
     head = OutputHead(raw, "q8_0", k, threads=1)
-    error = q8_values(raw[:1], k)[0] - q4_values(make_copy(raw[:1], k)[0], k)[0]
+    error = q8_values(raw[:1], k)[0] - lane_values(make_copy(raw[:1], k), k)[0]
     for trial in range(5):
         hidden = (hidden_scale * rng.standard_normal(k)).astype(np.float32)
         hidden[trial::17] *= 50.0  # outlier dimensions
@@ -198,7 +246,7 @@ def test_logprobs_and_grammars_take_the_full_layer():
 
 
 def test_the_measured_choice_tries_both_then_keeps_the_faster_and_explores():
-    """Each way runs PROBES times first; then the one with the lower running time runs, and the
+    """Each way runs PROBES times first; then the one with the lower recent time runs, and the
     other is tried again every EXPLORE calls (so a change of load is followed)."""
     choice = FasterOfTwo()
     picks = []

@@ -10,23 +10,33 @@ layer and give the graph that stops before it. Does not own the copies and their
 produces the hidden rows (the compiled step of the cut graph).
 
 The bound (docs/shortlist.md has the proof): the copy and the original read the same quantized
-activations x, so for a row w and its copy w', |S - A| = |(w - w').x| <= ||w - w'|| ||x||
-(Cauchy-Schwarz), and each kernel's float result is within gamma_K times the sum of its parts'
-|w_i x_i| of its exact value. So |exact kernel score - copy kernel score| <= c_row ||x|| + 4 K 2^-149,
-with c_row from shortlist_copy.make_copy (rounded up) and ||x|| computed in f64 (inflated by SLACK).
+activations x, so for a row w and its copy w', |S - A| = |(w - w').x| <= sum_b ||w_b - w'_b|| ||x_b||
+<= ||w - w'|| ||x|| (Cauchy-Schwarz per 32-wide block, then over the blocks), and each kernel's float
+result is within gamma_K times the sum of its parts' |w_i x_i| of its exact value. So |exact kernel
+score - copy kernel score| <= sum_b c_rb ||x_b|| + 4 K 2^-149 <= c_r ||x|| + 4 K 2^-149, with c_rb and
+c_r from shortlist_copy (rounded up) and the norms of x computed in f64 (inflated by SLACK): every row
+is tested against c_r first, the few that pass against the block bound (Q6_K's Q4_K copy: c_r only).
+The Q8_0 layer's copy is scored by shortlist_kernel_ir's lane kernel, Q6_K's by the Q4_K matmul.
 """
 
 from __future__ import annotations
 
+import ctypes
 import time
+from collections import deque
 from dataclasses import dataclass
+from functools import cache
 
 import numpy as np
 from numba import njit
 
+from kinetic.codegen.cpu.jit import default_jit
 from kinetic.codegen.cpu.matmul import MATMUL_SIG, _split, quantize_activations
-from kinetic.codegen.cpu.shortlist_copy import COPIES, SLACK, make_copy
+from kinetic.codegen.cpu.shortlist_copy import COPIES, SLACK, CopyRows
+from kinetic.codegen.cpu.shortlist_kernel_ir import BLOCK, pack_activations, padded_blocks, render_scorer
+from kinetic.codegen.cpu.shortlist_store import load_or_make
 from kinetic.codegen.cpu.step_kernels import StepKernels
+from kinetic.codegen.cpu.target import host
 from kinetic.ir.graph import Graph
 from kinetic.ir.ops import Op
 
@@ -78,23 +88,38 @@ def _best_rows(a, m):
 
 
 @njit(cache=True)
-def _rows_reaching(a, c, xnorm, floor, tiny, cmax):
-    """Indices i whose upper bound a[i] + c[i] * xnorm + tiny (f64, inflated by SLACK, and by 2^-40 of
-    itself for the additions' rounding) reaches floor. A first test against the largest margin
-    (cmax: c.max()) passes over most rows with one comparison."""
+def _rows_reaching(a, c, xnorm, floor, tiny, per_block, xblocks):
+    """Indices i whose upper bound reaches floor: first a[i] + (c[i] * xnorm + tiny) * SLACK (the row's
+    bound), then, where there are per-block bounds (per_block [N, B], xblocks [B]), a[i] +
+    (sum_b per_block[i, b] * xblocks[b] + tiny) * SLACK (the block bound, never larger). An upper
+    bound u (f64) is below floor when u < floor - 2^-40 |floor|: that margin covers u's own rounding
+    (relative 2^-52) whatever its sign. NaN and -inf copy scores are kept, never skipped."""
+    slack = 1.0 + 2.0**-30
+    scale, extra = xnorm * slack, tiny * slack
+    low = floor - abs(floor) * 2.0**-40
+    keep = np.empty(a.shape[0], np.bool_)
+    for i in range(a.shape[0]):  # branch-free: vectorized
+        ai = np.float64(a[i])
+        keep[i] = not (ai + (np.float64(c[i]) * scale + extra) < low) or ai == -np.inf
     out = np.empty(a.shape[0], np.int64)
     n = 0
-    slack = 1.0 + 2.0**-30
-    widest = (cmax * xnorm + tiny) * slack
-    low = floor - widest - abs(floor) * 2.0**-30 - widest * 2.0**-30
     for i in range(a.shape[0]):
+        if keep[i]:
+            out[n] = i
+            n += 1
+    if per_block.shape[1] == 0:
+        return out[:n]
+    m = 0
+    for j in range(n):
+        i = out[j]
+        blocks = 0.0
+        for b in range(per_block.shape[1]):
+            blocks += np.float64(per_block[i, b]) * xblocks[b]
         ai = np.float64(a[i])
-        if ai >= low or ai != ai:  # a NaN copy score is kept, never skipped
-            upper = ai + (np.float64(c[i]) * xnorm + tiny) * slack
-            if not upper + abs(upper) * 2.0**-40 < floor:
-                out[n] = i
-                n += 1
-    return out[:n]
+        if not (ai + (blocks * slack + extra) < low) or ai == -np.inf:
+            out[m] = i
+            m += 1
+    return out[:m]
 
 
 @dataclass
@@ -107,30 +132,29 @@ class Shortlisted:
 
 class FasterOfTwo:
     """Which of two exact ways to score a row is faster here, by measurement: each is tried PROBES
-    times, then the one with the lower running mean (seconds per row) runs, and the other is tried
-    again every EXPLORE calls, so a change of load or of how many rows pass the bound is followed."""
+    times, then the one whose fastest of its last PROBES times (seconds per row) is lower runs, and
+    the other is tried again every EXPLORE calls, so a change of load or of how many rows pass the
+    bound is followed. The fastest of a few, not their mean, and the caller measures its thread's CPU
+    time, not the clock: on a shared machine a call that was descheduled says nothing about the way it
+    ran (both ways split their rows over the threads alike, so the caller's share compares them)."""
 
-    PROBES = 4
-    EXPLORE = 64
-    WEIGHT = 0.25  # of the newest time in the running mean
+    PROBES = 8
+    EXPLORE = 16
 
     def __init__(self):
-        self.mean = {True: 0.0, False: 0.0}
-        self.count = {True: 0, False: 0}
+        self.recent = {True: deque(maxlen=self.PROBES), False: deque(maxlen=self.PROBES)}
         self.calls = 0
 
     def pick(self) -> bool:
         self.calls += 1
         for way in (True, False):
-            if self.count[way] < self.PROBES:
+            if len(self.recent[way]) < self.PROBES:
                 return way
-        faster = self.mean[True] <= self.mean[False]
+        faster = min(self.recent[True]) <= min(self.recent[False])
         return (not faster) if self.calls % self.EXPLORE == 0 else faster
 
     def record(self, way: bool, seconds: float) -> None:
-        first = self.count[way] == 0
-        self.mean[way] = seconds if first else self.mean[way] + self.WEIGHT * (seconds - self.mean[way])
-        self.count[way] += 1
+        self.recent[way].append(seconds)
 
 
 class OutputHead:
@@ -138,20 +162,24 @@ class OutputHead:
     kernels. `logits(hidden, top)` is what the engine calls after a pass of the graph cut before it."""
 
     def __init__(self, raw: np.ndarray, dtype: str, k: int, *, threads: int, bound_scale: float = 1.0):
-        self.raw = raw  # u8 [N, row bytes], the file's rows (memory-mapped)
+        self.raw = raw.view(np.ndarray)  # u8 [N, row bytes], the file's rows (memory-mapped; a plain view: np.memmap's
+        # indexing costs about twice as much per gather)
         self.dtype = dtype
         self.kind = COPIES[dtype]  # the copy's type and the activations both kernels read
         self.k = k
         self.n = raw.shape[0]
         self.threads = max(1, threads)
         self.bound_scale = bound_scale  # tests break the bound with a scale below 1
-        self.copy: np.ndarray | None = None  # u8 [N, the copy's row bytes], made on first use
-        self.c: np.ndarray | None = None  # f32 [N], each row's bound per unit of ||x||
-        self.cmax = 0.0
+        self.copy: CopyRows | None = None  # the copy and its bounds, loaded or made on first use
+        self.c: np.ndarray | None = None  # f32 [N], each row's bound per unit of ||x|| (times bound_scale)
+        self.per_block: np.ndarray = np.zeros((raw.shape[0], 0), np.float32)  # f32 [N, K/32] or [N, 0]
         self.tiny = 4.0 * k * TINY
         kernels = StepKernels()
         self._exact = MATMUL_SIG(kernels.matmul(self.kind.original, k))
-        self._approx = MATMUL_SIG(kernels.matmul(self.kind.copy, k))
+        if self.kind.copy is not None:
+            self._approx = MATMUL_SIG(kernels.matmul(self.kind.copy, k))
+        else:
+            self._lanes = lane_scorer(k // BLOCK, host().best_variant())
         self.scored = 0  # rows scored exactly by shortlist(), summed over calls (the bench reports it)
         self.calls = 0
         self.choice = FasterOfTwo()
@@ -167,7 +195,7 @@ class OutputHead:
         shortlisting = self.choice.pick() if self.adaptive else True
         if shortlisting:
             self._make_copy()  # once, and not timed: the choice compares the two ways' running costs
-        began = time.perf_counter()
+        began = time.thread_time()  # the calling thread's CPU time: a descheduled call is not slower
         if not shortlisting:
             out = self.full(hidden)
         else:
@@ -178,7 +206,7 @@ class OutputHead:
                     out[r] = self.full(hidden[r:r + 1])[0]
                 else:
                     out[r, found.ids] = found.scores
-        self.choice.record(shortlisting, (time.perf_counter() - began) / len(hidden))
+        self.choice.record(shortlisting, (time.thread_time() - began) / len(hidden))
         return out
 
     def _run(self, kernel, weight: np.ndarray, acts, m: int, threads: int) -> np.ndarray:
@@ -200,7 +228,7 @@ class OutputHead:
         left out are proven below k of those returned. None when the bound cannot be used (a hidden
         value that is not finite)."""
         acts = quantize_activations(hidden[None, :], self.kind.activations)
-        approx, xnorm = self._approximate(acts)
+        approx, xnorm, xblocks = self._approximate(acts)
         if not np.isfinite(xnorm):
             return None
         first = _best_rows(approx, max(1, min(k, self.n)))
@@ -208,7 +236,7 @@ class OutputHead:
         floor = float(np.sort(first_scores)[-min(k, len(first))])
         if not np.isfinite(floor):
             return None
-        reaching = _rows_reaching(approx, self.c, xnorm, floor, self.tiny, self.cmax)
+        reaching = _rows_reaching(approx, self.c, xnorm, floor, self.tiny, self.per_block, xblocks)
         rest = np.setdiff1d(reaching, first, assume_unique=True)
         ids = np.concatenate([first, rest])
         scores = np.concatenate([first_scores, self._exact_rows(acts, rest)])
@@ -218,32 +246,68 @@ class OutputHead:
 
     def bounds(self, hidden: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """For one hidden row f32 [K]: the copy's scores f32 [N] and each row's bound f64 [N], the most
-        the layer's exact score can differ from the copy's (what shortlist() relies on)."""
-        approx, xnorm = self._approximate(quantize_activations(hidden[None, :], self.kind.activations))
-        return approx, (self.c.astype(np.float64) * xnorm + self.tiny) * SLACK
+        the layer's exact score can differ from the copy's (what shortlist() relies on: the block
+        bound where the copy has one, else the row's)."""
+        approx, xnorm, xblocks = self._approximate(quantize_activations(hidden[None, :], self.kind.activations))
+        if self.per_block.shape[1]:
+            margin = self.per_block.astype(np.float64) @ xblocks
+        else:
+            margin = self.c.astype(np.float64) * xnorm
+        return approx, (margin + self.tiny) * SLACK
 
-    def _approximate(self, acts) -> tuple[np.ndarray, float]:
-        """The copy's scores f32 [N] of one quantized row, and that row's ||x|| (rounded up)."""
+    def _approximate(self, acts) -> tuple[np.ndarray, float, np.ndarray]:
+        """The copy's scores f32 [N] of one quantized row, that row's ||x|| and its blocks' ||x_b||
+        f64 [K/32] (all in f64, rounded up by SLACK)."""
         self._make_copy()
         x = acts.q.astype(np.float64).reshape(acts.d.size, -1) * acts.d.astype(np.float64).reshape(-1, 1)
+        xblocks = np.sqrt(np.sum(x.reshape(-1, BLOCK) ** 2, axis=1)) * SLACK
         xnorm = float(np.sqrt(np.sum(x * x))) * SLACK
-        return self._run(self._approx, self.copy, acts, 1, self.threads)[0], xnorm
+        if self.kind.copy is not None:
+            return self._run(self._approx, self.copy.rows, acts, 1, self.threads)[0], xnorm, xblocks
+        return self._score_lanes(acts), xnorm, xblocks
+
+    def _score_lanes(self, acts) -> np.ndarray:
+        """The lane copy's scores f32 [N] of one q8_0 row (shortlist_kernel_ir's kernel)."""
+        nb = acts.d.size
+        xinit = np.zeros(padded_blocks(nb), np.int32)
+        xinit[:nb] = -8 * acts.q.reshape(nb, BLOCK).astype(np.int32).sum(axis=1)
+        xd = np.zeros(padded_blocks(nb), np.float32)
+        xd[:nb] = acts.d.reshape(-1)
+        xp = pack_activations(acts.q.reshape(-1))
+        out = np.empty(self.n, np.float32)
+        args = (self.copy.rows.ctypes.data, self.copy.scales.ctypes.data, xp.ctypes.data, xinit.ctypes.data,
+                xd.ctypes.data, out.ctypes.data)
+        _split(self._lanes, args, self.n, self.threads)
+        return out
 
     def _make_copy(self) -> None:
-        """The copy and its constants, on first use (about 4 s for Gemma 3's 262,144 rows)."""
+        """The copy and its bounds, on first use: from the disk cache, else made (about 4 s for Gemma
+        3's 262,144 rows) and stored there."""
         if self.copy is None:
-            self.copy, c = make_copy(self.raw, self.k, self.dtype)
-            self.c = (c * np.float32(self.bound_scale)).astype(np.float32)
-            self.cmax = float(self.c.max())
+            self.copy = load_or_make(self.raw, self.k, self.dtype)
+            scale = np.float32(self.bound_scale)
+            self.c = (np.asarray(self.copy.c) * scale).astype(np.float32)
+            if self.copy.per_block is not None:
+                self.per_block = (np.asarray(self.copy.per_block) * scale).astype(np.float32)
 
     def _exact_rows(self, acts, ids: np.ndarray) -> np.ndarray:
         """The exact kernel on some weight rows: each row's float operations are the same sequence
         whatever rows share the call (matmul_ir), so each value is the full layer's."""
         if len(ids) == 0:
             return np.empty(0, np.float32)
-        rows = np.ascontiguousarray(self.raw[ids])
+        rows = np.take(self.raw, ids, axis=0)
         threads = self.threads if len(ids) >= EXACT_ROWS_PER_THREAD else 1  # a thread's start costs more
         return self._run(self._exact, rows, acts, 1, threads)[0]
+
+
+LANE_SIG = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * 6, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64)
+
+
+@cache
+def lane_scorer(n_blocks: int, variant: str):
+    """The compiled lane-copy scorer for rows of n_blocks blocks (VNNI where the host has it)."""
+    ir, name = render_scorer(n_blocks, "vnni" if variant == "vnni" else "generic")
+    return LANE_SIG(default_jit().address(ir, name))
 
 
 def open_head(graph: Graph, weights, *, threads: int, bound_scale: float = 1.0) -> OutputHead | None:

@@ -1,17 +1,20 @@
-"""Shortlist's copies of an output layer: a smaller quantization of every row and each row's bound.
+"""Shortlist's copies of an output layer: a smaller quantization of every row and its bounds.
 
-Owns: `COPIES`, per original weight type the copy's type, the activations both read and the maker;
-`make_copy(raw, k, dtype)` -> (the copy's rows, c f32 [N]: each row's bound per unit of ||x||,
-rounded up), and `gamma`. Q8_0 -> Q4_0 (block 32, q8_0 activations); Q6_K -> Q4_K (block 256, q8_k
-activations): each copy reads the activations its original reads, so both kernels see the same x.
-Does not own the kernels nor how the bound is used (shortlist.py); the proof is docs/shortlist.md.
+Owns: `COPIES`, per original weight type how it is copied and the activations both kernels read;
+`make_copy(raw, k, dtype)` -> CopyRows (the copy, each row's bound per unit of ||x||, and for the
+lane copy each block's bound per unit of ||x_b||, all rounded up), `lane_values`, and `gamma`.
+Q8_0 -> the blocked 4-bit lane copy (Q4_0's values, block 32, in shortlist_kernel_ir's layout, read
+with the same q8_0 activations); Q6_K -> Q4_K (block 256, q8_k activations): each copy reads the
+activations its original reads, so both kernels see the same x. Does not own the kernels nor how the
+bound is used (shortlist.py), nor where copies are kept (shortlist_store.py); the proof is
+docs/shortlist.md.
 
-c_row = (||w - w'|| + gamma_K * (sum of the norms of the parts each kernel sums)) * SLACK, in f64
-from the exact values the kernels read: for Q8_0, Q6_K and Q4_0 the parts are the row itself; for
-Q4_K the scaled values d*sc*q and the minimums dmin*m, which its kernel accumulates apart and
-subtracts at the end. Rows are copied in chunks (never a whole dequantized layer at once).
-Q4_0 is made by numba (Gemma's 262,144 rows: ~4 s); Q4_K by numpy (only synthetic files have Q6_K
-output layers so far).
+c_block = (||w_b - w'_b|| + gamma_K * (||w_b|| + ||w'_b||)) * SLACK and c_row = ||c_block|| (lane copy);
+c_row = (||w - w'|| + gamma_K * (sum of the norms of the parts each kernel sums)) * SLACK (Q4_K:
+the scaled values d*sc*q and the minimums dmin*m, which its kernel accumulates apart), in f64 from
+the exact values the kernels read. Rows are copied in chunks (never a whole dequantized layer at
+once). The lane copy is made by numba (Gemma's 262,144 rows: a few seconds, then kept on disk);
+Q4_K by numpy (only synthetic files have Q6_K output layers so far).
 """
 
 from __future__ import annotations
@@ -23,9 +26,23 @@ import numpy as np
 from gguf import GGMLQuantizationType as Q
 from numba import njit
 
+from kinetic.codegen.cpu.shortlist_kernel_ir import groups, pack_codes, padded_blocks
+
 SLACK = 1.0 + 2.0**-30  # covers the f64 rounding of the bound's own arithmetic (relative 2^-53 per step)
 BLOCK = 32
 CHUNK_ROWS = 8192  # rows copied at a time
+
+
+@dataclass(frozen=True)
+class CopyRows:
+    """A layer's copy and its bounds: rows u8 [N, row bytes] (the lane layout, or Q4_K rows); scales
+    f16 [N, padded blocks] (lane layout) or None; c f32 [N], each row's bound per unit of ||x||;
+    per_block f32 [N, K/32], each block's bound per unit of ||x_b|| (lane layout) or None."""
+
+    rows: np.ndarray
+    scales: np.ndarray | None
+    c: np.ndarray
+    per_block: np.ndarray | None
 
 
 def gamma(n: int) -> float:
@@ -55,29 +72,29 @@ def _q4_codes(scale8, q8, d, codes):
 
 
 @njit(cache=True)
-def _row_norms(scale8, q8, d16, codes, norms):
-    """Per row, in f64 (norms [n, 3]): ||w|| (the Q8_0 values), ||w'|| (the copy's d16 * (code - 8))
-    and ||w - w'||, all from the exact values the kernels read."""
+def _block_norms(scale8, q8, d16, codes, norms):
+    """Per row and block, in f64 (norms [n, nb, 3]): ||w_b|| (the Q8_0 values), ||w'_b|| (the copy's
+    d16 * (code - 8)) and ||w_b - w'_b||, all from the exact values the kernels read."""
     n, nb = scale8.shape
     for r in range(n):
-        sw = 0.0
-        sc = 0.0
-        se = 0.0
         for b in range(nb):
+            sw = 0.0
+            sc = 0.0
+            se = 0.0
             for i in range(BLOCK):
                 w = np.float64(scale8[r, b]) * np.float64(q8[r, b, i])
                 c = np.float64(d16[r, b]) * (np.float64(codes[r, b, i]) - 8.0)
                 sw += w * w
                 sc += c * c
                 se += (w - c) * (w - c)
-        norms[r, 0] = np.sqrt(sw)
-        norms[r, 1] = np.sqrt(sc)
-        norms[r, 2] = np.sqrt(se)
+            norms[r, b, 0] = np.sqrt(sw)
+            norms[r, b, 1] = np.sqrt(sc)
+            norms[r, b, 2] = np.sqrt(se)
 
 
-def _copy_rows(raw: np.ndarray, k: int, out: np.ndarray, norms: np.ndarray) -> None:
-    """Q8_0 rows (u8 [n, k/32*34]) -> Q4_0 rows in `out` (u8 [n, k/32*18], gguf's layout) and the
-    rows' norms in `norms` (f64 [n, 3], see _row_norms)."""
+def _copy_rows(raw: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Q8_0 rows (u8 [n, k/32*34]) -> (codes in the kernel's lane layout u8 [n, padded blocks * 16],
+    scales f16 [n, padded blocks], norms f64 [n, k/32, 3], see _block_norms)."""
     n, nb = raw.shape[0], k // BLOCK
     blocks = raw.reshape(n, nb, 34)
     scale8 = np.ascontiguousarray(blocks[:, :, :2]).view(np.float16)[:, :, 0].astype(np.float32)
@@ -86,18 +103,35 @@ def _copy_rows(raw: np.ndarray, k: int, out: np.ndarray, norms: np.ndarray) -> N
     codes = np.empty((n, nb, BLOCK), np.uint8)
     _q4_codes(scale8, q8, d, codes)
     d16 = d.astype(np.float16)
-    copy = out.reshape(n, nb, 18)
-    copy[:, :, :2] = d16[:, :, None].view(np.uint8)
-    copy[:, :, 2:] = codes[:, :, :16] | (codes[:, :, 16:] << 4)
-    _row_norms(scale8, q8, d16.astype(np.float32), codes, norms)
+    scales = np.zeros((n, padded_blocks(nb)), np.float16)
+    scales[:, :nb] = d16
+    norms = np.empty((n, nb, 3), np.float64)
+    _block_norms(scale8, q8, d16.astype(np.float32), codes, norms)
+    return pack_codes(codes), scales, norms
 
 
-def _q4_0_copy(raw: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """(the Q4_0 copy u8 [N, k/32*18] of Q8_0 rows, norms f64 [N, 3]: ||w||, ||w'||, ||w - w'||)."""
-    copy = np.empty((raw.shape[0], k // BLOCK * 18), np.uint8)
-    norms = np.empty((raw.shape[0], 3), np.float64)
-    _copy_rows(raw, k, copy, norms)
-    return copy, norms
+def _lane_copy(raw: np.ndarray, k: int) -> CopyRows:
+    """The blocked 4-bit copy of Q8_0 rows (the Q4_0 rule's values, in the lane layout) and its bounds:
+    per block c_b = (||w_b - w'_b|| + gamma_K (||w_b|| + ||w'_b||)) * SLACK rounded up to f32, and per
+    row c = ||c_b||_2 * SLACK rounded up (so sum_b c_b ||x_b|| <= c ||x|| by Cauchy-Schwarz)."""
+    parts = [_copy_rows(np.ascontiguousarray(raw[s:s + CHUNK_ROWS]), k) for s in range(0, raw.shape[0], CHUNK_ROWS)]
+    norms = np.concatenate([p[2] for p in parts])
+    per_block = _round_up((norms[:, :, 2] + gamma(k) * (norms[:, :, 0] + norms[:, :, 1])) * SLACK)
+    per_row = _round_up(np.sqrt(np.sum(per_block.astype(np.float64) ** 2, axis=1)) * SLACK)
+    return CopyRows(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]), per_row, per_block)
+
+
+def lane_values(copy: CopyRows, k: int) -> np.ndarray:
+    """The values the lane copy stands for, f64 [N, k] (d_w * (code - 8), exact): for tests and checks."""
+    n, nb = len(copy.rows), k // BLOCK
+    out, start = [], 0
+    for width in groups(nb):
+        pairs = copy.rows[:, start * 16:(start + width) * 16].reshape(n, 4, width, 4)
+        steps = np.stack([pairs & 15, pairs >> 4], axis=2).reshape(n, 8, width, 4)  # [n, step, lane, 4]
+        out.append(steps.transpose(0, 2, 1, 3).reshape(n, width, BLOCK))
+        start += width
+    codes = np.concatenate(out, axis=1)[:, :nb].astype(np.float64) - 8.0
+    return (copy.scales[:, :nb, None].astype(np.float64) * codes).reshape(n, k)
 
 
 def _q6_k_values(raw: np.ndarray, k: int) -> np.ndarray:
@@ -156,35 +190,40 @@ def _q4_k_copy(raw: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     return blocks.reshape(n, -1), norms
 
 
+def _q4_k_rows(raw: np.ndarray, k: int) -> CopyRows:
+    """The Q4_K copy of Q6_K rows with each row's bound c = (||w - w'|| + gamma_K (||w|| + ||scaled||
+    + ||minimums||)) * SLACK rounded up (its kernel sums the two parts apart); no per-block bound."""
+    parts = [_q4_k_copy(np.ascontiguousarray(raw[s:s + CHUNK_ROWS]), k) for s in range(0, raw.shape[0], CHUNK_ROWS)]
+    norms = np.concatenate([p[1] for p in parts])
+    c = _round_up((norms[:, 2] + gamma(k) * (norms[:, 0] + norms[:, 1] + norms[:, 3])) * SLACK)
+    return CopyRows(np.concatenate([p[0] for p in parts]), None, c, None)
+
+
+def _round_up(c64: np.ndarray) -> np.ndarray:
+    """f64 -> the nearest f32 at or above each value."""
+    c32 = c64.astype(np.float32)
+    return np.where(c32.astype(np.float64) < c64, np.nextafter(c32, np.float32(np.inf)), c32)
+
+
 @dataclass(frozen=True)
 class Copy:
-    """How one original weight type is copied: the copy's type, the activations both kernels read,
-    the width a row's length must divide, and the maker (rows, k) -> (copy rows, norms)."""
+    """How one original weight type is copied: the activations both kernels read, the width a row's
+    length must divide, the maker (rows, k) -> CopyRows, and the copy's GGUF type when it is scored
+    by the matmul kernels (Q4_K) rather than by the lane kernel (shortlist_kernel_ir, None)."""
 
     original: Q
-    copy: Q
+    copy: Q | None
     activations: str
     block: int
-    make: Callable[[np.ndarray, int], tuple[np.ndarray, np.ndarray]]
+    make: Callable[[np.ndarray, int], CopyRows]
 
 
 COPIES = {
-    "q8_0": Copy(Q.Q8_0, Q.Q4_0, "q8_0", 32, _q4_0_copy),
-    "q6_k": Copy(Q.Q6_K, Q.Q4_K, "q8_k", 256, _q4_k_copy),
+    "q8_0": Copy(Q.Q8_0, None, "q8_0", 32, _lane_copy),
+    "q6_k": Copy(Q.Q6_K, Q.Q4_K, "q8_k", 256, _q4_k_rows),
 }
 
 
-def make_copy(raw: np.ndarray, k: int, dtype: str = "q8_0") -> tuple[np.ndarray, np.ndarray]:
-    """(the copy's rows u8 [N, copy row bytes], c f32 [N]: each row's bound per unit of ||x||, rounded up)."""
-    maker = COPIES[dtype].make
-    parts, norms = [], []
-    for start in range(0, raw.shape[0], CHUNK_ROWS):
-        rows, row_norms = maker(np.ascontiguousarray(raw[start:start + CHUNK_ROWS]), k)
-        parts.append(rows)
-        norms.append(row_norms)
-    norms = np.concatenate(norms)
-    summed = norms[:, 0] + norms[:, 1] + (norms[:, 3] if norms.shape[1] > 3 else 0.0)
-    c64 = (norms[:, 2] + gamma(k) * summed) * SLACK
-    c32 = c64.astype(np.float32)
-    c32 = np.where(c32.astype(np.float64) < c64, np.nextafter(c32, np.float32(np.inf)), c32)
-    return np.concatenate(parts), c32
+def make_copy(raw: np.ndarray, k: int, dtype: str = "q8_0") -> CopyRows:
+    """The copy of a layer's rows (u8 [N, row bytes]) and its bounds, made in chunks of rows."""
+    return COPIES[dtype].make(raw, k)
