@@ -20,9 +20,9 @@ prefix its tokens share with the sequence before the catch-up, so the cache neve
 a path the sequence left. A draft is only a guess: nothing here can change the main model's answer.
 
 The block runs on the model's device when that device can run its graph, else on the CPU (`block_device`):
-its `concat` op and its `hidden.<width>` input have no compiled kernels yet, so the CPU runs it through
-its interpreter with the compiled matmuls (kinetic/codegen/cpu/executor.py) and the GPUs hand it to the
-CPU (docs/rad1.md, "What is not done").
+the CPU runs its `concat` op and its `hidden.<width>` input through its interpreter with the compiled
+matmuls (kinetic/codegen/cpu/executor.py); CUDA and Vulkan have a `concat` kernel and upload the
+`hidden.<width>` rows with each pass's inputs (kinetic/codegen/{cuda,vulkan}/concat.py).
 Does not own verification (kinetic/runtime/speculative.py) or the policy (kinetic/runtime/drafting.py).
 """
 

@@ -190,6 +190,15 @@ def test_the_cpu_runs_the_block_as_the_reference():
     assert same_bits(cpu, _block_logits(_engine(), PROMPT, hidden))
 
 
+@pytest.mark.parametrize("device", ["cuda-emulated", "vulkan"])
+def test_a_gpu_runs_the_block_as_the_reference(device):
+    """The block's graph on a GPU device (its concat kernel, the trunk rows uploaded as a per-pass
+    input) gives the reference interpreter's logits bit for bit, and runs there, not on the CPU."""
+    hidden = _trunk_rows(_engine(), PROMPT)
+    assert mtp.PredictionBlock.for_engine(_engine(device)).device == device
+    assert same_bits(_block_logits(_engine(device), PROMPT, hidden), _block_logits(_engine(), PROMPT, hidden))
+
+
 # -- drafting ----------------------------------------------------------------------------------------
 
 
@@ -245,11 +254,14 @@ def _picker(kind: str, engine: Engine, history: list[int]):
 
 
 @pytest.mark.parametrize("device,kind", [(d, k) for d in DEVICES for k in ("greedy", "seeded")] + [
-    ("cuda-emulated", "greedy"), pytest.param("cuda-emulated", "seeded", marks=pytest.mark.slow)])
+    ("cuda-emulated", "greedy"), pytest.param("cuda-emulated", "seeded", marks=pytest.mark.slow),
+    ("vulkan", "greedy"), pytest.param("vulkan", "seeded", marks=pytest.mark.slow)])
 def test_drafting_with_the_block_equals_plain(monkeypatch, kind, device):
     """Drafted decoding with the mtp drafter forced on (its chains verified every step, some rows kept,
-    most rejected) gives plain decoding's tokens, greedy and with a seeded sampler."""
+    most rejected), the block on the model's device, gives plain decoding's tokens, greedy and with a
+    seeded sampler."""
     engine = _engine(device)
+    assert mtp.PredictionBlock.for_engine(engine).device == device
     plain = list(plain_decode(engine, engine.new_sequence(), PROMPT, 12, picker=_picker(kind, engine, PROMPT)))
     out, stats = _decode(monkeypatch, engine, PROMPT, plain, _picker(kind, engine, PROMPT), 12,
                          engine.new_sequence())

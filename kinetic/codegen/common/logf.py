@@ -1,6 +1,6 @@
 """The C library's logf constants (glibc's `__logf_data`, sysdeps/ieee754/flt-32/e_logf.c), which the
-device kernels' softplus evaluates (Vulkan: kinetic/codegen/vulkan/logf.py; CUDA keeps its own copy in
-cuda/logf.py, the same bits).
+device kernels' softplus evaluates (Vulkan: kinetic/codegen/vulkan/logf.py; CUDA:
+kinetic/codegen/cuda/logf.py).
 
 Owns: the 16 (1/c, log c) pairs of the table, ln 2 and the polynomial, each as the bits of its double
 (read from this host's libm.so.6: the table sits just before ln 2's bits), and the algorithm's

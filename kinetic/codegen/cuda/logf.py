@@ -1,9 +1,9 @@
 """The C library's logf as CUDA C (`k_logf_libc`), for the softplus of the recurrent kernels.
 
 Owns: glibc's `__logf` (sysdeps/ieee754/flt-32/e_logf.c, from ARM's optimized-routines) with the
-operations its x86-64 FMA build fuses, and its constants (`__logf_data`: 16 (1/c, log c) pairs, ln 2
-and the polynomial), spelled as the bits of their doubles, read from this host's libm.so.6 (the table
-sits just before ln 2's bits). The test compares the function with the C library's logf on every
+operations its x86-64 FMA build fuses, as CUDA C; its constants (`__logf_data`: 16 (1/c, log c)
+pairs, ln 2, the polynomial and the index offset) are kinetic/codegen/common/logf.py's, the bits
+Vulkan's kernels use too. The test compares the function with the C library's logf on every
 input of [1, 2) and a sample of the rest (tests/codegen/cuda/test_cuda_recurrent.py). Does not own
 softplus itself (numerics.recurrent.softplus is the meaning; the kernels call this).
 
@@ -15,19 +15,7 @@ multiply-add an fma as GCC contracts them, and the sum rounded once to float.
 
 from __future__ import annotations
 
-# (1/c, log c) per table slot: glibc's __logf_data.tab
-TABLE = (
-    (0x3FF661EC79F8F3BE, 0xBFD57BF7808CAADE), (0x3FF571ED4AAF883D, 0xBFD2BEF0A7C06DDB),
-    (0x3FF49539F0F010B0, 0xBFD01EAE7F513A67), (0x3FF3C995B0B80385, 0xBFCB31D8A68224E9),
-    (0x3FF30D190C8864A5, 0xBFC6574F0AC07758), (0x3FF25E227B0B8EA0, 0xBFC1AA2BC79C8100),
-    (0x3FF1BB4A4A1A343F, 0xBFBA4E76CE8C0E5E), (0x3FF12358F08AE5BA, 0xBFB1973C5A611CCC),
-    (0x3FF0953F419900A7, 0xBFA252F438E10C1E), (0x3FF0000000000000, 0x0000000000000000),
-    (0x3FEE608CFD9A47AC, 0x3FAAA5AA5DF25984), (0x3FECA4B31F026AA0, 0x3FBC5E53AA362EB4),
-    (0x3FEB2036576AFCE6, 0x3FC526E57720DB08), (0x3FE9C2D163A1AA2D, 0x3FCBC2860D224770),
-    (0x3FE886E6037841ED, 0x3FD1058BC8A07EE1), (0x3FE767DCF5534862, 0x3FD4043057B6EE09),
-)
-LN2 = 0x3FE62E42FEFA39EF
-POLY = (0xBFD00EA348B88334, 0x3FD5575B0BE00B6A, 0xBFDFFFFEF20A4123)  # A0 (r^4), A1 (r^3), A2 (r^2)
+from kinetic.codegen.common.logf import LN2, OFF, POLY, TABLE
 
 
 def libc_logf() -> str:
@@ -49,7 +37,7 @@ DEV float k_logf_libc(float x) {{
             return k_div(k_sub(x, x), k_sub(x, x));                   // (x - x) / (x - x)
         ix = k_f2bits(k_mul(x, 0x1p23f)) - (23u << 23);               // a subnormal, normalized
     }}
-    const u32 tmp = ix - 0x3f330000u;
+    const u32 tmp = ix - 0x{OFF:08x}u;
     const int i = (int)((tmp >> 19) % 16u);
     const int k = (int)tmp >> 23;
     const u32 iz = ix - (tmp & 0xff800000u);

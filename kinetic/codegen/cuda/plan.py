@@ -149,6 +149,9 @@ class Plan:
             fields += [(("cos", key), 4 * t * (key[0] // 2)), (("sin", key), 4 * t * (key[0] // 2))]
         fields += [(("mask", w), t * self.model.n_ctx) for w in self.windows]
         fields += pass_states.input_fields(self.model.recurrent, t)
+        # a prediction block's rows of the trunk (an input `hidden.<width>`, PassRows.hidden), f32 [T, width]
+        self.hidden_inputs = [n.attrs.name for n in self.model.order.inputs if n.attrs.name.startswith("hidden.")]
+        fields += [(name, 4 * t * int(name.removeprefix("hidden."))) for name in self.hidden_inputs]
         # the rows of each lookup the host makes (common/host_lookup.py), f32 [rows, width]
         fields += [(("lookup", nid), 4 * self.count(graph.node(nid)) * lookup.width)
                    for nid, lookup in self.model.host_lookups.items()]
@@ -183,7 +186,8 @@ class Plan:
         self._slots: list[_Slot] = []
         for node in order.inputs:
             name = node.attrs.name
-            self.buffers[node.id] = self.input_view(name) if name in ("tokens", "output_rows") else None
+            per_pass = name in ("tokens", "output_rows") or name.startswith("hidden.")
+            self.buffers[node.id] = self.input_view(name) if per_pass else None
         if split:
             self.buffers[split.boundary] = self.input_view("hidden")
         for nid in self.model.host_lookups:  # no launch: the rows come with the pass's inputs
@@ -364,6 +368,8 @@ class Plan:
         if hidden is not None:
             self.staged("hidden", F32)[:] = np.ascontiguousarray(hidden, F32).reshape(-1)
         self.staged("tokens", np.int32)[:] = rows.tokens
+        for name in self.hidden_inputs:
+            self.staged(name, F32)[:] = rows.input(name).reshape(-1)
         if self.n_out:
             self.staged("output_rows", np.int32)[:] = rows.output_rows
         self.staged("meta", np.int32)[:] = (caches.n_keys, 0)

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field, replace
 
 from kinetic.codegen.cuda import (
     attention,
+    concat,
     embed,
     gather,
     gemv,
@@ -216,6 +217,7 @@ KERNELS: dict[Op, Render] = {
     Op.QUANTIZE: _quantize,
     Op.TAKE_ROWS: _take_rows,
     Op.COLUMNS: _columns,
+    Op.CONCAT: lambda node, ctx: [concat.concat(*(ctx.width(ctx.graph.node(i)) for i in node.inputs))],
     Op.RMS_NORM: _rms_norm,
     Op.LAYER_NORM: lambda node, ctx: [layer_norm.layer_norm(ctx.width(node), node.attrs.eps,
                                                             weighted=len(node.inputs) == 2)],

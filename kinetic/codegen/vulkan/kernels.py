@@ -22,9 +22,11 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
+
 from kinetic.codegen.common.orders import refused_order
 from kinetic.codegen.runner import Capabilities
-from kinetic.codegen.vulkan import elementwise, gather, moe_records, recurrent, recurrent_records, rope
+from kinetic.codegen.vulkan import concat, elementwise, gather, moe_records, recurrent, recurrent_records, rope
 from kinetic.codegen.vulkan.dispatch import Dispatch
 from kinetic.codegen.vulkan.ops import SUPPORTED_WEIGHTS
 from kinetic.ir.graph import Graph, Node
@@ -60,8 +62,12 @@ def computed(record: Callable) -> Callable:
 # ---- leaves --------------------------------------------------------------------------------------
 
 def bind_input(p, node: Node) -> None:
-    """The pass's token ids, positions, token types or output rows, written by the host."""
-    p.out[node.id] = p.u32(("input", node.attrs.name), p.rows.input(node.attrs.name))
+    """The pass's token ids, positions, token types or output rows, written by the host; a prediction
+    block's trunk rows (`hidden.<width>`, f32) as their bits."""
+    values = p.rows.input(node.attrs.name)
+    if node.attrs.name.startswith("hidden."):
+        values = np.ascontiguousarray(values, np.float32).view(np.uint32)
+    p.out[node.id] = p.u32(("input", node.attrs.name), values)
 
 
 def bind_nothing(p, node: Node) -> None:
@@ -216,6 +222,7 @@ KERNELS: dict[Op, OpKernel] = {
     Op.MATMUL: OpKernel(computed(record_matmul), refuse_matmul),
     Op.TAKE_ROWS: OpKernel(computed(record_take_rows)),
     Op.COLUMNS: OpKernel(computed(record_columns)),
+    Op.CONCAT: OpKernel(computed(concat.record_concat)),
     Op.RMS_NORM: OpKernel(computed(record_rms_norm)),
     Op.LAYER_NORM: OpKernel(computed(record_layer_norm)),
     Op.ROPE: OpKernel(computed(record_rope)),
