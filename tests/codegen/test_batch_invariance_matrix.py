@@ -86,6 +86,10 @@ def _attention(attrs: str = "", n_head: int = 2, n_kv: int = 1, head_dim: int = 
 
 CASES: dict[str, Case] = {
     "embed": Case(64, 64, "%9 = embed(%3, %0) : f32[T,64]"),  # the lookup alone (take_rows ends every case)
+    "concat": Case(64, 128, f"""
+%5 = param() {{tensor="other"}} : q8_0[{VOCAB},64]
+%6 = embed(%5, %0) : f32[T,64]
+%9 = concat(%4, %6) : f32[T,128]""", (("other", Q.Q8_0, (VOCAB, 64)),)),  # a prediction block's joined rows
     "matmul_q8_0": _matmul(Q.Q8_0, 64, 40),  # lanes8
     "matmul_q4_0": _matmul(Q.Q4_0, 64, 40),  # block_chain
     "matmul_q4_1": _matmul(Q.Q4_1, 64, 40),  # lanes8 with Q8_1 activations
