@@ -28,9 +28,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from kinetic.codegen.cpu.llvm_ir import Function, const_vec, f32_literal, module
+from kinetic.codegen.cpu.llvm_ir import Function, f32_literal, module, reduce_add_16
 
-_V16, _V8, _V4 = "<16 x float>", "<8 x float>", "<4 x float>"
+_V16 = "<16 x float>"
 PARAMS = [("i64", "x_addr"), ("i64", "y_addr"), ("i64", "w_addr"), ("i64", "n_rows")]
 DECLARATIONS = ["declare float @llvm.sqrt.f32(float)"]
 
@@ -38,23 +38,6 @@ DECLARATIONS = ["declare float @llvm.sqrt.f32(float)"]
 def kernel_name(width: int, eps: float, weighted: bool) -> str:
     bits = int(np.float32(eps).view(np.uint32))
     return f"kin_layer_norm_{width}_{bits:08x}{'_w' if weighted else ''}"
-
-
-def _half_sum(fn: Function, v: str, n: int) -> str:
-    """<n x float> -> <n/2 x float>: the high half plus the low half, lane by lane (f32)."""
-    half = n // 2
-    hi = fn.v(f"shufflevector <{n} x float> {v}, <{n} x float> poison, {const_vec('i32', range(half, n))}")
-    lo = fn.v(f"shufflevector <{n} x float> {v}, <{n} x float> poison, {const_vec('i32', range(half))}")
-    return fn.v(f"fadd <{half} x float> {hi}, {lo}")
-
-
-def _reduce_add_16(fn: Function, v: str) -> str:
-    """_mm512_reduce_add_ps: 16 -> 8 -> 4 by halves, then (l0 + l2) + (l1 + l3)."""
-    v4 = _half_sum(fn, _half_sum(fn, v, 16), 8)
-    lane = [fn.v(f"extractelement {_V4} {v4}, i64 {i}") for i in range(4)]
-    even = fn.v(f"fadd float {lane[0]}, {lane[2]}")
-    odd = fn.v(f"fadd float {lane[1]}, {lane[3]}")
-    return fn.v(f"fadd float {even}, {odd}")
 
 
 def _float_at(fn: Function, base: str, i: str) -> str:
@@ -78,7 +61,7 @@ def _row(fn: Function, x: str, y: str, w: str, width: int, eps: float, weighted:
         at = fn.v(f"mul i64 {c}, 16")
         d = fn.v(f"fsub {_V16} {fn.load(_V16, _float_at(fn, x, at), 4)}, {mean16}")
         fn.store(_V16, d, _float_at(fn, y, at), 4)
-        chunk = _reduce_add_16(fn, fn.v(f"fmul {_V16} {d}, {d}"))
+        chunk = reduce_add_16(fn, fn.v(f"fmul {_V16} {d}, {d}"))
         return [fn.v(f"fadd double {t[0]}, {fn.v(f'fpext float {chunk} to double')}")]
 
     def tail(i: str, t: list[str]) -> list[str]:

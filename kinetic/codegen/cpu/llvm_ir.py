@@ -127,3 +127,21 @@ class Function:
 def module(functions: Sequence[Function], declarations: Sequence[str]) -> str:
     """A module's text: intrinsic declarations, then the functions."""
     return "\n".join(sorted(set(declarations))) + "\n\n" + "\n".join(f.render() for f in functions)
+
+
+def _half_sum(fn: Function, v: str, n: int) -> str:
+    """<n x float> -> <n/2 x float>: the high half plus the low half, lane by lane (f32)."""
+    half = n // 2
+    hi = fn.v(f"shufflevector <{n} x float> {v}, <{n} x float> poison, {const_vec('i32', range(half, n))}")
+    lo = fn.v(f"shufflevector <{n} x float> {v}, <{n} x float> poison, {const_vec('i32', range(half))}")
+    return fn.v(f"fadd <{half} x float> {hi}, {lo}")
+
+
+def reduce_add_16(fn: Function, v: str) -> str:
+    """_mm512_reduce_add_ps's order on a <16 x float>: 16 -> 8 -> 4 by halves, then
+    (l0 + l2) + (l1 + l3), all f32 (layer_norm_ir.py and moe_ir.py's softmax sums)."""
+    v4 = _half_sum(fn, _half_sum(fn, v, 16), 8)
+    lane = [fn.v(f"extractelement <4 x float> {v4}, i64 {i}") for i in range(4)]
+    even = fn.v(f"fadd float {lane[0]}, {lane[2]}")
+    odd = fn.v(f"fadd float {lane[1]}, {lane[3]}")
+    return fn.v(f"fadd float {even}, {odd}")

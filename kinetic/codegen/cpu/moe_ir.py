@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kinetic.codegen.cpu.llvm_ir import Function, const_vec, f32_literal, module
+from kinetic.codegen.cpu.llvm_ir import Function, f32_literal, module, reduce_add_16
 from kinetic.ir.numerics.moe import WEIGHT_SUM_FLOOR
 
 PARAMS = [("i64", "x_addr"), ("i64", "b_addr"), ("i64", "y_addr"), ("i64", "r0"), ("i64", "r1")]
@@ -113,20 +113,6 @@ def _expf_ggml16(fn: Function, x: str) -> str:
     return fn.v(f"select <16 x i1> {big}, {_V16} {saturated}, {_V16} {scaled}")
 
 
-def _half_sum(fn: Function, v: str, n: int) -> str:
-    half = n // 2
-    hi = fn.v(f"shufflevector <{n} x float> {v}, <{n} x float> poison, {const_vec('i32', range(half, n))}")
-    lo = fn.v(f"shufflevector <{n} x float> {v}, <{n} x float> poison, {const_vec('i32', range(half))}")
-    return fn.v(f"fadd <{half} x float> {hi}, {lo}")
-
-
-def _reduce_add_16(fn: Function, v: str) -> str:
-    """_mm512_reduce_add_ps: 16 -> 8 -> 4 by halves, then (l0 + l2) + (l1 + l3), all f32."""
-    v4 = _half_sum(fn, _half_sum(fn, v, 16), 8)
-    lane = [fn.v(f"extractelement <4 x float> {v4}, i64 {i}") for i in range(4)]
-    return fn.v(f"fadd float {fn.v(f'fadd float {lane[0]}, {lane[2]}')}, {fn.v(f'fadd float {lane[1]}, {lane[3]}')}")
-
-
 def _add_double(fn: Function, total: str, value: str) -> str:
     return fn.v(f"fadd double {total}, {fn.v(f'fpext float {value} to double')}")
 
@@ -144,7 +130,7 @@ def _softmax_row(fn: Function, x: str, y: str, n: int) -> None:
         at = fn.v(f"mul i64 {c}, 16")
         e = _expf_ggml16(fn, fn.v(f"fsub {_V16} {fn.load(_V16, _float_at(fn, x, at), 4)}, {m16}"))
         fn.store(_V16, e, _float_at(fn, y, at), 4)
-        return [_add_double(fn, t[0], _reduce_add_16(fn, e))]
+        return [_add_double(fn, t[0], reduce_add_16(fn, e))]
 
     def tail(i: str, t: list[str]) -> list[str]:
         e = fn.v(f"call float @expf(float {fn.v(f'fsub float {_load(fn, x, i)}, {m}')})")
