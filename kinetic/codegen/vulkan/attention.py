@@ -108,9 +108,10 @@ def _load_f16(fn: Function, words, index: int) -> int:
     return builders.f16_bits_to_f32(fn, h)
 
 
-def render_expf_map() -> Kernel:
-    """y[i] = expf_libc(x[i]) for i < n (push constant): the tests' window on expf_libc.
-    Bindings: x f32, table u32 [64], y f32."""
+def render_float_map(name: str, apply) -> Kernel:
+    """y[i] = apply(fn, table, x[i]) for i < n (push constant): the tests' window on one float
+    function of the shaders (expf_libc here, logf.py's logf and softplus). Bindings: x f32, the expf
+    table u32 [64], y f32."""
     m = Module()
     x = m.storage_buffer(0, m.f32, readonly=True, name="x")
     table = m.storage_buffer(1, m.u32, readonly=True, name="expf_table")
@@ -119,9 +120,14 @@ def render_expf_map() -> Kernel:
     fn = m.compute_entry((WORKGROUP, 1, 1))
     index = flat_index(fn, WORKGROUP)
     with fn.if_(fn.icmp(Op.ULessThan, index, fn.push(params, 0, m.u32))):
-        fn.buf_store(y, index, expf_libc(fn, table, fn.buf_load(x, index)))
+        fn.buf_store(y, index, apply(fn, table, fn.buf_load(x, index)))
     fn.end()
-    return Kernel("expf_libc_map", m.to_bytes(), (True, True, False), (WORKGROUP, 1, 1), push_size=4)
+    return Kernel(name, m.to_bytes(), (True, True, False), (WORKGROUP, 1, 1), push_size=4)
+
+
+def render_expf_map() -> Kernel:
+    """y[i] = expf_libc(x[i]): render_float_map over expf_libc."""
+    return render_float_map("expf_libc_map", expf_libc)
 
 
 def render_attention(t: Target, n_head: int, n_kv_head: int, head_dim: int, scale: float,

@@ -22,10 +22,9 @@ from __future__ import annotations
 import numpy as np
 
 from kinetic.codegen.common import logf as c
-from kinetic.codegen.vulkan.attention import expf_libc
+from kinetic.codegen.vulkan.attention import expf_libc, render_float_map
 from kinetic.codegen.vulkan.device import Kernel
-from kinetic.codegen.vulkan.elementwise import flat_index
-from kinetic.codegen.vulkan.spirv import Function, Module, Op
+from kinetic.codegen.vulkan.spirv import Function, Op
 
 WORKGROUP = 64
 SPLIT = float(2**27 + 1)  # Veltkamp's constant for doubles: hi keeps 26 bits, lo the rest
@@ -135,16 +134,7 @@ def softplus(fn: Function, expf_table, v: int) -> int:
 
 def render_map(which: str) -> Kernel:
     """y[i] = logf_libc(x[i]) ("logf") or softplus(x[i]) ("softplus") for i < n (push constant): the
-    tests' window on these functions. Bindings: x f32, the expf table u32 [64], y f32."""
-    m = Module()
-    x = m.storage_buffer(0, m.f32, readonly=True, name="x")
-    table = m.storage_buffer(1, m.u32, readonly=True, name="expf_table")
-    y = m.storage_buffer(2, m.f32, name="y")
-    params, _ = m.push_constants([m.u32])
-    fn = m.compute_entry((WORKGROUP, 1, 1))
-    index = flat_index(fn, WORKGROUP)
-    with fn.if_(fn.icmp(Op.ULessThan, index, fn.push(params, 0, m.u32))):
-        v = fn.buf_load(x, index)
-        fn.buf_store(y, index, logf_libc(fn, v) if which == "logf" else softplus(fn, table, v))
-    fn.end()
-    return Kernel(f"{which}_libc_map", m.to_bytes(), (True, True, False), (WORKGROUP, 1, 1), push_size=4)
+    tests' window on these functions (attention.render_float_map)."""
+    if which == "logf":
+        return render_float_map("logf_libc_map", lambda fn, table, v: logf_libc(fn, v))
+    return render_float_map("softplus_libc_map", softplus)
