@@ -102,7 +102,7 @@ def test_a_16_mib_chat_stalls_neither_health_nor_another_stream(live):
     """While a 16.7 MB chat body is read, parsed, rendered and refused, /health answers within 1.5 s
     and another client's stream keeps sending (before: both waited ~11 s)."""
     big = json.dumps(BIG_CHAT).encode()
-    health, gaps, done = [], [], threading.Event()
+    health, gaps, done, streaming = [], [], threading.Event(), threading.Event()
 
     def probe_health():
         while not done.is_set():
@@ -115,7 +115,11 @@ def test_a_16_mib_chat_stalls_neither_health_nor_another_stream(live):
         conn = http.client.HTTPConnection("127.0.0.1", live, timeout=60)
         body = {"prompt": "Once upon a time", "n_predict": 400, "ignore_eos": True, "stream": True}
         conn.request("POST", "/completion", body=json.dumps(body), headers={"Content-Type": "application/json"})
-        response, last = conn.getresponse(), time.perf_counter()
+        response = conn.getresponse()
+        for _ in range(3):  # the stream's first tokens (its prompt, first-use work) come before the timing
+            response.readline()
+        streaming.set()
+        last = time.perf_counter()
         while not done.is_set() and response.readline():
             now = time.perf_counter()
             gaps.append(now - last)
@@ -125,7 +129,7 @@ def test_a_16_mib_chat_stalls_neither_health_nor_another_stream(live):
     threads = [threading.Thread(target=probe_health), threading.Thread(target=stream)]
     for t in threads:
         t.start()
-    time.sleep(0.5)
+    assert streaming.wait(timeout=60), "the other stream never started"
     status, answer = call(live, "POST", "/v1/chat/completions", big)
     time.sleep(0.3)
     done.set()
