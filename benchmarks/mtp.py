@@ -18,7 +18,7 @@ import time
 from kinetic.compiler import compile_graph
 from kinetic.frontend.gguf_file import open_gguf
 from kinetic.runtime import speculative
-from kinetic.runtime.drafting import DraftPolicy, NgramIndex
+from kinetic.runtime.drafting import DraftPolicy, ForcedDraft, NgramIndex
 from kinetic.runtime.engine import Engine
 from kinetic.runtime.speculative import SpeculativeDecoder
 from kinetic.runtime.weights import GGUFWeights
@@ -27,24 +27,10 @@ SYNTHETIC = "/work/shared/golden/synthetic/qwen35/qwen35.gguf"
 PROMPT = [504, 613, 901, 278, 720, 94, 275, 1324, 544, 382, 851, 690, 504, 613]
 
 
-class ForcedMtp(DraftPolicy):
-    """Drafts the mtp drafter's whole chain every step, whatever its acceptance."""
-
-    def ready(self) -> bool:
-        return True
-
-    def ask_len(self, drafter, room: int) -> int:
-        return room
-
-    def choose(self, proposals, room):
-        mine = [p for p in proposals if p.source == "mtp"]
-        return (mine[0], min(room, len(mine[0].branches[0])), 0) if mine and room > 0 else None
-
-
 def run(engine: Engine, mode: str, tokens: int, max_rows: int) -> tuple[list[int], float, dict]:
     """(tokens, decode tokens/s from the first generated token to the last, per-source [guessed, kept])."""
     policy, drafters_for = speculative.DraftPolicy, speculative.drafters_for
-    speculative.DraftPolicy = ForcedMtp if mode == "forced" else DraftPolicy
+    speculative.DraftPolicy = ForcedDraft if mode == "forced" else DraftPolicy
     if mode == "no-mtp":
         speculative.drafters_for = lambda *a: [d for d in drafters_for(*a) if d.name != "mtp"]
     try:

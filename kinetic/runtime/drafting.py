@@ -4,7 +4,8 @@ Owns: the drafters (the request's own context; an index of every token this proc
 shared per engine; a model's own prediction block, kinetic/runtime/mtp.py, joins them in
 drafters_for()), the draft tree built from a proposal, and the policy: which drafter proposes (the
 one lately right most), how long the draft is (recent acceptance against the measured cost of
-verifying rows) and the backoff after outright misses.
+verifying rows) and the backoff after outright misses; `ForcedDraft`, the policy that measures one
+drafter by drafting its whole chain every step.
 Does not own verification or the exactness argument (kinetic/runtime/speculative.py): a draft is
 only a guess, so nothing here can change an answer, only its speed. Nor the n-gram index the first
 two look up (kinetic/runtime/ngram_index.py; NgramIndex and CONTEXT_ORDERS are importable from here).
@@ -242,6 +243,25 @@ class DraftPolicy:
             self.pause = min(2 ** self.misses, self.MAX_PAUSE)
         elif accepted:
             self.misses = 0
+
+
+class ForcedDraft(DraftPolicy):
+    """A policy for measuring one drafter, never the default: the drafter `source`'s whole chain every
+    step, whatever its acceptance (a drafter that is rarely right, such as an untrained prediction
+    block, is otherwise gated off). benchmarks/mtp.py and tests/runtime/test_mtp.py run the model's
+    prediction block ("mtp") this way; as any draft, it changes the speed, never the answer."""
+
+    source = "mtp"
+
+    def ready(self) -> bool:
+        return True
+
+    def ask_len(self, drafter: Drafter, room: int) -> int:
+        return room
+
+    def choose(self, proposals: list[Proposal], room: int) -> tuple[Proposal, int, int] | None:
+        mine = [p for p in proposals if p.source == self.source]
+        return (mine[0], min(room, len(mine[0].branches[0])), 0) if mine and room > 0 else None
 
 
 class PassCosts:

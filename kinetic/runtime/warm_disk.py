@@ -1,22 +1,16 @@
 """Warm Start's disk tier: states kept as files under the cache directory, across restarts and shared
 by every process that uses the same directory.
 
-Owns: the state file format, writing files in the background and atomically, checking every file it
-reads, the size bound (least recently used out first) and turning itself off when the disk cannot be
-written. Does not own what a state is or how its key is made (kinetic/runtime/warm.py: the memory
-tier, keys from everything a state depends on, when restoring is worth it), nor the command-line and
-server options that choose the directory.
+Owns: writing state files in the background and atomically, reading them (checked by
+warm_file.decode), the size bound (least recently used out first) and turning itself off when the
+disk cannot be written. Does not own what a state is or how its key is made (kinetic/runtime/warm.py: the memory
+tier, keys from everything a state depends on, when restoring is worth it), nor the file format
+(kinetic/runtime/warm_file.py), nor the command-line and server options that choose the directory.
 
-A file, `<key>.kwarm`, is one fixed prefix, a JSON header and the arrays' bytes:
-
-    magic b"KINWARM\\0" · format version u32 · header length u32 · file length u64 · BLAKE3 digest (32)
-    header: {"key": ..., "arrays": [{"name", "dtype", "shape", "offset", "nbytes"}, ...]}
-    arrays: each at a 64-byte aligned offset from the first aligned byte after the header
-
-The digest covers every byte of the file but itself. A file that is short, long, foreign (another
-magic), of another format version, written for another key or whose digest does not match is never
-trusted: `get` removes it and answers None. `put` replaces what a key held before, and
-keeps at most MAX_PENDING_BYTES queued (beyond, a put is dropped: it is a cache).
+A state is one file, `<key>.kwarm`, in the format of kinetic/runtime/warm_file.py. A file that is
+not to be trusted (warm_file.decode says why) is never used: `get` removes it and answers None.
+`put` replaces what a key held before, and keeps at most MAX_PENDING_BYTES queued (beyond, a put is
+dropped: it is a cache).
 
 Processes sharing a directory: each writes into a temporary file of a unique name in the directory,
 syncs it and renames it over `<key>.kwarm`, so a reader sees a whole file or none. Eviction (oldest
@@ -29,49 +23,38 @@ Failure: any error writing (a full disk, a read-only or vanished directory) turn
 the rest of the run with one warning; `put` then does nothing and `get` answers None. Nothing here
 raises to the caller but its own bugs: a malformed key, an array that is not numbers. Writes still
 queued when the process exits normally are finished first (an exit hook); a process ended by a signal's
-default action (SIGTERM, SIGKILL) loses them and leaves a temporary file. Hand-written rather than numpy's
-.npz: an .npz has no digest over its contents, and its reads copy every array; here a read is one
-`read` of the file and the arrays are read-only views of those bytes (np.frombuffer).
+default action (SIGTERM, SIGKILL) loses them and leaves a temporary file. A read is one `read` of
+the file; the arrays are read-only views of those bytes.
 """
 
 from __future__ import annotations
 
 import atexit
-import json
 import logging
 import os
 import queue
 import re
 import secrets
-import struct
 import threading
 import time
 import weakref
 from pathlib import Path
 
-import blake3
 import numpy as np
 
 from kinetic.errors import KineticError
+from kinetic.runtime.warm_file import BadStateFile, check_key, decode, encode
 from kinetic.user_cache import cache_dir
 
 log = logging.getLogger("kinetic.runtime")
 
-MAGIC = b"KINWARM\0"
-FORMAT_VERSION = 1
 SUFFIX = ".kwarm"
 DEFAULT_LIMIT_BYTES = 2 << 30
 STALE_TEMP_SECONDS = 600  # a temporary file this old belongs to a writer that died
 MAX_PENDING_BYTES = 256 << 20  # puts beyond this while others wait for the writer are dropped (a cache)
 
-_PREFIX = struct.Struct("<8sIIQ32s")  # magic, version, header length, file length, digest
-_DIGEST_AT = _PREFIX.size - 32
-_ALIGN = 64
-_PARALLEL_HASH_BYTES = 8 << 20  # larger files are hashed on all cores
-_KEY = re.compile(r"[0-9a-f]{1,128}")
 _STATE_NAME = re.compile(r"[0-9a-f]{1,128}\.kwarm")
 _TEMP_NAME = re.compile(r"\.[0-9a-f]{1,128}\.\d+\.[0-9a-f]{8}\.tmp")
-_ARRAY_KINDS = "biuf"  # bool, signed, unsigned, float: what states are made of
 
 
 def default_directory() -> Path:
@@ -79,98 +62,6 @@ def default_directory() -> Path:
     folder), else `kinetic/warm` under the user's cache folder (kinetic/user_cache.py); not created here."""
     chosen = os.environ.get("KINETIC_WARM_DIR")
     return Path(chosen) if chosen else cache_dir("warm")
-
-
-def check_key(key: str) -> str:
-    """The key itself, if it is 1 to 128 lowercase hex digits (file names made from it cannot leave
-    the directory); otherwise a KineticError."""
-    if not isinstance(key, str) or not _KEY.fullmatch(key):
-        raise KineticError(f"warm-start key {key!r} is not 1 to 128 lowercase hex digits",
-                           "This is a bug in the caller: make keys with a hash's hexdigest().")
-    return key
-
-
-class BadStateFile(Exception):
-    """A state file that is not to be trusted; the message says why."""
-
-
-def _aligned(n: int) -> int:
-    return -(-n // _ALIGN) * _ALIGN
-
-
-def _digest(image) -> bytes:
-    """BLAKE3 of every byte of the file image but the digest field."""
-    view = memoryview(image)
-    threads = blake3.blake3.AUTO if len(view) > _PARALLEL_HASH_BYTES else 1
-    hasher = blake3.blake3(max_threads=threads)
-    hasher.update(view[:_DIGEST_AT])
-    hasher.update(view[_PREFIX.size:])
-    return hasher.digest()
-
-
-def encode(key: str, arrays: dict[str, np.ndarray]) -> bytearray:
-    """The file image of `arrays` under `key`, digest included (each array copied once into it)."""
-    prepared, entries, end = [], [], 0
-    for name, array in arrays.items():
-        array = np.asarray(array)
-        if array.dtype.kind not in _ARRAY_KINDS:
-            raise KineticError(f"warm-start array {name!r} has dtype {array.dtype}, which is not stored",
-                               "Store numbers only (bf16 as uint16).")
-        array = array.astype(array.dtype.newbyteorder("<"), order="C", copy=False)
-        offset = _aligned(end)
-        entries.append({"name": str(name), "dtype": array.dtype.str, "shape": list(array.shape),
-                        "offset": offset, "nbytes": array.nbytes})
-        prepared.append((offset, array))
-        end = offset + array.nbytes
-    header = json.dumps({"key": check_key(key), "arrays": entries}, separators=(",", ":")).encode()
-    data_start = _aligned(_PREFIX.size + len(header))
-    image = bytearray(data_start + end)
-    _PREFIX.pack_into(image, 0, MAGIC, FORMAT_VERSION, len(header), len(image), bytes(32))
-    image[_PREFIX.size:_PREFIX.size + len(header)] = header
-    view = memoryview(image)
-    for offset, array in prepared:
-        view[data_start + offset:data_start + offset + array.nbytes] = array.reshape(-1).view(np.uint8)
-    image[_DIGEST_AT:_PREFIX.size] = _digest(image)
-    return image
-
-
-def decode(key: str, data, *, verify: bool = True) -> dict[str, np.ndarray]:
-    """The arrays of a file image as read-only views of `data`; BadStateFile if it is not a whole,
-    current-format file written for `key` (its digest checked unless `verify` is False)."""
-    data = memoryview(data).toreadonly()
-    if len(data) < _PREFIX.size:
-        raise BadStateFile(f"{len(data)} bytes, shorter than the file prefix")
-    magic, version, header_length, length, digest = _PREFIX.unpack_from(data)
-    if magic != MAGIC:
-        raise BadStateFile("not a warm-start state file")
-    if version != FORMAT_VERSION:
-        raise BadStateFile(f"format version {version}; this Kinetic reads version {FORMAT_VERSION}")
-    if length != len(data):
-        raise BadStateFile(f"{len(data)} bytes where the file says {length} (truncated or extended)")
-    if verify and _digest(data) != digest:
-        raise BadStateFile("contents do not match the file's BLAKE3 digest")
-    try:
-        header = json.loads(bytes(data[_PREFIX.size:_PREFIX.size + header_length]))
-        if header["key"] != key:
-            raise BadStateFile(f"written for key {header['key']!r}")
-        data_start = _aligned(_PREFIX.size + header_length)
-        return dict(_array_view(data, data_start, entry) for entry in header["arrays"])
-    except (ValueError, KeyError, TypeError) as exc:  # json, dtype and shape errors included
-        raise BadStateFile(f"unreadable header ({exc})") from exc
-
-
-def _array_view(data: memoryview, data_start: int, entry: dict) -> tuple[str, np.ndarray]:
-    dtype = np.dtype(entry["dtype"])
-    shape = tuple(int(n) for n in entry["shape"])
-    count = int(np.prod(shape, dtype=np.int64))
-    start = data_start + int(entry["offset"])
-    if dtype.kind not in _ARRAY_KINDS or min(shape, default=0) < 0 or start + count * dtype.itemsize > len(data):
-        raise BadStateFile(f"array {entry['name']!r} does not fit the file")
-    if count == 0:
-        array = np.empty(shape, dtype)
-        array.flags.writeable = False
-        return entry["name"], array
-    return entry["name"], np.frombuffer(data, dtype, count, start).reshape(shape)
 
 
 def _write_file(path: Path, image) -> None:

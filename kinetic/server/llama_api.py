@@ -5,7 +5,7 @@ Owns: llama-server's field names, defaults (/tokenize: add_special false, parse_
 response shapes, read from llama.cpp's tools/server so its clients parse ours unchanged. These
 routes take bodies of any content type, as llama-server does. grammar (GBNF) or json_schema holds
 /completion's answer (constraints.py); cache_prompt, id_slot and the sampler fields Kinetic has no
-sampler for are accepted and ignored.
+sampler for are accepted and ignored (the scheduler picks the slot; the answer's id_slot names it).
 """
 
 from __future__ import annotations
@@ -77,7 +77,8 @@ async def completion(request: Request) -> Response:
         events = _stream(job, state, params, ready.prompt_text, probs, path_of(request))
         return Stream(guarded(events, path_of(request), sse), media_type="text/event-stream", headers=SSE_HEADERS)
     text, tokens, fin = await whole_answer(job, request)
-    body = _final(state, fin, params, ready.prompt_text, text, fin.tokens if ready.return_tokens else [])
+    body = _final(state, fin, params, ready.prompt_text, text, fin.tokens if ready.return_tokens else [],
+                  slot=job.ticket.slot)
     if probs:
         body["completion_probabilities"] = [_probs(t) for t in tokens]
     return Response(body)
@@ -114,8 +115,10 @@ def _params(req: GenerationRequest, stream: bool) -> dict:
             "n_probs": req.top_logprobs, "ignore_eos": req.ignore_eos, "stop": list(req.stop)}
 
 
-def _final(state: ServerState, fin: Finished, params: dict, prompt: str, text: str, tokens: list[int]) -> dict:
-    return {"index": 0, "content": text, "tokens": tokens, "id_slot": 0, "stop": True, "model": state.name,
+def _final(state: ServerState, fin: Finished, params: dict, prompt: str, text: str, tokens: list[int],
+           *, slot: int) -> dict:
+    """The answer's last message; `slot`: the slot that ran it (its id in /slots), as llama-server."""
+    return {"index": 0, "content": text, "tokens": tokens, "id_slot": slot, "stop": True, "model": state.name,
             "tokens_predicted": fin.generated_tokens, "tokens_evaluated": fin.prompt_tokens,
             "generation_settings": {**params, "seed": fin.settings.seed}, "prompt": prompt,
             "has_new_line": "\n" in text, "truncated": False, "stop_type": fin.stop_type,
@@ -137,7 +140,7 @@ async def _stream(job, state: ServerState, params: dict, prompt: str, probs: boo
             if not event.text and not event.tokens:
                 continue
             chunk = {"index": 0, "content": event.text, "tokens": [t.id for t in event.tokens], "stop": False,
-                     "id_slot": 0, "tokens_predicted": decoded, "tokens_evaluated": n_prompt}
+                     "id_slot": job.ticket.slot, "tokens_predicted": decoded, "tokens_evaluated": n_prompt}
             if probs:
                 chunk["completion_probabilities"] = [_probs(t) for t in event.tokens]
             yield sse(chunk)
@@ -145,7 +148,7 @@ async def _stream(job, state: ServerState, params: dict, prompt: str, probs: boo
             yield sse(error_body(path, event.status, event.message))
             return
         else:
-            yield sse(_final(state, event, params, prompt, "", []))
+            yield sse(_final(state, event, params, prompt, "", [], slot=job.ticket.slot))
 
 
 def _tokenized(state: ServerState, f: Fields) -> Response:

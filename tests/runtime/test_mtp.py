@@ -17,7 +17,7 @@ from kinetic.frontend.lower import lower
 from kinetic.frontend.mtp_block import build_prediction_block
 from kinetic.ir.rows import PassRows
 from kinetic.runtime import mtp, speculative
-from kinetic.runtime.drafting import DraftPolicy, NgramIndex
+from kinetic.runtime.drafting import ForcedDraft, NgramIndex
 from kinetic.runtime.engine import Engine, SeqRows
 from kinetic.runtime.kv_cache import SequenceCaches
 from kinetic.runtime.speculative import GreedyPicker, SpeculativeDecoder, plain_decode
@@ -202,20 +202,6 @@ def test_a_gpu_runs_the_block_as_the_reference(device):
 # -- drafting ----------------------------------------------------------------------------------------
 
 
-class _Forced(DraftPolicy):
-    """The mtp drafter's whole chain every step, whatever its acceptance (random weights rarely guess)."""
-
-    def ready(self) -> bool:
-        return True
-
-    def ask_len(self, drafter, room: int) -> int:
-        return room
-
-    def choose(self, proposals, room):
-        mine = [p for p in proposals if p.source == "mtp"]
-        return (mine[0], min(room, len(mine[0].branches[0])), 0) if mine and room > 0 else None
-
-
 class _HalfRight:
     """The mtp drafter, with its first guess made right where plain decoding's next token is known, so
     verify passes keep some rows (and a kept row's trunk row reaches the block) as well as reject."""
@@ -236,7 +222,7 @@ class _HalfRight:
 def _decode(monkeypatch, engine, prompt, plain, picker, max_tokens, seq):
     """Drafted decoding with the mtp drafter forced on (helped to half-right guesses)."""
     real = speculative.drafters_for
-    monkeypatch.setattr(speculative, "DraftPolicy", _Forced)
+    monkeypatch.setattr(speculative, "DraftPolicy", ForcedDraft)
     monkeypatch.setattr(speculative, "drafters_for", lambda e, seen, s: [
         _HalfRight(d, list(s.tokens) + prompt + plain) for d in real(e, seen, s) if d.name == "mtp"])
     decoder = SpeculativeDecoder(engine, max_rows=4, seen=NgramIndex(1 << 12, (4, 2)), costs=FixedCosts(0.02))

@@ -110,6 +110,25 @@ def test_eight_concurrent_requests_of_different_lengths_equal_their_answers_alon
     assert got == expected
 
 
+def test_completion_names_the_slot_that_ran_it(model):
+    """With 2 slots, a request sent while another streams runs in the other slot: the two answers'
+    id_slot differ (the stream's chunks and its last message agree), and /slots shows each answer's
+    prompt in the slot its id_slot names."""
+    first = {"prompt": "Once upon a time", "n_predict": 96, "ignore_eos": True, "temperature": 0, "stream": True}
+    second = {"prompt": "The capital of France is", "n_predict": 8, "temperature": 0}
+    with serving(model, ServerOptions(parallel=2)) as url, httpx.Client(base_url=url, timeout=300) as c:
+        with httpx.Client(base_url=url, timeout=300) as own, own.stream("POST", "/completion", json=first) as r:
+            lines = (json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: "))
+            streamed = [next(lines)]  # the first request runs now
+            alone = c.post("/completion", json=second).json()
+            streamed += list(lines)
+        slots = c.get("/slots").json()
+    stream_slots = {e["id_slot"] for e in streamed}
+    assert len(stream_slots) == 1 and stream_slots != {alone["id_slot"]}
+    assert slots[alone["id_slot"]]["prompt"] == alone["prompt"]
+    assert slots[streamed[-1]["id_slot"]]["prompt"] == streamed[-1]["prompt"]
+
+
 @pytest.mark.slow
 def test_soak_eight_clients_for_two_minutes(model):
     """Eight clients sending requests of mixed lengths back to back for two minutes, each arriving

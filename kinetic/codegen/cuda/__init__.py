@@ -10,7 +10,8 @@ its capability record, `CAPABILITIES`), `caps` (architectures and budgets as dat
 (compiling and the cache), `emulator` (running the same text on the host), `device` (is CUDA
 usable; launching on a GPU), `backends` (the device calls the runtime makes, on a GPU or on the
 emulation), `model` (the runtime: weights and the KV cache on the device, layer splits,
-`unsupported`; `--device cuda` and `--device cuda-emulated`), `plan` (one pass shape's launches and buffers), `bench`
-(GEMV and GEMM bandwidth on a GPU). Every kernel sums in the IR reference's order, so it agrees with
+`unsupported`; `--device cuda` and `--device cuda-emulated`), `launch_order` (where each launch
+runs, shared by every pass shape), `plan` (one pass shape's launches and buffers), `bench` (GEMV
+and GEMM bandwidth on a GPU). Every kernel sums in the IR reference's order, so it agrees with
 the reference interpreter bit for bit (RMS norm within one ulp). See docs/devices.md, "CUDA".
 """

@@ -44,7 +44,8 @@ from kinetic.codegen.common.pass_caches import PassCaches
 from kinetic.codegen.common.tables import RopeTables
 from kinetic.codegen.cuda import experts, pass_states
 from kinetic.codegen.cuda.embed import SUPPORTED as LOOKUP_TYPES
-from kinetic.codegen.cuda.plan import ATTENTION_SCRATCH_BYTES, LaunchOrder, Plan
+from kinetic.codegen.cuda.launch_order import LaunchOrder
+from kinetic.codegen.cuda.plan import ATTENTION_SCRATCH_BYTES, Plan
 from kinetic.codegen.cuda.renderer import CudaRenderer
 from kinetic.codegen.runner import Runner, RunnerOptions
 from kinetic.errors import KineticError

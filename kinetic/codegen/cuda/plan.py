@@ -1,27 +1,25 @@
 """One pass shape's work on the CUDA runtime: its launches in graph order, its buffers, and the
 staging buffer of everything that changes between passes of that shape.
 
-Owns: `LaunchOrder` (once per model: where each launch runs in the graph's order, and where each
-value is read for the last time) and `Plan` (built once per (rows T, output rows R): one launch per
-node that has kernels, in graph order, the GEMV for one row and the GEMM for more; the values the
-launches write placed in one arena by the shared liveness planner (common/buffers.py), so a dead
-value's bytes serve again; per pass, filling the staging buffer (with the rows of every lookup the
-host makes for a table type without a CUDA kernel: common/host_lookup.py; the embed node then has no
-launch and its value is that part of the inputs) and reading the outputs and the new keys and values
-back). The fused
-launches are read from the graph the device phase made: an add_rms_norm launches where its add
-stands and writes both values, a rope_pair writes its other rotation too, a producer that an
-in-producer quantize reads writes the quantized row that quantize node stands for, and every matmul
-reads its quantize node's row; a recurrent op's launch walks the pass's rows, writing each row's
-state into `state_after`. Does not own the device calls (backends.py), the kernels (renderer.py and
-the kernel modules), the per-pass tables it stages (rotary cos/sin: kinetic/codegen/common/tables.py;
-each row's cache and visibility: common/pass_caches.py; recurrent states: pass_states.py) or the
-model-level state: weights, the pool of the sequences' caches, recordings (model.py).
+Owns: `Plan` (built once per (rows T, output rows R): one launch per node that has kernels, at the
+position the model's `LaunchOrder` gives (launch_order.py, shared by every shape), the GEMV for one
+row and the GEMM for more; the values the launches write placed in one arena by the shared liveness
+planner (common/buffers.py), so a dead value's bytes serve again; per pass, filling the staging
+buffer (with the rows of every lookup the host makes for a table type without a CUDA kernel:
+common/host_lookup.py; the embed node then has no launch and its value is that part of the inputs)
+and reading the outputs and the new keys and values back). The fused launches are read from the
+graph the device phase made: an add_rms_norm launches where its add stands and writes both values,
+a rope_pair writes its other rotation too, a producer that an in-producer quantize reads writes the
+quantized row that quantize node stands for, and every matmul reads its quantize node's row; a
+recurrent op's launch walks the pass's rows, writing each row's state into `state_after`.
+Does not own the device calls (backends.py), the kernels (renderer.py and the kernel modules), the
+per-pass tables it stages (rotary cos/sin: kinetic/codegen/common/tables.py; each row's cache and
+visibility: common/pass_caches.py; recurrent states: pass_states.py) or the model-level state:
+weights, the pool of the sequences' caches, recordings (model.py).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
@@ -31,10 +29,8 @@ from kinetic.codegen.common.pass_caches import PassCaches
 from kinetic.codegen.cuda import moe, pass_states
 from kinetic.codegen.cuda.backends import ALIGN
 from kinetic.ir.graph import Graph, Node
-from kinetic.ir.numerics import Rotary
 from kinetic.ir.ops import Op
 from kinetic.ir.rows import PassRows
-from kinetic.passes.device_fusion import computed_by, quantized_in_producer
 
 F32 = np.float32
 # attention_rows (8 warps per (row, head), the keys' scores and factors in parallel) for every pass
@@ -61,56 +57,6 @@ class _Slot:
 
     def __init__(self, value: int, offset: int, nbytes: int):
         self.value, self.offset, self.nbytes, self.view = value, offset, nbytes, None
-
-
-@dataclass(frozen=True)
-class LaunchOrder:
-    """What every plan of a graph shares, whatever its shape: each launch's (position in the graph's
-    order, node); per value, the position it is last read at; which producers' launches write a
-    quantize node's row (device_fusion.quantized_in_producer); the graph's inputs; the rotary
-    tables (one per distinct RopeAttrs.rotary) and attention windows the passes stage."""
-
-    launches: tuple[tuple[int, Node], ...]
-    last_read: dict[int, int]
-    quantized_by: dict[int, Node]
-    inputs: tuple[Node, ...]
-    rope_keys: tuple[Rotary, ...]
-    windows: tuple[int, ...]
-
-    @staticmethod
-    def of(graph: Graph, kernels: dict[int, list], skip: frozenset[int]) -> LaunchOrder:
-        """A node launches where it stands, but an add_rms_norm launches where its add stands (its
-        other input is a weight) and a value another launch computes has no launch of its own."""
-        absorbed = computed_by(graph)  # an add -> its add_rms_norm, a rotation -> its pair
-        hoisted = {n.inputs[0]: n for n in graph.nodes if n.op is Op.ADD_RMS_NORM}
-
-        def launch_at(node: Node) -> Node | None:
-            if node.id in hoisted:
-                return hoisted[node.id]
-            if node.op is Op.ADD_RMS_NORM or node.id in absorbed or node.id in skip:
-                return None
-            return node if kernels.get(node.id) else None
-
-        launches = tuple(launch_at(node) for node in graph.nodes)
-        # per position, the values read there: the node's inputs, and those of the launch running there
-        reads_at = [set(node.inputs) | set(_launch_reads(graph, launch) if launch else ())
-                    for node, launch in zip(graph.nodes, launches, strict=True)]
-        last_read = {j: i for i, reads in enumerate(reads_at) for j in reads}
-        mine = [n for n in graph.nodes if n.id not in skip]
-        rope_keys = sorted({n.attrs.rotary for n in mine if n.op in (Op.ROPE, Op.ROPE_PAIR)})
-        return LaunchOrder(tuple((i, launch) for i, launch in enumerate(launches) if launch is not None),
-                           last_read, quantized_in_producer(graph),
-                           tuple(n for n in graph.nodes if n.op is Op.INPUT), tuple(rope_keys),
-                           tuple(sorted({n.attrs.window for n in mine if n.op is Op.ATTENTION})))
-
-
-def _launch_reads(graph: Graph, node: Node) -> tuple[int, ...]:
-    """The values a node's launch reads: its inputs, and those of the values it computes too."""
-    if node.op is Op.ADD_RMS_NORM:
-        return graph.node(node.inputs[0]).inputs + node.inputs[1:]
-    if node.op is Op.ROPE_PAIR:
-        return node.inputs[:2] + graph.node(node.inputs[2]).inputs
-    return node.inputs
 
 
 class Plan:

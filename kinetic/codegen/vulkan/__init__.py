@@ -6,7 +6,8 @@ Modules: `spirv` (the binary emitter: the module; `spirv_function` the entry poi
 read from it), `loader` (the binding and the devices listed), `dispatch` (kernels, buffers,
 dispatches, where barriers go), `device` (instance, validation-message collector, buffers,
 pipelines, one command buffer with barriers), `builders` (exact fma, f16 conversions, fixed-order
-reductions), the renderers `elementwise`, `norm`, `rope`, `matvec` (block-32 weights), `matvec_k` (the K-quants),
+reductions), `frame` (the bindings, push constants and entry most kernels share), the renderers
+`elementwise`, `norm`, `rope`, `matvec` (block-32 weights), `matvec_k` (the K-quants),
 `matvec_float` (F16, BF16), `matvec_f32` (F32),
 `attention` (with glibc's expf) and `gather` (KV store, embedding, take_rows, placing columns);
 `ops` (each kernel's cache key, and single ops from numpy arrays), `kernels` (the op-to-kernel

@@ -42,6 +42,7 @@ from kinetic.codegen.vulkan import builders
 from kinetic.codegen.vulkan.builders import Target
 from kinetic.codegen.vulkan.device import Kernel, Unsupported
 from kinetic.codegen.vulkan.elementwise import flat_group, flat_index
+from kinetic.codegen.vulkan.frame import frame
 from kinetic.codegen.vulkan.spirv import BuiltIn, Function, Module, Op
 
 WORKGROUP = 64
@@ -112,17 +113,12 @@ def render_float_map(name: str, apply) -> Kernel:
     """y[i] = apply(fn, table, x[i]) for i < n (push constant): the tests' window on one float
     function of the shaders (expf_libc here, logf.py's logf and softplus). Bindings: x f32, the expf
     table u32 [64], y f32."""
-    m = Module()
-    x = m.storage_buffer(0, m.f32, readonly=True, name="x")
-    table = m.storage_buffer(1, m.u32, readonly=True, name="expf_table")
-    y = m.storage_buffer(2, m.f32, name="y")
-    params, _ = m.push_constants([m.u32])
-    fn = m.compute_entry((WORKGROUP, 1, 1))
+    f = frame(("x", "f32"), ("expf_table", "u32"), ("y", "f32"), workgroup=WORKGROUP)
+    fn, (x, table, y) = f.fn, f.buffers
     index = flat_index(fn, WORKGROUP)
-    with fn.if_(fn.icmp(Op.ULessThan, index, fn.push(params, 0, m.u32))):
+    with fn.if_(fn.icmp(Op.ULessThan, index, f.push())):
         fn.buf_store(y, index, apply(fn, table, fn.buf_load(x, index)))
-    fn.end()
-    return Kernel(name, m.to_bytes(), (True, True, False), (WORKGROUP, 1, 1), push_size=4)
+    return f.kernel(name)
 
 
 def render_expf_map() -> Kernel:

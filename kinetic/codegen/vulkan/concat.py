@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from kinetic.codegen.vulkan.device import Kernel
 from kinetic.codegen.vulkan.elementwise import flat_index
+from kinetic.codegen.vulkan.frame import frame
 from kinetic.codegen.vulkan.gather import each_of_rows
-from kinetic.codegen.vulkan.spirv import Module, Op
+from kinetic.codegen.vulkan.spirv import Op
 from kinetic.ir.graph import Node
 
 WORKGROUP = 256
@@ -21,21 +22,16 @@ WORKGROUP = 256
 def render_concat(width_a: int, width_b: int) -> Kernel:
     """out[r, c] = a[r, c] for c < width_a, else b[r, c - width_a]: bindings a f32 [rows, width_a],
     b f32 [rows, width_b], out f32 [rows, width_a + width_b]. Push constant: rows."""
-    m = Module()
-    a = m.storage_buffer(0, m.u32, readonly=True, name="a")  # bits, moved as they are
-    b = m.storage_buffer(1, m.u32, readonly=True, name="b")
-    out = m.storage_buffer(2, m.u32, name="out")
-    params, _ = m.push_constants([m.u32])
-    fn = m.compute_entry((WORKGROUP, 1, 1))
+    f = frame(("a", "u32"), ("b", "u32"), ("out", "u32"), workgroup=WORKGROUP)  # bits, moved as they are
+    m, fn, (a, b, out) = f.m, f.fn, f.buffers
     i = flat_index(fn, WORKGROUP)
-    with each_of_rows(fn, params, i, width_a + width_b) as (row, col):
+    with each_of_rows(fn, f.params, i, width_a + width_b) as (row, col):
         with fn.if_(fn.icmp(Op.ULessThan, col, m.u(width_a))):
             fn.buf_store(out, i, fn.buf_load(a, fn.iadd(fn.imul(row, m.u(width_a)), col)))
         with fn.if_(fn.icmp(Op.UGreaterThanEqual, col, m.u(width_a))):
             src = fn.iadd(fn.imul(row, m.u(width_b)), fn.isub(col, m.u(width_a)))
             fn.buf_store(out, i, fn.buf_load(b, src))
-    fn.end()
-    return Kernel(f"concat_{width_a}_{width_b}", m.to_bytes(), (True, True, False), (WORKGROUP, 1, 1), push_size=4)
+    return f.kernel(f"concat_{width_a}_{width_b}")
 
 
 def record_concat(p, node: Node, ins, out, n: int) -> None:

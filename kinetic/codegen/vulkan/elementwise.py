@@ -25,7 +25,8 @@ import numpy as np
 from kinetic.codegen.vulkan import builders
 from kinetic.codegen.vulkan.builders import Target
 from kinetic.codegen.vulkan.device import Kernel, Unsupported
-from kinetic.codegen.vulkan.spirv import GLSL, BuiltIn, Function, Module, Op
+from kinetic.codegen.vulkan.frame import frame
+from kinetic.codegen.vulkan.spirv import GLSL, BuiltIn, Function, Op
 from kinetic.codegen.vulkan.tanhf import tanhf_libc
 
 WORKGROUP = 256
@@ -98,15 +99,13 @@ def render_elementwise(t: Target, op: str, factor: float = 1.0) -> Kernel:
     output; push constant: the element count."""
     if op not in OPS:
         raise Unsupported(f"no Vulkan elementwise kernel for {op!r} (have {', '.join(OPS)})")
-    m = Module()
     n_in = 1 if op in UNARY else 2
-    ins = [m.storage_buffer(i, m.f32, readonly=True, name=f"in{i}") for i in range(n_in)]
-    table = m.storage_buffer(n_in, m.f32, readonly=True, name="gelu_table") if op in ("gelu", "geglu") else None
-    out = m.storage_buffer(len(ins) + (table is not None), m.f32, name="out")
-    params, _ = m.push_constants([m.u32])
-    fn = m.compute_entry((WORKGROUP, 1, 1))
+    tables = [("gelu_table", "f32")] if op in ("gelu", "geglu") else []
+    f = frame(*[(f"in{i}", "f32") for i in range(n_in)], *tables, ("out", "f32"), workgroup=WORKGROUP)
+    m, fn, ins, out = f.m, f.fn, f.buffers[:n_in], f.buffers[-1]
+    table = f.buffers[n_in] if tables else None
     index = flat_index(fn, WORKGROUP)
-    with fn.if_(fn.icmp(Op.ULessThan, index, fn.push(params, 0, m.u32))):
+    with fn.if_(fn.icmp(Op.ULessThan, index, f.push())):
         xs = [fn.buf_load(b, index) for b in ins]
         if op == "add":
             y = fn.fadd(xs[0], xs[1])
@@ -124,24 +123,16 @@ def render_elementwise(t: Target, op: str, factor: float = 1.0) -> Kernel:
         if op in ("swiglu", "geglu"):
             y = fn.fmul(y, xs[1])
         fn.buf_store(out, index, y)
-    fn.end()
-    readonly = (True,) * (len(ins) + (table is not None)) + (False,)
-    name = f"{op}" + (f"_{factor!r}" if op in ("scale", "softcap") else "")
-    return Kernel(name, m.to_bytes(), readonly, (WORKGROUP, 1, 1), push_size=4)
+    return f.kernel(f"{op}" + (f"_{factor!r}" if op in ("scale", "softcap") else ""))
 
 
 def render_add_bias(width: int) -> Kernel:
     """out [rows, width] = x + bias [width] on every row. Bindings: x, bias, out; push constant: the
     element count."""
-    m = Module()
-    x = m.storage_buffer(0, m.f32, readonly=True, name="x")
-    bias = m.storage_buffer(1, m.f32, readonly=True, name="bias")
-    out = m.storage_buffer(2, m.f32, name="out")
-    params, _ = m.push_constants([m.u32])
-    fn = m.compute_entry((WORKGROUP, 1, 1))
+    f = frame(("x", "f32"), ("bias", "f32"), ("out", "f32"), workgroup=WORKGROUP)
+    m, fn, (x, bias, out) = f.m, f.fn, f.buffers
     index = flat_index(fn, WORKGROUP)
-    with fn.if_(fn.icmp(Op.ULessThan, index, fn.push(params, 0, m.u32))):
+    with fn.if_(fn.icmp(Op.ULessThan, index, f.push())):
         b = fn.buf_load(bias, fn.umod(index, m.u(width)))
         fn.buf_store(out, index, fn.fadd(fn.buf_load(x, index), b))
-    fn.end()
-    return Kernel(f"add_bias_{width}", m.to_bytes(), (True, True, False), (WORKGROUP, 1, 1), push_size=4)
+    return f.kernel(f"add_bias_{width}")

@@ -16,7 +16,8 @@ from contextlib import contextmanager
 from kinetic.codegen.vulkan import builders
 from kinetic.codegen.vulkan.device import Kernel, Unsupported
 from kinetic.codegen.vulkan.elementwise import flat_index
-from kinetic.codegen.vulkan.spirv import Function, Module, Op
+from kinetic.codegen.vulkan.frame import frame
+from kinetic.codegen.vulkan.spirv import Function, Op
 
 WORKGROUP = 64
 
@@ -28,21 +29,16 @@ def render_kv_store(width: int) -> Kernel:
     if width % 2:
         raise Unsupported(f"kv store: row width {width} is odd (the cache packs f16 pairs into words)")
     pairs = width // 2
-    m = Module()
-    x = m.storage_buffer(0, m.f32, readonly=True, name="x")
-    slots = m.storage_buffer(1, m.u32, readonly=True, name="slots")
-    cache = m.storage_buffer(2, m.u32, name="cache")
-    params, _ = m.push_constants([m.u32])
-    fn = m.compute_entry((WORKGROUP, 1, 1))
+    f = frame(("x", "f32"), ("slots", "u32"), ("cache", "u32"), workgroup=WORKGROUP)
+    m, fn, (x, slots, cache) = f.m, f.fn, f.buffers
     index = flat_index(fn, WORKGROUP)
-    with each_of_rows(fn, params, index, pairs) as (row, p):
+    with each_of_rows(fn, f.params, index, pairs) as (row, p):
         src = fn.iadd(fn.imul(row, m.u(width)), fn.imul(p, m.u(2)))
         lo = builders.f32_to_f16_bits(fn, fn.buf_load(x, src))
         hi = builders.f32_to_f16_bits(fn, fn.buf_load(x, fn.iadd(src, m.u(1))))
         dst = fn.iadd(fn.imul(fn.buf_load(slots, row), m.u(pairs)), p)
         fn.buf_store(cache, dst, fn.bor(lo, fn.shl(hi, m.u(16))))
-    fn.end()
-    return Kernel(f"kv_store_{width}", m.to_bytes(), (True, True, False), (WORKGROUP, 1, 1), push_size=4)
+    return f.kernel(f"kv_store_{width}")
 
 
 def render_embed_q8_0(n_embd: int) -> Kernel:
@@ -70,20 +66,15 @@ def render_lookup(name: str, n_embd: int, value: Callable[[Function, int, int, i
     """An embedding lookup (render_embed_q8_0's bindings and push constants; embed.py's tables too):
     out[r, i] = value(fn, table, mine, i), mine the row's id less `first`, for the rows whose id the
     table holds."""
-    m = Module()
-    table = m.storage_buffer(0, m.u32, readonly=True, name="table")
-    ids = m.storage_buffer(1, m.u32, readonly=True, name="ids")
-    out = m.storage_buffer(2, m.f32, name="out")
-    params, _ = m.push_constants([m.u32, m.u32, m.u32])
-    fn = m.compute_entry((WORKGROUP, 1, 1))
+    f = frame(("table", "u32"), ("ids", "u32"), ("out", "f32"), workgroup=WORKGROUP, push=3)
+    m, fn, (table, ids, out) = f.m, f.fn, f.buffers
     index = flat_index(fn, WORKGROUP)
-    in_range = fn.icmp(Op.ULessThan, index, fn.imul(fn.push(params, 0, m.u32), m.u(n_embd)))
+    in_range = fn.icmp(Op.ULessThan, index, fn.imul(f.push(0), m.u(n_embd)))
     row = fn.udiv(index, m.u(n_embd))
-    mine = fn.isub(fn.buf_load(ids, fn.select(in_range, row, m.u(0))), fn.push(params, 1, m.u32))  # wraps if below
-    with fn.if_(fn.logical_and(in_range, fn.icmp(Op.ULessThan, mine, fn.push(params, 2, m.u32)))):
+    mine = fn.isub(fn.buf_load(ids, fn.select(in_range, row, m.u(0))), f.push(1))  # wraps if below
+    with fn.if_(fn.logical_and(in_range, fn.icmp(Op.ULessThan, mine, f.push(2)))):
         fn.buf_store(out, index, value(fn, table, mine, fn.umod(index, m.u(n_embd))))
-    fn.end()
-    return Kernel(name, m.to_bytes(), (True, True, False), (WORKGROUP, 1, 1), push_size=12)
+    return f.kernel(name)
 
 
 @contextmanager
@@ -97,48 +88,35 @@ def each_of_rows(fn: Function, params: int, index: int, width: int) -> Iterator[
 def render_take_rows(width: int) -> Kernel:
     """out[r, :] = x[index[r], :]: bindings x f32 [*, width], index u32 [rows], out f32 [rows, width].
     Push constant: rows."""
-    m = Module()
-    x = m.storage_buffer(0, m.f32, readonly=True, name="x")
-    index = m.storage_buffer(1, m.u32, readonly=True, name="index")
-    out = m.storage_buffer(2, m.f32, name="out")
-    params, _ = m.push_constants([m.u32])
-    fn = m.compute_entry((WORKGROUP, 1, 1))
+    f = frame(("x", "f32"), ("index", "u32"), ("out", "f32"), workgroup=WORKGROUP)
+    m, fn, (x, index, out) = f.m, f.fn, f.buffers
     i = flat_index(fn, WORKGROUP)
-    with each_of_rows(fn, params, i, width) as (row, col):
+    with each_of_rows(fn, f.params, i, width) as (row, col):
         src = fn.iadd(fn.imul(fn.buf_load(index, row), m.u(width)), col)
         fn.buf_store(out, i, fn.buf_load(x, src))
-    fn.end()
-    return Kernel(f"take_rows_{width}", m.to_bytes(), (True, True, False), (WORKGROUP, 1, 1), push_size=4)
+    return f.kernel(f"take_rows_{width}")
 
 
 def render_columns(width: int, start: int, count: int) -> Kernel:
     """out[r, c] = x[r, start + c] for c < count: bindings x f32 [rows, width], out f32 [rows, count].
     Push constant: rows."""
-    m = Module()
-    x = m.storage_buffer(0, m.f32, readonly=True, name="x")
-    out = m.storage_buffer(1, m.f32, name="out")
-    params, _ = m.push_constants([m.u32])
-    fn = m.compute_entry((WORKGROUP, 1, 1))
+    f = frame(("x", "f32"), ("out", "f32"), workgroup=WORKGROUP)
+    m, fn, (x, out) = f.m, f.fn, f.buffers
     i = flat_index(fn, WORKGROUP)
-    with each_of_rows(fn, params, i, count) as (row, col):
+    with each_of_rows(fn, f.params, i, count) as (row, col):
         src = fn.iadd(fn.imul(row, m.u(width)), fn.iadd(m.u(start), col))
         fn.buf_store(out, i, fn.buf_load(x, src))
-    fn.end()
-    return Kernel(f"columns_{width}_{start}_{count}", m.to_bytes(), (True, False), (WORKGROUP, 1, 1), push_size=4)
+    return f.kernel(f"columns_{width}_{start}_{count}")
 
 
 def render_place_columns(width: int, total: int) -> Kernel:
     """out[r, first + c] = x[r, c] for c < width: a part of a matmul whose weight was split across
     bindings put in its place. Bindings x f32 [rows, width], out f32 [rows, total]. Push constants:
     rows, first."""
-    m = Module()
-    x = m.storage_buffer(0, m.f32, readonly=True, name="x")
-    out = m.storage_buffer(1, m.f32, name="out")
-    params, _ = m.push_constants([m.u32, m.u32])
-    fn = m.compute_entry((WORKGROUP, 1, 1))
+    f = frame(("x", "f32"), ("out", "f32"), workgroup=WORKGROUP, push=2)
+    m, fn, (x, out) = f.m, f.fn, f.buffers
     i = flat_index(fn, WORKGROUP)
-    with each_of_rows(fn, params, i, width) as (row, col):
-        dst = fn.iadd(fn.imul(row, m.u(total)), fn.iadd(fn.push(params, 1, m.u32), col))
+    with each_of_rows(fn, f.params, i, width) as (row, col):
+        dst = fn.iadd(fn.imul(row, m.u(total)), fn.iadd(f.push(1), col))
         fn.buf_store(out, dst, fn.buf_load(x, i))
-    fn.end()
-    return Kernel(f"place_columns_{width}_{total}", m.to_bytes(), (True, False), (WORKGROUP, 1, 1), push_size=8)
+    return f.kernel(f"place_columns_{width}_{total}")

@@ -248,15 +248,8 @@ def store_row(fn: Function, y, lane: int, row_x: int, n: int, n_out: int, total:
 def hsum8(fn: Function, value: int, scratch, butterfly: bool) -> int:
     """ggml's hsum_float_8 over the 8 lanes of a row: ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7))."""
     if butterfly:
-        for mask in (4, 2, 1):
-            value = fn.fadd(value, fn.shuffle_xor(value, mask))
-        return value
-    m = fn.m
-    index = fn.builtin(BuiltIn.LocalInvocationIndex)
-    fn.store(fn.shared_ptr(scratch, index), value)
-    fn.workgroup_barrier()
-    first = fn.band(index, m.u(~(LANES - 1) & 0xFFFFFFFF))
-    lanes = [fn.load(fn.shared_ptr(scratch, fn.iadd(first, m.u(i)))) for i in range(LANES)]
+        return _butterfly(fn, value, fn.fadd)
+    lanes = _row_lanes(fn, value, scratch)
     half = [fn.fadd(lanes[i], lanes[i + 4]) for i in range(4)]
     return fn.fadd(fn.fadd(half[0], half[2]), fn.fadd(half[1], half[3]))
 
@@ -264,16 +257,27 @@ def hsum8(fn: Function, value: int, scratch, butterfly: bool) -> int:
 def sum8_int(fn: Function, value: int, scratch, butterfly: bool) -> int:
     """The exact sum of an i32 over the 8 lanes of a row, in every lane of it."""
     if butterfly:
-        for mask in (4, 2, 1):
-            value = fn.iadd(value, fn.shuffle_xor(value, mask))
-        return value
+        return _butterfly(fn, value, fn.iadd)
+    lanes = _row_lanes(fn, value, scratch)
+    total = lanes[0]
+    for lane in lanes[1:]:
+        total = fn.iadd(total, lane)
+    fn.workgroup_barrier()  # everyone has read before the next block writes
+    return total
+
+
+def _butterfly(fn: Function, value: int, add) -> int:
+    """`add` of a value over the 8 lanes of a row, by subgroup shuffles (masks 4, 2, 1), in every lane."""
+    for mask in (4, 2, 1):
+        value = add(value, fn.shuffle_xor(value, mask))
+    return value
+
+
+def _row_lanes(fn: Function, value: int, scratch) -> list[int]:
+    """Each of the LANES lanes' `value` of this invocation's row, through workgroup memory `scratch`."""
     m = fn.m
     index = fn.builtin(BuiltIn.LocalInvocationIndex)
     fn.store(fn.shared_ptr(scratch, index), value)
     fn.workgroup_barrier()
     first = fn.band(index, m.u(~(LANES - 1) & 0xFFFFFFFF))
-    total = fn.load(fn.shared_ptr(scratch, first))
-    for i in range(1, LANES):
-        total = fn.iadd(total, fn.load(fn.shared_ptr(scratch, fn.iadd(first, m.u(i)))))
-    fn.workgroup_barrier()  # everyone has read before the next block writes
-    return total
+    return [fn.load(fn.shared_ptr(scratch, fn.iadd(first, m.u(i)))) for i in range(LANES)]

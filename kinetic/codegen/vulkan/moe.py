@@ -30,8 +30,9 @@ from kinetic.codegen.vulkan.attention import expf_libc
 from kinetic.codegen.vulkan.builders import Target
 from kinetic.codegen.vulkan.device import Kernel
 from kinetic.codegen.vulkan.elementwise import expf_ggml, flat_index
+from kinetic.codegen.vulkan.frame import frame
 from kinetic.codegen.vulkan.matvec_float import reduce16
-from kinetic.codegen.vulkan.spirv import Function, Module, Op
+from kinetic.codegen.vulkan.spirv import Function, Op
 from kinetic.ir.numerics.moe import WEIGHT_SUM_FLOOR
 
 ROW_WORKGROUP = 64  # router rows per workgroup (one invocation each)
@@ -48,13 +49,9 @@ def _each_row(fn: Function, params: int):
 def render_softmax_gate(t: Target, n_expert: int) -> Kernel:
     """probs f32 [rows, E] = ggml_soft_max of logits f32 [rows, E]. Bindings: logits, the expf table
     u32 [64] (attention.expf_table_words), probs; push constant: rows."""
-    m = Module()
+    f = frame(("logits", "f32"), ("expf_table", "u32"), ("probs", "f32"), workgroup=ROW_WORKGROUP)
+    m, fn, (x, table, out), params = f.m, f.fn, f.buffers, f.params
     f64 = m.float_(64)
-    x = m.storage_buffer(0, m.f32, readonly=True, name="logits")
-    table = m.storage_buffer(1, m.u32, readonly=True, name="expf_table")
-    out = m.storage_buffer(2, m.f32, name="probs")
-    params, _ = m.push_constants([m.u32])
-    fn = m.compute_entry((ROW_WORKGROUP, 1, 1))
     row, in_range = _each_row(fn, params)
     with in_range:
         base = fn.imul(row, m.u(n_expert))
@@ -80,20 +77,18 @@ def render_softmax_gate(t: Target, n_expert: int) -> Kernel:
         with fn.loop(m.u(0), m.u(n_expert)) as i:
             a = fn.iadd(base, i)
             fn.buf_store(out, a, fn.fmul(fn.buf_load(out, a), inverse))
-    fn.end()
-    return Kernel(f"moe_softmax_{n_expert}", m.to_bytes(), (True, True, False), (ROW_WORKGROUP, 1, 1), push_size=4)
+    return f.kernel(f"moe_softmax_{n_expert}")
 
 
 def render_select(n_expert: int, n_used: int, biased: bool) -> Kernel:
     """ids u32 [rows, n_used]: each row's n_used highest scores (probs f32 [rows, E], plus bias f32 [E]
     when `biased`), highest first, ties to the lower expert. Bindings: probs, (bias,) ids; push
     constant: rows."""
-    m = Module()
-    probs = m.storage_buffer(0, m.f32, readonly=True, name="probs")
-    bias = m.storage_buffer(1, m.f32, readonly=True, name="bias") if biased else None
-    ids = m.storage_buffer(2 if biased else 1, m.u32, name="ids")
-    params, _ = m.push_constants([m.u32])
-    fn = m.compute_entry((ROW_WORKGROUP, 1, 1))
+    bindings = (("probs", "f32"), *((("bias", "f32"),) if biased else ()), ("ids", "u32"))
+    f = frame(*bindings, workgroup=ROW_WORKGROUP)
+    m, fn, params = f.m, f.fn, f.params
+    probs, ids = f.buffers[0], f.buffers[-1]
+    bias = f.buffers[1] if biased else None
     row, in_range = _each_row(fn, params)
     with in_range:
         base = fn.imul(row, m.u(n_expert))
@@ -114,10 +109,7 @@ def render_select(n_expert: int, n_used: int, biased: bool) -> Kernel:
                     fn.store(best, e)
             previous = (fn.load(best_score), fn.load(best))
             fn.buf_store(ids, fn.iadd(fn.imul(row, m.u(n_used)), m.u(slot)), previous[1])
-    fn.end()
-    name = f"moe_select_{n_expert}_{n_used}{'_biased' if biased else ''}"
-    return Kernel(name, m.to_bytes(), (True,) * (2 if biased else 1) + (False,), (ROW_WORKGROUP, 1, 1),
-                  push_size=4)
+    return f.kernel(f"moe_select_{n_expert}_{n_used}{'_biased' if biased else ''}")
 
 
 def _after(fn: Function, score: int, expert: int, prev_score: int, prev_expert: int) -> int:
@@ -132,13 +124,9 @@ def render_route_weights(n_expert: int, n_used: int, normalize: bool, scale: flo
     """weights f32 [rows, n_used]: probs[row, ids[row, j]], divided by their sum when `normalize`,
     times `scale` unless 0 or 1. Bindings: probs f32 [rows, E], ids u32 [rows, n_used], weights;
     push constant: rows."""
-    m = Module()
+    f = frame(("probs", "f32"), ("ids", "u32"), ("weights", "f32"), workgroup=ROW_WORKGROUP)
+    m, fn, (probs, ids, out), params = f.m, f.fn, f.buffers, f.params
     f64 = m.float_(64)
-    probs = m.storage_buffer(0, m.f32, readonly=True, name="probs")
-    ids = m.storage_buffer(1, m.u32, readonly=True, name="ids")
-    out = m.storage_buffer(2, m.f32, name="weights")
-    params, _ = m.push_constants([m.u32])
-    fn = m.compute_entry((ROW_WORKGROUP, 1, 1))
     row, in_range = _each_row(fn, params)
     with in_range:
         slots = [fn.iadd(fn.imul(row, m.u(n_used)), m.u(j)) for j in range(n_used)]
@@ -156,22 +144,16 @@ def render_route_weights(n_expert: int, n_used: int, normalize: bool, scale: flo
             w = [fn.fmul(v, m.f(scale)) for v in w]
         for s, v in zip(slots, w, strict=True):
             fn.buf_store(out, s, v)
-    fn.end()
-    name = f"moe_weights_{n_expert}_{n_used}_{int(normalize)}_{scale!r}"
-    return Kernel(name, m.to_bytes(), (True, True, False), (ROW_WORKGROUP, 1, 1), push_size=4)
+    return f.kernel(f"moe_weights_{n_expert}_{n_used}_{int(normalize)}_{scale!r}")
 
 
 def render_weighted_sum(n_used: int, width: int) -> Kernel:
     """out f32 [rows, width] = sum over slots j in order of y[row, j, :] * weights[row, j]. Bindings:
     y f32 [rows, n_used * width], weights f32 [rows, n_used], out; push constant: rows."""
-    m = Module()
-    y = m.storage_buffer(0, m.f32, readonly=True, name="y")
-    weights = m.storage_buffer(1, m.f32, readonly=True, name="weights")
-    out = m.storage_buffer(2, m.f32, name="out")
-    params, _ = m.push_constants([m.u32])
-    fn = m.compute_entry((WORKGROUP, 1, 1))
+    f = frame(("y", "f32"), ("weights", "f32"), ("out", "f32"), workgroup=WORKGROUP)
+    m, fn, (y, weights, out) = f.m, f.fn, f.buffers
     i = flat_index(fn, WORKGROUP)
-    with fn.if_(fn.icmp(Op.ULessThan, i, fn.imul(fn.push(params, 0, m.u32), m.u(width)))):
+    with fn.if_(fn.icmp(Op.ULessThan, i, fn.imul(f.push(), m.u(width)))):
         row, col = fn.udiv(i, m.u(width)), fn.umod(i, m.u(width))
         total = None
         for j in range(n_used):
@@ -180,5 +162,4 @@ def render_weighted_sum(n_used: int, width: int) -> Kernel:
             product = fn.fmul(value, fn.buf_load(weights, slot))
             total = product if total is None else fn.fadd(total, product)
         fn.buf_store(out, i, total)
-    fn.end()
-    return Kernel(f"moe_sum_{n_used}_{width}", m.to_bytes(), (True, True, False), (WORKGROUP, 1, 1), push_size=4)
+    return f.kernel(f"moe_sum_{n_used}_{width}")

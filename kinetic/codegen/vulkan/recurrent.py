@@ -15,8 +15,9 @@ from __future__ import annotations
 from kinetic.codegen.vulkan.attention import expf_libc
 from kinetic.codegen.vulkan.device import Kernel
 from kinetic.codegen.vulkan.elementwise import flat_index
+from kinetic.codegen.vulkan.frame import frame
 from kinetic.codegen.vulkan.gather import each_of_rows
-from kinetic.codegen.vulkan.spirv import Module, Op
+from kinetic.codegen.vulkan.spirv import Op
 
 WORKGROUP = 256
 
@@ -24,34 +25,24 @@ WORKGROUP = 256
 def render_sigmoid() -> Kernel:
     """out = 1 / (1 + expf(0 - x)) per value. Bindings: x f32, the expf table u32 [64]
     (attention.expf_table_words), out f32; push constant: the element count."""
-    m = Module()
-    x = m.storage_buffer(0, m.f32, readonly=True, name="x")
-    table = m.storage_buffer(1, m.u32, readonly=True, name="expf_table")
-    out = m.storage_buffer(2, m.f32, name="out")
-    params, _ = m.push_constants([m.u32])
-    fn = m.compute_entry((WORKGROUP, 1, 1))
+    f = frame(("x", "f32"), ("expf_table", "u32"), ("out", "f32"), workgroup=WORKGROUP)
+    m, fn, (x, table, out) = f.m, f.fn, f.buffers
     index = flat_index(fn, WORKGROUP)
-    with fn.if_(fn.icmp(Op.ULessThan, index, fn.push(params, 0, m.u32))):
+    with fn.if_(fn.icmp(Op.ULessThan, index, f.push())):
         e = expf_libc(fn, table, fn.fsub(m.f(0.0), fn.buf_load(x, index)))
         fn.buf_store(out, index, fn.fdiv(m.f(1.0), fn.fadd(m.f(1.0), e)))
-    fn.end()
-    return Kernel("sigmoid", m.to_bytes(), (True, True, False), (WORKGROUP, 1, 1), push_size=4)
+    return f.kernel("sigmoid")
 
 
 def render_head_columns(n_head: int, stride: int, start: int, count: int) -> Kernel:
     """out[r, h*count + c] = x[r, h*stride + start + c]: bindings x f32 [rows, n_head*stride], out f32
     [rows, n_head*count]. Push constant: rows."""
-    m = Module()
-    x = m.storage_buffer(0, m.u32, readonly=True, name="x")  # bits, moved as they are
-    out = m.storage_buffer(1, m.u32, name="out")
-    params, _ = m.push_constants([m.u32])
-    fn = m.compute_entry((WORKGROUP, 1, 1))
+    f = frame(("x", "u32"), ("out", "u32"), workgroup=WORKGROUP)  # bits, moved as they are
+    m, fn, (x, out) = f.m, f.fn, f.buffers
     i = flat_index(fn, WORKGROUP)
-    with each_of_rows(fn, params, i, n_head * count) as (row, col):
+    with each_of_rows(fn, f.params, i, n_head * count) as (row, col):
         head, within = fn.udiv(col, m.u(count)), fn.umod(col, m.u(count))
         src = fn.iadd(fn.imul(row, m.u(n_head * stride)),
                       fn.iadd(fn.imul(head, m.u(stride)), fn.iadd(m.u(start), within)))
         fn.buf_store(out, i, fn.buf_load(x, src))
-    fn.end()
-    name = f"head_columns_{n_head}_{stride}_{start}_{count}"
-    return Kernel(name, m.to_bytes(), (True, False), (WORKGROUP, 1, 1), push_size=4)
+    return f.kernel(f"head_columns_{n_head}_{stride}_{start}_{count}")

@@ -18,7 +18,8 @@ from kinetic.codegen.vulkan import builders
 from kinetic.codegen.vulkan.builders import Target
 from kinetic.codegen.vulkan.device import Kernel, Unsupported
 from kinetic.codegen.vulkan.elementwise import flat_index
-from kinetic.codegen.vulkan.spirv import Module, Op
+from kinetic.codegen.vulkan.frame import frame
+from kinetic.codegen.vulkan.spirv import Op
 
 WORKGROUP = 64
 
@@ -29,16 +30,10 @@ def render_rope(t: Target, n_head: int, head_dim: int, n_rot: int, neox: bool) -
     if n_rot % 2 or not 0 < n_rot <= head_dim or head_dim % 2:
         raise Unsupported(f"rope: n_rot {n_rot} must be even, positive and at most head_dim {head_dim}")
     half, pairs = n_rot // 2, head_dim // 2
-    m = Module()
-    x = m.storage_buffer(0, m.f32, readonly=True, name="x")
-    cos_t = m.storage_buffer(1, m.f32, readonly=True, name="cos")
-    sin_t = m.storage_buffer(2, m.f32, readonly=True, name="sin")
-    y = m.storage_buffer(3, m.f32, name="y")
-    params, _ = m.push_constants([m.u32])
-    fn = m.compute_entry((WORKGROUP, 1, 1))
+    f = frame(("x", "f32"), ("cos", "f32"), ("sin", "f32"), ("y", "f32"), workgroup=WORKGROUP)
+    m, fn, (x, cos_t, sin_t, y) = f.m, f.fn, f.buffers
     index = flat_index(fn, WORKGROUP)
-    rows = fn.push(params, 0, m.u32)
-    with fn.if_(fn.icmp(Op.ULessThan, index, fn.imul(rows, m.u(n_head * pairs)))):
+    with fn.if_(fn.icmp(Op.ULessThan, index, fn.imul(f.push(), m.u(n_head * pairs)))):
         p = fn.umod(index, m.u(pairs))
         head_row = fn.udiv(index, m.u(pairs))  # row * n_head + head
         row = fn.udiv(head_row, m.u(n_head))
@@ -61,6 +56,4 @@ def render_rope(t: Target, n_head: int, head_dim: int, n_rot: int, neox: bool) -
         y1 = builders.fma(fn, t, x0, s, fn.fmul(x1, c))
         fn.buf_store(y, fn.iadd(base, i0), fn.select(rotated, y0, x0))
         fn.buf_store(y, fn.iadd(base, i1), fn.select(rotated, y1, x1))
-    fn.end()
-    name = f"rope_{n_head}x{head_dim}_{n_rot}_{'neox' if neox else 'normal'}"
-    return Kernel(name, m.to_bytes(), (True, True, True, False), (WORKGROUP, 1, 1), push_size=4)
+    return f.kernel(f"rope_{n_head}x{head_dim}_{n_rot}_{'neox' if neox else 'normal'}")

@@ -11,29 +11,22 @@ from kinetic.codegen.cuda import concat, nvrtc
 from kinetic.codegen.cuda.caps import ARCHS, violations
 from kinetic.codegen.cuda.kernel import program_source
 from kinetic.codegen.cuda.renderer import CudaRenderer
-from kinetic.ir import reference
 from kinetic.ir.ops import Op
 from kinetic.ir.text import parse_graph
+from tests.codegen import kernel_cases as cases
 from tests.device_checks import same_bits
 
-# widths: a prediction block's two 256s; a first part ending inside a block of 256 threads, the
-# whole row past one block; widths less than a warp
-CONCATS = [(256, 256), (300, 40), (7, 5)]
-
-prog = host_programs(lambda: [concat.concat(*c) for c in CONCATS], "cuda-concat")
+prog = host_programs(lambda: [concat.concat(*c) for c in cases.CONCATS], "cuda-concat")
 
 
-@pytest.mark.parametrize("widths", CONCATS)
+@pytest.mark.parametrize("widths", cases.CONCATS)
 def test_concat_puts_each_rows_two_parts_side_by_side(prog, widths):
     """concat gives the reference's rows (a's values, then b's) bit for bit, NaN payloads and signed
     zeros included, for every row of the pass."""
-    wa, wb = widths
-    rng = np.random.default_rng(60)
-    a = rng.integers(0, 2**32, (5, wa), dtype=np.uint32).view(np.float32)
-    b = rng.integers(0, 2**32, (5, wb), dtype=np.uint32).view(np.float32)
-    out = np.zeros((5, wa + wb), np.float32)
-    prog.launch(concat.concat(wa, wb).name, 5, a, b, out)
-    assert same_bits(out, reference.concat(None, None, [a, b]))
+    a, b, expected = cases.concat_case(60, *widths)
+    out = np.zeros_like(expected)
+    prog.launch(concat.concat(*widths).name, len(a), a, b, out)
+    assert same_bits(out, expected)
 
 
 @pytest.mark.skipif(nvrtc.unavailable_reason() is not None, reason=nvrtc.unavailable_reason() or "")
@@ -41,22 +34,14 @@ def test_concat_puts_each_rows_two_parts_side_by_side(prog, widths):
 def test_concat_compiles_within_budget(tmp_path, arch):
     """The concat kernels (a prediction block's graph is not among test_cuda_compile.py's synthetic
     model graphs) compile with NVRTC for every architecture within their kind's budget."""
-    kernels = [concat.concat(*c) for c in CONCATS]
+    kernels = [concat.concat(*c) for c in cases.CONCATS]
     compiled = nvrtc.compile_program(program_source(kernels, "cuda"), arch, cache_dir=tmp_path)
     assert [p for k in kernels for p in violations(k, compiled.resources[k.name], ARCHS[arch])] == []
 
 
-GRAPH = """
-%0 = input() {name="hidden.40"} : f32[T,40]
-%1 = input() {name="hidden.40"} : f32[T,40]
-%2 = concat(%0, %1) : f32[T,80]
-output y = %2
-"""
-
-
 def test_the_renderer_has_a_row_for_concat():
     """The renderer gives a concat node the kernel of its two input widths."""
-    graph = parse_graph(GRAPH)
+    graph = parse_graph(cases.CONCAT_GRAPH)
     kernels = CudaRenderer().render(graph).kernels
     node = next(n for n in graph.nodes if n.op is Op.CONCAT)
     assert [k.name for k in kernels[node.id]] == [concat.concat(40, 40).name]

@@ -14,27 +14,17 @@ from kinetic.codegen.cuda.renderer import KERNELS, CudaRenderer
 from kinetic.ir.numerics import recurrent as rnum
 from kinetic.ir.ops import Op
 from kinetic.ir.text import parse_graph
+from tests.codegen import kernel_cases as cases
 from tests.device_checks import same_bits
 
 SIGMOID_WIDTHS = (300, 32)  # not a multiple of a block's 256 threads; less than one warp's worth per block
-HEAD_COLUMNS = [(4, 96, 0, 48), (4, 96, 48, 48), (3, 100, 7, 90)]  # n_head, stride, start, count
-# channels, taps: lfm2's 3 (all fmas), Mamba-2's 4, 20 (a chunk of 16, then fmas) and 27 (16, 8, 3);
-# channels past one block of 256 threads, the last block partial
-SHORT_CONVS = [(300, 3), (64, 4), (40, 20), (33, 27)]
-# a pass of two sequences: sequence 0's chain 0-1 with a branch 2, 3 off row 1; sequence 1's rows 4, 5
 SOFTPLUS_WIDTH = 1 << 16
-# n_head, head_dim, n_group, d_state: two chunks of 64 and none; groups shared by heads; a tail of 32
-SSM_SCANS = [(4, 8, 2, 128), (3, 5, 1, 16), (2, 4, 2, 96)]
-# n_k_head, n_v_head, S: one chunk; a tail of 32 (rounded 16s) and of 12 (8 rounded, 4 fmas); 44: no chunk
-DELTA_RULES = [(2, 4, 64), (1, 2, 96), (2, 2, 76), (1, 3, 44)]
-PARENTS = np.array([-1, 0, 1, 1, -1, 4], np.int32)
-SEQS = np.array([0, 0, 0, 0, 1, 1], np.int32)
-
 
 def _kernels() -> list:
-    return ([recurrent.sigmoid(w) for w in SIGMOID_WIDTHS] + [recurrent.head_columns(*h) for h in HEAD_COLUMNS]
-            + [recurrent.short_conv(*c) for c in SHORT_CONVS] + [recurrent.softplus(SOFTPLUS_WIDTH)]
-            + [recurrent_scan.ssm_scan(*c) for c in SSM_SCANS] + [recurrent_scan.delta_rule(*c) for c in DELTA_RULES])
+    return ([recurrent.sigmoid(w) for w in SIGMOID_WIDTHS] + [recurrent.head_columns(*h) for h in cases.HEAD_COLUMNS]
+            + [recurrent.short_conv(*c) for c in cases.SHORT_CONVS] + [recurrent.softplus(SOFTPLUS_WIDTH)]
+            + [recurrent_scan.ssm_scan(*c) for c in cases.SSM_SCANS]
+            + [recurrent_scan.delta_rule(*c) for c in cases.DELTA_RULES])
 
 
 prog = host_programs(_kernels, "cuda-rec")  # the kernels on the host, in both orders
@@ -63,16 +53,13 @@ def test_sigmoid_equals_the_reference(prog, width):
     assert same_bits(out, expected)
 
 
-@pytest.mark.parametrize("shape", HEAD_COLUMNS)
+@pytest.mark.parametrize("shape", cases.HEAD_COLUMNS)
 def test_head_columns_copies_each_heads_slice(prog, shape):
     """head_columns gives each head's columns start .. start + count - 1, heads side by side, bit for
     bit (NaN payloads and signed zeros included): the reference's slice."""
-    n_head, stride, start, count = shape
-    rng = np.random.default_rng(51)
-    x = rng.integers(0, 2**32, (5, n_head * stride), dtype=np.uint32).view(np.float32)
-    out = np.zeros((5, n_head * count), np.float32)
-    prog.launch(recurrent.head_columns(*shape).name, 5, x, out)
-    expected = x.reshape(5, n_head, stride)[:, :, start:start + count].reshape(5, -1)
+    x, expected = cases.head_columns_case(51, *shape)
+    out = np.zeros_like(expected)
+    prog.launch(recurrent.head_columns(*shape).name, len(x), x, out)
     assert same_bits(out, expected)
 
 
@@ -97,38 +84,28 @@ def test_the_renderer_has_a_row_for_every_recurrent_op():
     assert {Op.RECURRENT_STATE, Op.SHORT_CONV, Op.SSM_SCAN, Op.DELTA_RULE} <= set(KERNELS)
 
 
-def _conv_along_paths(x, w, committed, parents):
-    """The reference's walk (kinetic/ir/recurrence.py): each row's window continues its parent's
-    state, or its own committed one; numerics.short_conv_row per row."""
-    outs, afters = [], []
-    for r, parent in enumerate(parents):
-        state = afters[parent] if parent >= 0 else committed[r]
-        window = np.concatenate([state, x[r:r + 1]])
-        outs.append(rnum.short_conv_row(window, w))
-        afters.append(window[1:])
-    return np.stack(outs), np.stack(afters)
+def _launch_walk(prog, name: str, case, out_width: int):
+    """Launch a walking kernel on the case's pass (one block row walks the rows): (out, state after
+    each row)."""
+    n = len(cases.PARENTS)
+    after = np.zeros_like(case.committed)
+    out = np.zeros((n, out_width), np.float32)
+    prog.launch(name, 1, *case.inputs, case.committed, cases.PARENTS, after, out, n)
+    return out, after
 
 
-@pytest.mark.parametrize("channels, taps", SHORT_CONVS)
+@pytest.mark.parametrize("channels, taps", cases.SHORT_CONVS)
 def test_short_conv_follows_each_rows_path(prog, channels, taps):
     """short_conv gives numerics.short_conv_row's bits for every row of a pass holding two sequences
     and a branch, each row continuing its parent's state (or its sequence's committed one), and
     leaves in `after` each row's window's last taps - 1 rows, bit for bit."""
-    rng = np.random.default_rng(52)
-    n = len(PARENTS)
-    x = rng.standard_normal((n, channels)).astype(np.float32)
-    w = rng.standard_normal((channels, taps)).astype(np.float32)
-    per_seq = rng.standard_normal((2, taps - 1, channels)).astype(np.float32)
-    committed = np.where((PARENTS < 0)[:, None, None], per_seq[SEQS], np.float32(np.nan)).astype(np.float32)
-    after = np.zeros((n, taps - 1, channels), np.float32)
-    out = np.zeros((n, channels), np.float32)
-    prog.launch(recurrent.short_conv(channels, taps).name, 1, x, w, committed, PARENTS, after, out, n)
-    expected_out, expected_after = _conv_along_paths(x, w, committed, PARENTS)
-    assert same_bits(out, expected_out)
-    assert same_bits(after, expected_after)
+    case = cases.short_conv_case(52, channels, taps)
+    out, after = _launch_walk(prog, recurrent.short_conv(channels, taps).name, case, channels)
+    assert same_bits(out, case.out)
+    assert same_bits(after, case.after)
 
 
-@pytest.mark.parametrize("channels, taps", SHORT_CONVS[:2])
+@pytest.mark.parametrize("channels, taps", cases.SHORT_CONVS[:2])
 def test_short_conv_row_in_a_pass_equals_the_row_alone(prog, channels, taps):
     """Batch invariance: row 3 of the tree pass (a branch off row 1) gives the bits of its path (rows
     0, 1, 3) run as a pass of its own."""
@@ -144,9 +121,8 @@ def test_short_conv_row_in_a_pass_equals_the_row_alone(prog, channels, taps):
         prog.launch(name, 1, xs, w, starts, parents, after, out, len(parents))
         return out, after
 
-    out, after = run(x, committed, PARENTS)
-    path = [0, 1, 3]
-    alone_out, alone_after = run(np.ascontiguousarray(x[path]), np.ascontiguousarray(committed[path]),
+    out, after = run(x, committed, cases.PARENTS)
+    alone_out, alone_after = run(np.ascontiguousarray(x[cases.PATH]), np.ascontiguousarray(committed[cases.PATH]),
                                  np.array([-1, 0, 1], np.int32))
     assert same_bits(out[3], alone_out[2]) and same_bits(after[3], alone_after[2])
 
@@ -168,79 +144,26 @@ def test_softplus_equals_the_reference(prog):
         assert same_bits(out, rnum.softplus(x))
 
 
-def _walk(committed, parents, step):
-    """The reference's walk: each row steps from its parent's state, or its own committed one."""
-    outs, afters = [], []
-    for r, parent in enumerate(parents):
-        out, new = step(afters[parent] if parent >= 0 else committed[r], r)
-        outs.append(out.reshape(-1))
-        afters.append(new)
-    return np.stack(outs), np.stack(afters)
-
-
-def _random_committed(rng, shape, scale=1.0):
-    per_seq = (rng.standard_normal((2, *shape)) * scale).astype(np.float32)
-    return np.where((PARENTS < 0).reshape(-1, *[1] * len(shape)), per_seq[SEQS], np.float32(np.nan)).astype(np.float32)
-
-
-@pytest.mark.parametrize("n_head, head_dim, n_group, d_state", SSM_SCANS)
+@pytest.mark.parametrize("n_head, head_dim, n_group, d_state", cases.SSM_SCANS)
 def test_ssm_scan_follows_each_rows_path(prog, n_head, head_dim, n_group, d_state):
     """ssm_scan gives numerics.ssm_scan_row's bits plus x * D (the reference's two roundings) for every
     row of a pass of two sequences and a branch, each continuing its parent's state, and leaves each
     row's state in `after`, bit for bit; dt spans softplus's both branches (above 20 and below)."""
-    rng = np.random.default_rng(55)
-    n, channels = len(PARENTS), n_head * head_dim
-    x = rng.standard_normal((n, channels)).astype(np.float32)
-    dt = (rng.standard_normal((n, n_head)) * 8).astype(np.float32)
-    dt[0, 0] = 25.0
-    a = -np.abs(rng.standard_normal(n_head)).astype(np.float32)
-    d = rng.standard_normal(n_head).astype(np.float32)
-    b, c = (rng.standard_normal((n, n_group * d_state)).astype(np.float32) for _ in range(2))
-    committed = _random_committed(rng, (channels, d_state))
-    after = np.zeros((n, channels, d_state), np.float32)
-    out = np.zeros((n, channels), np.float32)
-    prog.launch(recurrent_scan.ssm_scan(n_head, head_dim, n_group, d_state).name, 1, x, dt, a, b, c, d,
-                committed, PARENTS, after, out, n)
-    group_of = np.arange(n_head) // (n_head // n_group)
-
-    def step(state, r):
-        heads = x[r].reshape(n_head, head_dim)
-        bs, cs = (t[r].reshape(n_group, d_state)[group_of] for t in (b, c))
-        y, new = rnum.ssm_scan_row(state.reshape(n_head, head_dim, d_state), heads, dt[r], a, bs, cs)
-        return (y + (heads * d[:, None]).astype(np.float32)).astype(np.float32), new.reshape(channels, d_state)
-
-    expected_out, expected_after = _walk(committed, PARENTS, step)
-    assert same_bits(out, expected_out)
-    assert same_bits(after, expected_after)
+    case = cases.ssm_scan_case(55, n_head, head_dim, n_group, d_state)
+    name = recurrent_scan.ssm_scan(n_head, head_dim, n_group, d_state).name
+    out, after = _launch_walk(prog, name, case, n_head * head_dim)
+    assert same_bits(out, case.out)
+    assert same_bits(after, case.after)
 
 
-@pytest.mark.parametrize("n_k_head, n_v_head, head_dim", DELTA_RULES)
+@pytest.mark.parametrize("n_k_head, n_v_head, head_dim", cases.DELTA_RULES)
 def test_delta_rule_follows_each_rows_path(prog, n_k_head, n_v_head, head_dim):
     """delta_rule gives the reference's bits (kinetic/ir/delta_reference.py's step: the decay
     expf(softplus(alpha) * A), sigmoid(beta), numerics.delta_rule_row) for every row of a pass of two
     sequences and a branch, each continuing its parent's state, and leaves each row's state in
     `after`, bit for bit; value heads read key head h % n_k_head."""
-    rng = np.random.default_rng(56)
-    n, s = len(PARENTS), head_dim
-    q, k = (rng.standard_normal((n, n_k_head * s)).astype(np.float32) / np.float32(4) for _ in range(2))
-    v = rng.standard_normal((n, n_v_head * s)).astype(np.float32)
-    alpha, beta = ((rng.standard_normal((n, n_v_head)) * 3).astype(np.float32) for _ in range(2))
-    a = -np.abs(rng.standard_normal(n_v_head)).astype(np.float32)
-    committed = _random_committed(rng, (n_v_head * s, s), scale=0.1)
-    after = np.zeros((n, n_v_head * s, s), np.float32)
-    out = np.zeros((n, n_v_head * s), np.float32)
-    prog.launch(recurrent_scan.delta_rule(n_k_head, n_v_head, head_dim).name, 1, q, k, v, alpha, beta, a,
-                committed, PARENTS, after, out, n)
-    key_head = np.arange(n_v_head) % n_k_head
-    decays = rnum.libm_f32("expf", (rnum.softplus(alpha) * a).astype(np.float32))
-    strengths = rnum.sigmoid(beta)
-
-    def step(state, r):
-        qs, ks = (t[r].reshape(n_k_head, s)[key_head] for t in (q, k))
-        o, new = rnum.delta_rule_row(state.reshape(n_v_head, s, s), qs, ks, v[r].reshape(n_v_head, s),
-                                     decays[r], strengths[r])
-        return o, new.reshape(n_v_head * s, s)
-
-    expected_out, expected_after = _walk(committed, PARENTS, step)
-    assert same_bits(out, expected_out)
-    assert same_bits(after, expected_after)
+    case = cases.delta_rule_case(56, n_k_head, n_v_head, head_dim)
+    name = recurrent_scan.delta_rule(n_k_head, n_v_head, head_dim).name
+    out, after = _launch_walk(prog, name, case, n_v_head * head_dim)
+    assert same_bits(out, case.out)
+    assert same_bits(after, case.after)

@@ -11,42 +11,25 @@ from vulkan_helpers import bits, spirv_val
 
 from kinetic.codegen.vulkan import concat
 from kinetic.codegen.vulkan.kernels import unsupported
-from kinetic.ir import reference
 from kinetic.ir.text import parse_graph
-
-F32 = np.float32
-# widths: a prediction block's two 256s; a first part ending inside a workgroup, a row past one
-# workgroup; widths smaller than a workgroup
-CONCATS = [(256, 256), (300, 40), (7, 5)]
+from tests.codegen import kernel_cases as cases
 
 
 def test_the_module_is_valid_spirv():
     """The concat module passes spirv-val (Vulkan 1.2 rules)."""
-    spirv_val(concat.render_concat(*CONCATS[1]).spirv)
+    spirv_val(concat.render_concat(*cases.CONCATS[1]).spirv)
 
 
-@pytest.mark.parametrize("widths", CONCATS)
+@pytest.mark.parametrize("widths", cases.CONCATS)
 def test_concat_puts_each_rows_two_parts_side_by_side(ops, widths):
     """concat gives the reference's rows (a's values, then b's) bit for bit, NaN payloads and signed
     zeros included, for every row of the pass."""
-    wa, wb = widths
-    rows = 5
-    rng = np.random.default_rng(62)
-    a = rng.integers(0, 2**32, (rows, wa), dtype=np.uint32).view(F32)
-    b = rng.integers(0, 2**32, (rows, wb), dtype=np.uint32).view(F32)
-    got = ops._run(concat.render_concat(wa, wb), [a, b], (rows, wa + wb),
-                   -(-rows * (wa + wb) // concat.WORKGROUP), struct.pack("<I", rows))
-    assert np.array_equal(bits(got), bits(reference.concat(None, None, [a, b])))
-
-
-GRAPH = """
-%0 = input() {name="hidden.40"} : f32[T,40]
-%1 = input() {name="hidden.40"} : f32[T,40]
-%2 = concat(%0, %1) : f32[T,80]
-output y = %2
-"""
+    a, b, expected = cases.concat_case(62, *widths)
+    got = ops._run(concat.render_concat(*widths), [a, b], expected.shape,
+                   -(-expected.size // concat.WORKGROUP), struct.pack("<I", len(a)))
+    assert np.array_equal(bits(got), bits(expected))
 
 
 def test_the_table_runs_concat_of_hidden_rows():
     """A graph concatenating a pass's hidden rows is accepted by Vulkan's table."""
-    assert unsupported(parse_graph(GRAPH)) is None
+    assert unsupported(parse_graph(cases.CONCAT_GRAPH)) is None

@@ -15,14 +15,14 @@ from kinetic.codegen.vulkan.attention import expf_table_words
 from kinetic.codegen.vulkan.kernels import unsupported
 from kinetic.ir.numerics import recurrent as rnum
 from kinetic.ir.text import parse_graph
+from tests.codegen import kernel_cases as cases
 
 F32 = np.float32
-HEAD_COLUMNS = [(4, 96, 0, 48), (4, 96, 48, 48), (3, 100, 7, 90)]  # n_head, stride, start, count
 
 
 def test_the_modules_are_valid_spirv():
     """The sigmoid and head_columns modules pass spirv-val (Vulkan 1.2 rules)."""
-    for kernel in (recurrent.render_sigmoid(), recurrent.render_head_columns(*HEAD_COLUMNS[2])):
+    for kernel in (recurrent.render_sigmoid(), recurrent.render_head_columns(*cases.HEAD_COLUMNS[2])):
         spirv_val(kernel.spirv)
 
 
@@ -47,17 +47,13 @@ def test_sigmoid_equals_the_reference(ops, device):
     assert_reference(got, expected, exact=device.caps.is_cpu and device.target.fma_mode != "unfused", rtol=5e-7)
 
 
-@pytest.mark.parametrize("shape", HEAD_COLUMNS)
+@pytest.mark.parametrize("shape", cases.HEAD_COLUMNS)
 def test_head_columns_copies_each_heads_slice(ops, shape):
     """head_columns gives each head's columns start .. start + count - 1, heads side by side, bit for
     bit (NaN payloads and signed zeros included)."""
-    n_head, stride, start, count = shape
-    rows = 5
-    x = np.random.default_rng(61).integers(0, 2**32, (rows, n_head * stride), dtype=np.uint32).view(F32)
-    kernel = recurrent.render_head_columns(*shape)
-    got = ops._run(kernel, [x], (rows, n_head * count), -(-rows * n_head * count // recurrent.WORKGROUP),
-                   struct.pack("<I", rows))
-    expected = x.reshape(rows, n_head, stride)[:, :, start:start + count].reshape(rows, -1)
+    x, expected = cases.head_columns_case(61, *shape)
+    got = ops._run(recurrent.render_head_columns(*shape), [x], expected.shape,
+                   -(-expected.size // recurrent.WORKGROUP), struct.pack("<I", len(x)))
     assert np.array_equal(bits(got), bits(expected))
 
 

@@ -18,18 +18,9 @@ from kinetic.codegen.vulkan.elementwise import flat_index
 from kinetic.codegen.vulkan.spirv import Module, Op
 from kinetic.ir.numerics import recurrent as rnum
 from kinetic.ir.numerics.floats import libm_f32
+from tests.codegen import kernel_cases as cases
 
 F32 = np.float32
-# channels, taps: lfm2's 3 (all fmas), Mamba-2's 4, 20 (a chunk of 16, then fmas) and 27 (16, 8, 3);
-# channels past one workgroup of 64, the last partial
-SHORT_CONVS = [(300, 3), (64, 4), (40, 20), (33, 27)]
-# n_head, head_dim, n_group, d_state: two chunks of 64 and none; groups shared by heads; a tail of 32
-SSM_SCANS = [(4, 8, 2, 128), (3, 5, 1, 16), (2, 4, 2, 96)]
-# n_k_head, n_v_head, S: one chunk; a tail of 32 (rounded 16s) and of 12 (8 rounded, 4 fmas); 44: no chunk
-DELTA_RULES = [(2, 4, 64), (1, 2, 96), (2, 2, 76), (1, 3, 44)]
-# a pass of two sequences: sequence 0's chain 0-1 with a branch 2, 3 off row 1; sequence 1's rows 4, 5
-PARENTS = np.array([-1, 0, 1, 1, -1, 4], np.int32)
-SEQS = np.array([0, 0, 0, 0, 1, 1], np.int32)
 
 
 def _walk_run(device, kernel: Kernel, inputs: list[np.ndarray], committed: np.ndarray, parents: np.ndarray,
@@ -50,23 +41,6 @@ def _walk_run(device, kernel: Kernel, inputs: list[np.ndarray], committed: np.nd
     finally:
         for b in [*bufs, out]:
             device.free(b)
-
-
-def _walk(committed, parents, step):
-    """The reference's walk (kinetic/ir/recurrence.py): each row steps from its parent's state, or its
-    own committed one."""
-    outs, afters = [], []
-    for r, parent in enumerate(parents):
-        out, new = step(afters[parent] if parent >= 0 else committed[r], r)
-        outs.append(out.reshape(-1))
-        afters.append(new)
-    return np.stack(outs), np.stack(afters)
-
-
-def _random_committed(rng, shape, scale=1.0):
-    """Each sequence's committed state in its parentless rows; NaN where a row has a parent (never read)."""
-    per_seq = (rng.standard_normal((2, *shape)) * scale).astype(F32)
-    return np.where((PARENTS < 0).reshape(-1, *[1] * len(shape)), per_seq[SEQS], F32(np.nan)).astype(F32)
 
 
 def test_the_modules_are_valid_spirv(device):
@@ -150,27 +124,16 @@ def test_logf_and_softplus_equal_the_c_library(device):
         assert np.array_equal(bits(_run_map(device, "softplus", v)), bits(rnum.softplus(v)))
 
 
-@pytest.mark.parametrize("channels, taps", SHORT_CONVS)
+@pytest.mark.parametrize("channels, taps", cases.SHORT_CONVS)
 def test_short_conv_follows_each_rows_path(device, channels, taps):
     """short_conv gives numerics.short_conv_row's bits for every row of a pass holding two sequences
     and a branch, each row continuing its parent's state (or its sequence's committed one), and
     leaves each row's window's last taps - 1 rows, bit for bit."""
-    rng = np.random.default_rng(72)
-    n = len(PARENTS)
-    x = rng.standard_normal((n, channels)).astype(F32)
-    x[0, :3] = [0.0, -0.0, -0.0]  # signed zeros through the taps
-    w = rng.standard_normal((channels, taps)).astype(F32)
-    committed = _random_committed(rng, (taps - 1, channels))
+    case = cases.short_conv_case(72, channels, taps)
     kernel = recurrent_scan.render_short_conv(device.target, channels, taps)
-    out, after = _walk_run(device, kernel, [x, w], committed, PARENTS, channels, channels)
-
-    def step(state, r):
-        window = np.concatenate([state, x[r:r + 1]])
-        return rnum.short_conv_row(window, w), window[1:]
-
-    expected_out, expected_after = _walk(committed, PARENTS, step)
-    assert np.array_equal(bits(out), bits(expected_out))
-    assert np.array_equal(bits(after), bits(expected_after))
+    out, after = _walk_run(device, kernel, case.inputs, case.committed, cases.PARENTS, channels, channels)
+    assert np.array_equal(bits(out), bits(case.out))
+    assert np.array_equal(bits(after), bits(case.after))
 
 
 def test_a_row_in_a_pass_equals_the_row_alone(device):
@@ -182,68 +145,35 @@ def test_a_row_in_a_pass_equals_the_row_alone(device):
     w = rng.standard_normal((channels, taps)).astype(F32)
     committed = rng.standard_normal((6, taps - 1, channels)).astype(F32)
     kernel = recurrent_scan.render_short_conv(device.target, channels, taps)
-    out, after = _walk_run(device, kernel, [x, w], committed, PARENTS, channels, channels)
-    path = [0, 1, 3]
-    alone_out, alone_after = _walk_run(device, kernel, [x[path], w], committed[path], np.array([-1, 0, 1], np.int32),
-                                       channels, channels)
+    out, after = _walk_run(device, kernel, [x, w], committed, cases.PARENTS, channels, channels)
+    alone_out, alone_after = _walk_run(device, kernel, [x[cases.PATH], w], committed[cases.PATH],
+                                       np.array([-1, 0, 1], np.int32), channels, channels)
     assert np.array_equal(bits(out[3]), bits(alone_out[2])) and np.array_equal(bits(after[3]), bits(alone_after[2]))
 
 
-@pytest.mark.parametrize("n_head, head_dim, n_group, d_state", SSM_SCANS)
+@pytest.mark.parametrize("n_head, head_dim, n_group, d_state", cases.SSM_SCANS)
 def test_ssm_scan_follows_each_rows_path(device, n_head, head_dim, n_group, d_state):
     """ssm_scan gives numerics.ssm_scan_row's bits plus x * D for every row of a pass of two sequences
     and a branch, each continuing its parent's state, and leaves each row's state, bit for bit; dt
     spans softplus's both branches (above 20 and below)."""
-    rng = np.random.default_rng(74)
-    n, channels = len(PARENTS), n_head * head_dim
-    x = rng.standard_normal((n, channels)).astype(F32)
-    dt = (rng.standard_normal((n, n_head)) * 8).astype(F32)
-    dt[0, 0] = 25.0
-    a = -np.abs(rng.standard_normal(n_head)).astype(F32)
-    d = rng.standard_normal(n_head).astype(F32)
-    b, c = (rng.standard_normal((n, n_group * d_state)).astype(F32) for _ in range(2))
-    committed = _random_committed(rng, (channels, d_state))
+    case = cases.ssm_scan_case(74, n_head, head_dim, n_group, d_state)
+    channels = n_head * head_dim
     kernel = recurrent_scan.render_ssm_scan(device.target, n_head, head_dim, n_group, d_state)
-    out, after = _walk_run(device, kernel, [x, dt, a, b, c, d, expf_table_words()], committed, PARENTS, channels,
+    out, after = _walk_run(device, kernel, [*case.inputs, expf_table_words()], case.committed, cases.PARENTS, channels,
                            channels)
-    group_of = np.arange(n_head) // (n_head // n_group)
-
-    def step(state, r):
-        heads = x[r].reshape(n_head, head_dim)
-        bs, cs = (t[r].reshape(n_group, d_state)[group_of] for t in (b, c))
-        y, new = rnum.ssm_scan_row(state.reshape(n_head, head_dim, d_state), heads, dt[r], a, bs, cs)
-        return (y + (heads * d[:, None]).astype(F32)).astype(F32), new.reshape(channels, d_state)
-
-    expected_out, expected_after = _walk(committed, PARENTS, step)
-    assert np.array_equal(bits(out), bits(expected_out))
-    assert np.array_equal(bits(after), bits(expected_after))
+    assert np.array_equal(bits(out), bits(case.out))
+    assert np.array_equal(bits(after), bits(case.after))
 
 
-@pytest.mark.parametrize("n_k_head, n_v_head, head_dim", DELTA_RULES)
+@pytest.mark.parametrize("n_k_head, n_v_head, head_dim", cases.DELTA_RULES)
 def test_delta_rule_follows_each_rows_path(device, n_k_head, n_v_head, head_dim):
     """delta_rule gives the reference's bits (the decay expf(softplus(alpha) * A), sigmoid(beta),
     numerics.delta_rule_row) for every row of a pass of two sequences and a branch, each continuing its
     parent's state, and leaves each row's state, bit for bit; value heads read key head h % n_k_head."""
-    rng = np.random.default_rng(75)
-    n, s = len(PARENTS), head_dim
-    q, k = (rng.standard_normal((n, n_k_head * s)).astype(F32) / F32(4) for _ in range(2))
-    v = rng.standard_normal((n, n_v_head * s)).astype(F32)
-    alpha, beta = ((rng.standard_normal((n, n_v_head)) * 3).astype(F32) for _ in range(2))
-    a = -np.abs(rng.standard_normal(n_v_head)).astype(F32)
-    committed = _random_committed(rng, (n_v_head * s, s), scale=0.1)
+    case = cases.delta_rule_case(75, n_k_head, n_v_head, head_dim)
+    width = n_v_head * head_dim
     kernel = recurrent_scan.render_delta_rule(device.target, n_k_head, n_v_head, head_dim)
-    out, after = _walk_run(device, kernel, [q, k, v, alpha, beta, a, expf_table_words()], committed, PARENTS,
-                           n_v_head * s, n_v_head * s)
-    key_head = np.arange(n_v_head) % n_k_head
-    decays = libm_f32("expf", (rnum.softplus(alpha) * a).astype(F32))
-    strengths = rnum.sigmoid(beta)
-
-    def step(state, r):
-        qs, ks = (t[r].reshape(n_k_head, s)[key_head] for t in (q, k))
-        o, new = rnum.delta_rule_row(state.reshape(n_v_head, s, s), qs, ks, v[r].reshape(n_v_head, s),
-                                     decays[r], strengths[r])
-        return o, new.reshape(n_v_head * s, s)
-
-    expected_out, expected_after = _walk(committed, PARENTS, step)
-    assert np.array_equal(bits(out), bits(expected_out))
-    assert np.array_equal(bits(after), bits(expected_after))
+    out, after = _walk_run(device, kernel, [*case.inputs, expf_table_words()], case.committed, cases.PARENTS, width,
+                           width)
+    assert np.array_equal(bits(out), bits(case.out))
+    assert np.array_equal(bits(after), bits(case.after))
