@@ -154,7 +154,8 @@ def test_the_bound_holds_at_extreme_scales(weight_scale, hidden_scale):
     """For rows of every scale f16 holds (subnormal to large, with rows whose copy rounds badly: values
     far from Q4_0 steps) and hidden rows whose q8 scales span f16's range (the activations' scales are
     f16, so larger rows overflow the full layer itself), the copy's score is within the bound of the
-    exact kernel's, and the shortlist's top 5 (ties included) is the full layer's."""
+    exact kernel's (and reaches it within 1 % along row 0's copy error, so half the bound would not
+    hold), and the shortlist's top 5 (ties included) is the full layer's."""
     rng = np.random.default_rng(1)
     k, n = 128, 512
     values = rng.integers(-127, 128, (n, k))
@@ -173,6 +174,8 @@ def test_the_bound_holds_at_extreme_scales(weight_scale, hidden_scale):
         approx, bound = head.bounds(hidden)
         full = head.full(hidden[None])[0]
         assert np.all(np.abs(full.astype(np.float64) - approx) <= bound)
+        if trial == 4:  # at every scale the bound is reached along the row's error: half of it fails above
+            assert abs(float(full[0]) - float(approx[0])) > 0.99 * bound[0]
         found = head.shortlist(hidden, 5)
         assert_same_top(found.ids, found.scores, full, 5)
 

@@ -6,8 +6,9 @@ generated kernel (the tape's, bit for bit), `shortlist(hidden_row, k)` computes 
 for the rows that can be among the k best and proves the others cannot, `logits(hidden, top)` is
 either for the engine; `eligible(graph)` and `cut_before_head(graph)` say which graphs have such a
 layer and give the graph that stops before it. Does not own the copies and their constants
-(shortlist_copy.py), which requests may use it (kinetic/runtime/shortlist.py), nor the pass that
-produces the hidden rows (the compiled step of the cut graph).
+(shortlist_copy.py), how the scans share rows among threads (shortlist_scan.py), the row choice from
+the copy's scores (shortlist_rows.py), which requests may use it (kinetic/runtime/shortlist.py), nor
+the pass that produces the hidden rows (the compiled step of the cut graph).
 
 The bound (docs/shortlist.md has the proof): the copy and the original read the same quantized
 activations x, so for a row w and its copy w', |S - A| = |(w - w').x| <= sum_b ||w_b - w'_b|| ||x_b||
@@ -16,24 +17,24 @@ result is within gamma_K times the sum of its parts' |w_i x_i| of its exact valu
 score - copy kernel score| <= sum_b c_rb ||x_b|| + 4 K 2^-149 <= c_r ||x|| + 4 K 2^-149, with c_rb and
 c_r from shortlist_copy (rounded up) and the norms of x computed in f64 (inflated by SLACK): every row
 is tested against c_r first, the few that pass against the block bound (Q6_K's Q4_K copy: c_r only).
-The Q8_0 layer's copy is scored by shortlist_kernel_ir's lane kernel, Q6_K's by the Q4_K matmul.
+The Q8_0 layer's copy is scored by shortlist_kernel_ir's lane kernel, Q6_K's by the Q4_K matmul;
+every scan (the copy's, the full layer's, the exact rows') runs through shortlist_scan.scan_rows.
 """
 
 from __future__ import annotations
 
-import ctypes
-import time
 from collections import deque
 from dataclasses import dataclass
 from functools import cache
 
 import numpy as np
-from numba import njit
 
 from kinetic.codegen.cpu.jit import default_jit
-from kinetic.codegen.cpu.matmul import MATMUL_SIG, _split, quantize_activations
+from kinetic.codegen.cpu.matmul import quantize_activations
 from kinetic.codegen.cpu.shortlist_copy import COPIES, SLACK, CopyRows
-from kinetic.codegen.cpu.shortlist_kernel_ir import BLOCK, pack_activations, padded_blocks, render_scorer
+from kinetic.codegen.cpu.shortlist_kernel_ir import BLOCK, render_scorer
+from kinetic.codegen.cpu.shortlist_rows import best_rows, group_bounds, group_count, rows_reaching
+from kinetic.codegen.cpu.shortlist_scan import NO_GROUPS, Groups, LaneInputs, cpu_seconds, lane_places, scan_rows
 from kinetic.codegen.cpu.shortlist_store import load_or_make
 from kinetic.codegen.cpu.step_kernels import StepKernels
 from kinetic.codegen.cpu.target import host
@@ -41,7 +42,6 @@ from kinetic.ir.graph import Graph
 from kinetic.ir.ops import Op
 
 TINY = 2.0**-149  # the smallest f32 subnormal: the absolute error an underflowing product can add
-EXACT_ROWS_PER_THREAD = 16384  # fewer exact rows than this run on the calling thread (7,000 rows: 0.4 ms)
 
 
 def eligible(graph: Graph) -> str | None:
@@ -66,60 +66,15 @@ def cut_before_head(graph: Graph) -> Graph:
     return Graph(tuple(n for n in graph.nodes if n.id != logits.id), outputs, graph.meta)
 
 
-# -- choosing rows -------------------------------------------------------------------------------
+@dataclass
+class CopyScores:
+    """The copy's scores of one hidden row f32 [N], its ||x|| and ||x_b|| f64 [K/32] (rounded up by
+    SLACK) and the scan's maxima per group of rows (shortlist_rows)."""
 
-
-@njit(cache=True)
-def _best_rows(a, m):
-    """Indices of the m largest entries of a (any m of them on ties), by a running sorted buffer."""
-    vals = np.full(m, -np.inf, np.float32)
-    idx = np.full(m, -1, np.int64)
-    for i in range(a.shape[0]):
-        v = a[i]
-        if v > vals[0] or idx[0] < 0:
-            j = 0
-            while j + 1 < m and (v > vals[j + 1] or idx[j + 1] < 0):
-                vals[j] = vals[j + 1]
-                idx[j] = idx[j + 1]
-                j += 1
-            vals[j] = v
-            idx[j] = i
-    return idx[idx >= 0]
-
-
-@njit(cache=True)
-def _rows_reaching(a, c, xnorm, floor, tiny, per_block, xblocks):
-    """Indices i whose upper bound reaches floor: first a[i] + (c[i] * xnorm + tiny) * SLACK (the row's
-    bound), then, where there are per-block bounds (per_block [N, B], xblocks [B]), a[i] +
-    (sum_b per_block[i, b] * xblocks[b] + tiny) * SLACK (the block bound, never larger). An upper
-    bound u (f64) is below floor when u < floor - 2^-40 |floor|: that margin covers u's own rounding
-    (relative 2^-52) whatever its sign. NaN and -inf copy scores are kept, never skipped."""
-    slack = 1.0 + 2.0**-30
-    scale, extra = xnorm * slack, tiny * slack
-    low = floor - abs(floor) * 2.0**-40
-    keep = np.empty(a.shape[0], np.bool_)
-    for i in range(a.shape[0]):  # branch-free: vectorized
-        ai = np.float64(a[i])
-        keep[i] = not (ai + (np.float64(c[i]) * scale + extra) < low) or ai == -np.inf
-    out = np.empty(a.shape[0], np.int64)
-    n = 0
-    for i in range(a.shape[0]):
-        if keep[i]:
-            out[n] = i
-            n += 1
-    if per_block.shape[1] == 0:
-        return out[:n]
-    m = 0
-    for j in range(n):
-        i = out[j]
-        blocks = 0.0
-        for b in range(per_block.shape[1]):
-            blocks += np.float64(per_block[i, b]) * xblocks[b]
-        ai = np.float64(a[i])
-        if not (ai + (blocks * slack + extra) < low) or ai == -np.inf:
-            out[m] = i
-            m += 1
-    return out[:m]
+    scores: np.ndarray
+    xnorm: float
+    xblocks: np.ndarray
+    groups: Groups
 
 
 @dataclass
@@ -134,9 +89,10 @@ class FasterOfTwo:
     """Which of two exact ways to score a row is faster here, by measurement: each is tried PROBES
     times, then the one whose fastest of its last PROBES times (seconds per row) is lower runs, and
     the other is tried again every EXPLORE calls, so a change of load or of how many rows pass the
-    bound is followed. The fastest of a few, not their mean, and the caller measures its thread's CPU
-    time, not the clock: on a shared machine a call that was descheduled says nothing about the way it
-    ran (both ways split their rows over the threads alike, so the caller's share compares them)."""
+    bound is followed. The fastest of a few, not their mean, and the caller measures CPU time (its own
+    thread's and the scan workers', shortlist_scan.cpu_seconds), not the clock: on a shared machine a
+    call that was descheduled says nothing about the way it ran, and the threads' shares of a scan
+    depend on which of them was on its core."""
 
     PROBES = 8
     EXPLORE = 16
@@ -172,14 +128,16 @@ class OutputHead:
         self.bound_scale = bound_scale  # tests break the bound with a scale below 1
         self.copy: CopyRows | None = None  # the copy and its bounds, loaded or made on first use
         self.c: np.ndarray | None = None  # f32 [N], each row's bound per unit of ||x|| (times bound_scale)
+        self._group_c_of: np.ndarray | None = None  # the c whose group maxima _group_c_max holds
         self.per_block: np.ndarray = np.zeros((raw.shape[0], 0), np.float32)  # f32 [N, K/32] or [N, 0]
         self.tiny = 4.0 * k * TINY
         kernels = StepKernels()
-        self._exact = MATMUL_SIG(kernels.matmul(self.kind.original, k))
+        self._exact = kernels.matmul(self.kind.original, k)  # addresses: scan_rows calls them
         if self.kind.copy is not None:
-            self._approx = MATMUL_SIG(kernels.matmul(self.kind.copy, k))
+            self._approx = kernels.matmul(self.kind.copy, k)  # an address: scan_rows calls it
         else:
             self._lanes = lane_scorer(k // BLOCK, host().best_variant())
+            self._places = lane_places(k // BLOCK)
         self.scored = 0  # rows scored exactly by shortlist(), summed over calls (the bench reports it)
         self.calls = 0
         self.choice = FasterOfTwo()
@@ -195,7 +153,7 @@ class OutputHead:
         shortlisting = self.choice.pick() if self.adaptive else True
         if shortlisting:
             self._make_copy()  # once, and not timed: the choice compares the two ways' running costs
-        began = time.thread_time()  # the calling thread's CPU time: a descheduled call is not slower
+        began = cpu_seconds()  # this thread's and the scan workers' CPU time: a descheduled call is not slower
         if not shortlisting:
             out = self.full(hidden)
         else:
@@ -206,14 +164,16 @@ class OutputHead:
                     out[r] = self.full(hidden[r:r + 1])[0]
                 else:
                     out[r, found.ids] = found.scores
-        self.choice.record(shortlisting, (time.thread_time() - began) / len(hidden))
+        self.choice.record(shortlisting, (cpu_seconds() - began) / len(hidden))
         return out
 
-    def _run(self, kernel, weight: np.ndarray, acts, m: int, threads: int) -> np.ndarray:
-        out = np.empty((m, weight.shape[0]), np.float32)
-        extra = None if acts.extra is None else acts.extra.ctypes.data  # q8_k: the sums of 16
+    def _run(self, kernel: int, weight: np.ndarray, acts, m: int, threads: int,
+             out: np.ndarray | None = None, groups: Groups = NO_GROUPS) -> np.ndarray:
+        """A matmul kernel (its address) over every row of weight for m activation rows: f32 [m, N]."""
+        out = np.empty((m, weight.shape[0]), np.float32) if out is None else out
+        extra = 0 if acts.extra is None else acts.extra.ctypes.data  # q8_k: the sums of 16
         args = (weight.ctypes.data, acts.q.ctypes.data, acts.d.ctypes.data, extra, out.ctypes.data, m)
-        _split(kernel, args, weight.shape[0], threads)
+        scan_rows(kernel, args, weight.shape[0], threads, keep=(weight, acts, out, groups), groups=groups)
         return out
 
     def full(self, hidden: np.ndarray) -> np.ndarray:
@@ -228,16 +188,16 @@ class OutputHead:
         left out are proven below k of those returned. None when the bound cannot be used (a hidden
         value that is not finite)."""
         acts = quantize_activations(hidden[None, :], self.kind.activations)
-        approx, xnorm, xblocks = self._approximate(acts)
-        if not np.isfinite(xnorm):
+        copy = self._approximate(acts)
+        if not np.isfinite(copy.xnorm):
             return None
-        first = _best_rows(approx, max(1, min(k, self.n)))
+        first = best_rows(copy.scores, max(1, min(k, self.n)), copy.groups.keys)
         first_scores = self._exact_rows(acts, first)
         floor = float(np.sort(first_scores)[-min(k, len(first))])
         if not np.isfinite(floor):
             return None
-        reaching = _rows_reaching(approx, self.c, xnorm, floor, self.tiny, self.per_block, xblocks)
-        rest = np.setdiff1d(reaching, first, assume_unique=True)
+        rest = rows_reaching(copy.scores, self.c, copy.xnorm, floor, self.tiny, self.per_block, copy.xblocks,
+                             copy.groups.keys, self._group_c(), np.sort(first))
         ids = np.concatenate([first, rest])
         scores = np.concatenate([first_scores, self._exact_rows(acts, rest)])
         self.scored += len(ids)
@@ -248,37 +208,47 @@ class OutputHead:
         """For one hidden row f32 [K]: the copy's scores f32 [N] and each row's bound f64 [N], the most
         the layer's exact score can differ from the copy's (what shortlist() relies on: the block
         bound where the copy has one, else the row's)."""
-        approx, xnorm, xblocks = self._approximate(quantize_activations(hidden[None, :], self.kind.activations))
+        copy = self._approximate(quantize_activations(hidden[None, :], self.kind.activations))
         if self.per_block.shape[1]:
-            margin = self.per_block.astype(np.float64) @ xblocks
+            margin = self.per_block.astype(np.float64) @ copy.xblocks
         else:
-            margin = self.c.astype(np.float64) * xnorm
-        return approx, (margin + self.tiny) * SLACK
+            margin = self.c.astype(np.float64) * copy.xnorm
+        return copy.scores, (margin + self.tiny) * SLACK
 
-    def _approximate(self, acts) -> tuple[np.ndarray, float, np.ndarray]:
-        """The copy's scores f32 [N] of one quantized row, that row's ||x|| and its blocks' ||x_b||
-        f64 [K/32] (all in f64, rounded up by SLACK)."""
+    def _approximate(self, acts) -> CopyScores:
+        """The copy's scores of one quantized row, with the row's norms and the groups' maxima."""
         self._make_copy()
-        x = acts.q.astype(np.float64).reshape(acts.d.size, -1) * acts.d.astype(np.float64).reshape(-1, 1)
-        xblocks = np.sqrt(np.sum(x.reshape(-1, BLOCK) ** 2, axis=1)) * SLACK
-        xnorm = float(np.sqrt(np.sum(x * x))) * SLACK
-        if self.kind.copy is not None:
-            return self._run(self._approx, self.copy.rows, acts, 1, self.threads)[0], xnorm, xblocks
-        return self._score_lanes(acts), xnorm, xblocks
+        if self.kind.copy is None:
+            lanes = LaneInputs(acts.q, acts.d, self._places)
+            xnorm, xblocks = lanes.xnorm * SLACK, lanes.xblocks * SLACK
+        else:
+            x = acts.q.astype(np.float64).reshape(acts.d.size, -1) * acts.d.astype(np.float64).reshape(-1, 1)
+            xblocks = np.sqrt(np.sum(x.reshape(-1, BLOCK) ** 2, axis=1)) * SLACK
+            xnorm = float(np.sqrt(np.sum(x * x))) * SLACK
+        scores = np.empty(self.n, np.float32)
+        groups = Groups(scores, np.empty(group_count(self.n), np.int32))
+        if self.kind.copy is None:
+            self._score_lanes(acts, lanes, scores, groups)
+        else:
+            self._run(self._approx, self.copy.rows, acts, 1, self.threads, scores[None], groups)
+        return CopyScores(scores, xnorm, xblocks, groups)
 
-    def _score_lanes(self, acts) -> np.ndarray:
-        """The lane copy's scores f32 [N] of one q8_0 row (shortlist_kernel_ir's kernel)."""
-        nb = acts.d.size
-        xinit = np.zeros(padded_blocks(nb), np.int32)
-        xinit[:nb] = -8 * acts.q.reshape(nb, BLOCK).astype(np.int32).sum(axis=1)
-        xd = np.zeros(padded_blocks(nb), np.float32)
-        xd[:nb] = acts.d.reshape(-1)
-        xp = pack_activations(acts.q.reshape(-1))
-        out = np.empty(self.n, np.float32)
-        args = (self.copy.rows.ctypes.data, self.copy.scales.ctypes.data, xp.ctypes.data, xinit.ctypes.data,
-                xd.ctypes.data, out.ctypes.data)
-        _split(self._lanes, args, self.n, self.threads)
+    def _score_lanes(self, acts, lanes: LaneInputs | None = None, out: np.ndarray | None = None,
+                     groups: Groups = NO_GROUPS) -> np.ndarray:
+        """The lane copy's scores f32 [N] of one q8_0 row (shortlist_kernel_ir's kernel, on every
+        thread: shortlist_scan)."""
+        lanes = lanes or LaneInputs(acts.q, acts.d, self._places)
+        out = np.empty(self.n, np.float32) if out is None else out
+        args = (self.copy.rows.ctypes.data, self.copy.scales.ctypes.data, lanes.xp.ctypes.data,
+                lanes.xinit.ctypes.data, lanes.xd.ctypes.data, out.ctypes.data)
+        scan_rows(self._lanes, args, self.n, self.threads, keep=(self.copy, lanes, out, groups), groups=groups)
         return out
+
+    def _group_c(self) -> np.ndarray:
+        """Each group's largest c (shortlist_rows.group_bounds), made again whenever c is replaced."""
+        if self._group_c_of is not self.c:
+            self._group_c_max, self._group_c_of = group_bounds(self.c), self.c
+        return self._group_c_max
 
     def _make_copy(self) -> None:
         """The copy and its bounds, on first use: from the disk cache, else made (about 4 s for Gemma
@@ -296,18 +266,15 @@ class OutputHead:
         if len(ids) == 0:
             return np.empty(0, np.float32)
         rows = np.take(self.raw, ids, axis=0)
-        threads = self.threads if len(ids) >= EXACT_ROWS_PER_THREAD else 1  # a thread's start costs more
-        return self._run(self._exact, rows, acts, 1, threads)[0]
-
-
-LANE_SIG = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * 6, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64)
+        return self._run(self._exact, rows, acts, 1, self.threads)[0]  # one chunk or less: this thread alone
 
 
 @cache
-def lane_scorer(n_blocks: int, variant: str):
-    """The compiled lane-copy scorer for rows of n_blocks blocks (VNNI where the host has it)."""
+def lane_scorer(n_blocks: int, variant: str) -> int:
+    """The address of the compiled lane-copy scorer for rows of n_blocks blocks (VNNI where the host
+    has it): kernel(codes, scales, xp, xinit, xd, out, n0, n1, n)."""
     ir, name = render_scorer(n_blocks, "vnni" if variant == "vnni" else "generic")
-    return LANE_SIG(default_jit().address(ir, name))
+    return default_jit().address(ir, name)
 
 
 def open_head(graph: Graph, weights, *, threads: int, bound_scale: float = 1.0) -> OutputHead | None:

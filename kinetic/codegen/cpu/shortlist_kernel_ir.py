@@ -66,9 +66,10 @@ def pack_codes(codes: np.ndarray) -> np.ndarray:
 
 
 def pack_activations(q: np.ndarray) -> np.ndarray:
-    """One row's q8 values i8 [blocks * 32] -> the layout's steps i8 [padded blocks * 32] (pads: 0)."""
+    """One row's q8 values i8 [blocks * 32] -> the layout's steps i8 [padded blocks * 32] (pads: 0);
+    any other dtype is moved alike (shortlist_scan packs element numbers to find where each goes)."""
     nb = q.size // BLOCK
-    padded = np.zeros((padded_blocks(nb), BLOCK), np.int8)
+    padded = np.zeros((padded_blocks(nb), BLOCK), q.dtype)
     padded[:nb] = q.reshape(nb, BLOCK)
     parts, start = [], 0
     for width in groups(nb):

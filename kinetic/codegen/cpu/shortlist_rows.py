@@ -1,0 +1,148 @@
+"""Shortlist's choice of rows from the copy's scores: the best ones, and those whose bound reaches the floor.
+
+Owns: `summarize` (run by the scan's threads on each chunk of rows they have just scored: per group of
+GROUP rows the largest copy score), `group_bounds` (per group the largest row constant c, once per
+layer), `best_rows` and `rows_reaching`, which use those maxima to pass over whole groups that
+cannot hold a wanted row.
+Does not own the bound's constants (shortlist_copy.py), the scan (shortlist_scan.py) or the floor
+(shortlist.py).
+
+Skipping a group changes no answer: a group is passed over only when its maxima show that every
+row in it fails the very test the row itself would be put to (the same f64 expression, `_upper`,
+whose rounding is monotonic in the score and in c), and a group holding a NaN or -inf copy score
+(rows that are never skipped) gets an infinite maximum.
+So both functions return exactly what a row-by-row pass returns; they read 1/GROUP of the rows'
+scores and bounds where Gemma's greedy floor leaves most groups behind.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from kinetic.codegen.cpu.shortlist_copy import SLACK
+
+GROUP = 32  # rows per group (divides shortlist_scan.CHUNK_ROWS, so a chunk holds whole groups)
+
+
+def group_count(n: int) -> int:
+    return -(-n // GROUP)
+
+
+@njit(inline="always")
+def _upper(ai, ci, scale, extra):
+    """A row's upper bound in f64 from its copy score and row constant (`rows_reaching`'s first test).
+    IEEE rounding is monotonic, so a larger ai or ci never gives a smaller result."""
+    return ai + (np.float64(ci) * scale + extra)
+
+
+NEVER_SKIPPED = np.int32(2**31 - 1)  # a group key: the group holds a NaN or -inf copy score
+NEG_INF_BITS = np.int32(-8388608)  # 0xFF800000, -inf's bits as an i32
+ABS_BITS = np.int32(2**31 - 1)
+
+
+@njit(inline="always")
+def _key(bits):
+    """An f32's bits (i32) -> an i32 that orders as the floats do (-0 just below +0); NaN and -inf ->
+    NEVER_SKIPPED."""
+    special = (bits & ABS_BITS) > np.int32(0x7F800000) or bits == NEG_INF_BITS
+    return NEVER_SKIPPED if special else bits ^ ((bits >> 31) & ABS_BITS)
+
+
+@njit(cache=True)
+def group_maxima(keys):
+    """Group keys -> the largest copy score of each group, f64 (+inf for NEVER_SKIPPED)."""
+    bits = np.empty(keys.size, np.int32)
+    for g in range(keys.size):
+        bits[g] = keys[g] ^ ((keys[g] >> 31) & ABS_BITS)
+    out = bits.view(np.float32).astype(np.float64)
+    for g in range(keys.size):
+        if keys[g] == NEVER_SKIPPED:
+            out[g] = np.inf
+    return out
+
+
+@njit(nogil=True, cache=True)
+def summarize(a, n0, n1, keys):
+    """For each group in rows [n0, n1) of the copy's scores a (n0 a multiple of GROUP): its largest
+    score's key (_key), NEVER_SKIPPED where it holds a row kept whatever its bound (NaN or -inf a).
+    Integer maxima: the loop is vectorized, which float maxima (NaN rules) are not."""
+    bits = a.view(np.int32)
+    for g in range(n0 // GROUP, (n1 + GROUP - 1) // GROUP):
+        top = np.int32(-(2**31))
+        for i in range(g * GROUP, min((g + 1) * GROUP, n1)):
+            top = max(top, _key(bits[i]))
+        keys[g] = top
+
+
+def group_bounds(c: np.ndarray) -> np.ndarray:
+    """Each group's largest row constant c, f32 [groups] (rows past the end count as 0)."""
+    padded = np.zeros(group_count(len(c)) * GROUP, np.float32)
+    padded[:len(c)] = c
+    return padded.reshape(-1, GROUP).max(axis=1)
+
+
+@njit(cache=True)
+def best_rows(a, m, keys):
+    """Indices of the m largest entries of a (any m of them on ties), by a running sorted buffer; a
+    group whose largest entry (keys, from summarize) cannot enter a full buffer is passed over."""
+    vals = np.full(m, -np.inf, np.float32)
+    idx = np.full(m, -1, np.int64)
+    maxima = group_maxima(keys)
+    for g in range(keys.size):
+        if idx[0] >= 0 and maxima[g] <= vals[0]:  # every v in it has v <= vals[0]: none would enter
+            continue
+        for i in range(g * GROUP, min((g + 1) * GROUP, a.shape[0])):
+            v = a[i]
+            if v > vals[0] or idx[0] < 0:
+                j = 0
+                while j + 1 < m and (v > vals[j + 1] or idx[j + 1] < 0):
+                    vals[j] = vals[j + 1]
+                    idx[j] = idx[j + 1]
+                    j += 1
+                vals[j] = v
+                idx[j] = i
+    return idx[idx >= 0]
+
+
+@njit(cache=True)
+def rows_reaching(a, c, xnorm, floor, tiny, per_block, xblocks, keys, cmax, known):
+    """Indices i, not in `known` (sorted i64), whose upper bound reaches floor: first a[i] + (c[i] *
+    xnorm + tiny) * SLACK (the row's bound; a group is passed over when that bound at its largest
+    score (keys, from summarize) and largest c (cmax) is below), then, where there are per-block
+    bounds (per_block [N, B], xblocks [B]), a[i] + (sum_b per_block[i, b] * xblocks[b] + tiny) * SLACK
+    (the block bound, never larger). An upper bound u (f64) is below floor when u < floor - 2^-40
+    |floor|: that margin covers u's own rounding (relative 2^-52) whatever its sign. NaN and -inf
+    copy scores are kept, never skipped."""
+    scale, extra = xnorm * SLACK, tiny * SLACK
+    low = floor - abs(floor) * 2.0**-40
+    out = np.empty(a.shape[0], np.int64)
+    n = 0
+    maxima = group_maxima(keys)
+    for g in range(keys.size):
+        if _upper(maxima[g], cmax[g], scale, extra) < low:  # so is every row's: none is kept
+            continue
+        for i in range(g * GROUP, min((g + 1) * GROUP, a.shape[0])):
+            ai = np.float64(a[i])
+            if not (_upper(ai, c[i], scale, extra) < low) or ai == -np.inf:
+                out[n] = i
+                n += 1
+    m = 0
+    for j in range(n):
+        i = out[j]
+        at = np.searchsorted(known, i)
+        if at < known.size and known[at] == i:
+            continue
+        if per_block.shape[1] == 0:
+            out[m] = i
+            m += 1
+            continue
+        blocks = 0.0
+        for b in range(per_block.shape[1]):
+            blocks += np.float64(per_block[i, b]) * xblocks[b]
+        ai = np.float64(a[i])
+        if not (ai + (blocks * SLACK + extra) < low) or ai == -np.inf:
+            out[m] = i
+            m += 1
+    return out[:m]
+
