@@ -23,14 +23,20 @@ import resource
 import statistics
 import sys
 import time
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from kinetic.bench_bandwidth import DecodeTraffic, ShortlistTraffic, mean_entries_attended, measure_read_bandwidth
+from kinetic.bench_bandwidth import (
+    DecodeTraffic,
+    ReadBandwidth,
+    ShortlistTraffic,
+    mean_entries_attended,
+    read_bandwidth,
+)
 from kinetic.bench_edit import EDIT_TOKENS, EditResult, run_edit
+from kinetic.bench_file_type import file_type_name
 from kinetic.devices import resolve_device
 from kinetic.errors import KineticError
 
@@ -78,13 +84,14 @@ class BenchResult:
     load_seconds: float
     size_bytes: int
     parameters: int
-    weight_type: str  # the type holding most of the file's bytes, e.g. Q4_1
+    file_type: str  # llama.cpp's name for the file's type (kinetic.bench_file_type), e.g. Q4_K - Medium
     peak_rss_bytes: int
     shortlist_share: float | None = None  # tg's rows of the output layer scored exactly, per token (None: off)
     tests: list[TestResult] = field(default_factory=list)
     edit: EditResult | None = None
     traffic: DecodeTraffic | None = None  # bytes a timed decode step read (None: no tg test)
     read_bandwidth: float | None = None  # the machine's, bytes/s at these threads (None: not on the CPU)
+    read_bandwidth_passes: ReadBandwidth | None = None  # every pass of that measurement (its spread)
 
     def test(self, prefix: str) -> TestResult | None:
         return next((t for t in self.tests if t.name.startswith(prefix)), None)
@@ -152,7 +159,7 @@ class BenchSession:
             path=self.model.path, device=device, threads=threads, repetitions=repetitions, off=list(off or []),
             load_seconds=load_seconds, size_bytes=self.model.path.stat().st_size,
             parameters=sum(t.n_elements for t in self.model.gguf.tensors.values()),
-            weight_type=_main_weight_type(self.model.gguf), peak_rss_bytes=0,
+            file_type=file_type_name(self.model.gguf.metadata, self.model.gguf.tensors), peak_rss_bytes=0,
         )
         if n_prompt > 0:
             self.result.tests.append(TestResult(f"pp{n_prompt}", n_prompt, []))
@@ -177,7 +184,9 @@ class BenchSession:
         r.peak_rss_bytes = peak_rss_bytes()  # before the bandwidth's buffer raises it
         if self.n_gen > 0 and r.test("tg").seconds:
             r.traffic = decode_traffic(self.model, self.n_gen, self.shortlisted)
-            r.read_bandwidth = measure_read_bandwidth(r.threads) if r.device == "cpu" else None
+            if r.device == "cpu":
+                r.read_bandwidth_passes = read_bandwidth(r.threads)
+                r.read_bandwidth = r.read_bandwidth_passes.best
         return r
 
 
@@ -266,13 +275,6 @@ def _first_token(metadata: dict, fallback: int) -> int:
     """BOS when the model adds one (as llama-bench starts tg), else a fixed token."""
     bos = metadata.get("tokenizer.ggml.bos_token_id")
     return int(bos) if bos is not None and metadata.get("tokenizer.ggml.add_bos_token") else fallback
-
-
-def _main_weight_type(gguf) -> str:
-    nbytes: Counter[str] = Counter()
-    for info in gguf.tensors.values():
-        nbytes[info.type.name] += info.nbytes
-    return nbytes.most_common(1)[0][0] if nbytes else "unknown"
 
 
 def peak_rss_bytes() -> int:

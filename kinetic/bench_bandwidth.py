@@ -8,20 +8,27 @@ Does not own the timing of decode (kinetic.bench) nor the reports (kinetic.bench
 
 How the machine's read bandwidth is measured: a buffer of max(256 MiB, 8 x the last-level cache)
 (so almost nothing of it stays cached between passes), filled with ones so every page is resident,
-is summed as 64-bit words by a numba kernel, split into `threads` contiguous slices summed on that
-many Python threads at once (numba releases the GIL), as the decode step's threads share the
-memory. Each pass reads the whole buffer once; the figure is the buffer's bytes over the fastest of
-PASSES passes, after one untimed pass that compiles the kernel. Hand-written rather than taken from
-a library (STREAM, likwid-bench) because none is a Python dependency and the figure must come from
-the same threads and process that decode: a read-only sum is the access decode makes of its
-weights (no writes, so no write-allocate traffic counts against it).
+is summed as 64-bit words by a numba kernel, split into `threads` contiguous slices summed by that
+many reader threads at once (numba releases the GIL), as the decode step's threads share the memory.
+Each reader is pinned to its own CPU (the first `threads` CPUs this process may run on, so on the
+usual numbering each its own core; unpinned when there are fewer CPUs than threads): a reader the
+scheduler moves mid-pass, or two on one core, was the largest part of the spread between runs. Each
+pass reads the whole buffer once (every pass's sum is checked). After one untimed pass that compiles
+the kernel, passes go on for MIN_SECONDS (at least MIN_PASSES, at most MAX_PASSES), so a pass at a
+quiet moment of a shared machine is among them: the figure is the fastest pass, and `ReadBandwidth`
+keeps every pass so reports can give the median and the slowest beside it (the spread).
+Hand-written rather than taken from a library (STREAM, likwid-bench) because none is a Python
+dependency and the figure must come from the same threads and process that decode: a read-only sum
+is the access decode makes of its weights (no writes, so no write-allocate traffic counts against it).
 """
 
 from __future__ import annotations
 
 import functools
+import os
+import statistics
+import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,7 +37,9 @@ from numba import njit
 
 MIN_BUFFER_BYTES = 256 * 2**20
 CACHE_MULTIPLE = 8  # the buffer is at least this many times the last-level cache
-PASSES = 5
+MIN_PASSES = 5
+MAX_PASSES = 400
+MIN_SECONDS = 1.0  # of timed passes: a 256 MiB pass takes ~10 ms at 30 GB/s, so ~100 passes
 CACHE_SIZES = Path("/sys/devices/system/cpu/cpu0/cache")
 
 
@@ -81,6 +90,7 @@ class BandwidthShare:
     bytes_per_token: float
     tokens_per_second: float
     machine_bytes_per_second: float | None  # None: not measured
+    machine_passes: ReadBandwidth | None = None  # the measurement's passes, when known (for the spread)
 
     @property
     def bytes_per_second(self) -> float:
@@ -97,7 +107,8 @@ class BandwidthShare:
         if self.share is None:
             return head + " (the machine's read bandwidth was not measured)"
         machine = self.machine_bytes_per_second / 1e9
-        return f"{head}, {100 * self.share:.0f} % of the {machine:.1f} GB/s this machine reads"
+        line = f"{head}, {100 * self.share:.0f} % of the {machine:.1f} GB/s this machine reads"
+        return line if self.machine_passes is None else f"{line} ({self.machine_passes.note()})"
 
     def to_json(self) -> dict:
         return {
@@ -106,11 +117,13 @@ class BandwidthShare:
             "machine_read_gb_per_s": round(self.machine_bytes_per_second / 1e9, 3)
             if self.machine_bytes_per_second else None,
             "bandwidth_share": round(self.share, 4) if self.share is not None else None,
+            **(self.machine_passes.to_json() if self.machine_passes else {}),
         }
 
 
-def bandwidth_share(traffic: DecodeTraffic, tokens_per_second: float, machine: float | None) -> BandwidthShare:
-    return BandwidthShare(traffic.bytes_per_token(), tokens_per_second, machine)
+def bandwidth_share(traffic: DecodeTraffic, tokens_per_second: float, machine: float | None,
+                    passes: ReadBandwidth | None = None) -> BandwidthShare:
+    return BandwidthShare(traffic.bytes_per_token(), tokens_per_second, machine, passes)
 
 
 # -- the machine's read bandwidth -----------------------------------------------------------------
@@ -143,23 +156,116 @@ def buffer_bytes() -> int:
     return max(MIN_BUFFER_BYTES, CACHE_MULTIPLE * last_level_cache_bytes())
 
 
-@functools.cache
+@dataclass(frozen=True)
+class ReadBandwidth:
+    """One measurement: bytes/s of each timed pass in order, the seconds they took in all, and the CPUs
+    the readers were pinned to (empty: not pinned)."""
+
+    rates: tuple[float, ...]
+    seconds: float
+    cpus: tuple[int, ...]
+
+    @property
+    def best(self) -> float:
+        return max(self.rates)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.rates)
+
+    @property
+    def slowest(self) -> float:
+        return min(self.rates)
+
+    def note(self) -> str:
+        """`best of 97 passes in 1.0 s, pinned; median 52.3, slowest 31.0 GB/s`."""
+        pinned = "pinned" if self.cpus else "not pinned"
+        return (f"best of {len(self.rates)} passes in {self.seconds:.1f} s, {pinned}; median {self.median / 1e9:.1f}, "
+                f"slowest {self.slowest / 1e9:.1f} GB/s")
+
+    def to_json(self) -> dict:
+        return {"machine_read_passes": len(self.rates), "machine_read_median_gb_per_s": round(self.median / 1e9, 3),
+                "machine_read_slowest_gb_per_s": round(self.slowest / 1e9, 3), "machine_read_pinned": bool(self.cpus)}
+
+
 def measure_read_bandwidth(threads: int) -> float:
-    """Bytes per second `threads` threads read from memory together (the module docstring says how)."""
+    """Bytes per second `threads` threads read from memory together: the fastest pass of `read_bandwidth`."""
+    return read_bandwidth(threads).best
+
+
+@functools.cache
+def read_bandwidth(threads: int) -> ReadBandwidth:
+    """Every timed pass of `threads` pinned readers over the buffer, measured once per process and
+    thread count (the module docstring says how)."""
     threads = max(1, threads)
     words = np.ones(buffer_bytes() // 8, np.uint64)
-    slices = np.array_split(words, threads)
-    with ThreadPoolExecutor(max_workers=threads) as pool:
-        total = _read_pass(pool, slices)  # compiles the kernel (or loads it from numba's cache)
-        if total != words.size:
-            raise AssertionError("the bandwidth pass did not read every word")
-        best = float("inf")
-        for _ in range(PASSES):
-            start = time.perf_counter()
-            _read_pass(pool, slices)
-            best = min(best, time.perf_counter() - start)
-    return words.nbytes / best
+    with _Readers(np.array_split(words, threads), reader_cpus(threads)) as readers:
+        rates: list[float] = []
+        begin = time.perf_counter()
+        for i in range(MAX_PASSES + 1):  # pass 0 compiles the kernel (or loads it from numba's cache)
+            seconds, total = readers.read()
+            if total != words.size:
+                raise AssertionError("the bandwidth pass did not read every word")
+            if i == 0:
+                begin = time.perf_counter()
+                continue
+            rates.append(words.nbytes / seconds)
+            if len(rates) >= MIN_PASSES and time.perf_counter() - begin >= MIN_SECONDS:
+                break
+        return ReadBandwidth(tuple(rates), time.perf_counter() - begin, readers.cpus)
 
 
-def _read_pass(pool: ThreadPoolExecutor, slices: list[np.ndarray]) -> int:
-    return int(sum(f.result() for f in [pool.submit(_sum_words, s) for s in slices]))
+def reader_cpus(threads: int) -> tuple[int, ...]:
+    """The CPUs the readers are pinned to: the first `threads` this process may run on; () when it may
+    run on fewer (or the platform cannot pin)."""
+    if not hasattr(os, "sched_getaffinity"):
+        return ()
+    allowed = sorted(os.sched_getaffinity(0))
+    return tuple(allowed[:threads]) if threads <= len(allowed) else ()
+
+
+class _Readers:
+    """`len(slices)` threads, reader i pinned to cpus[i] (when cpus is given), each summing its slice
+    once per `read()`; two barriers with the calling thread start and end a pass together. A pass's
+    time is from the first reader's start to the last reader's end, each read by the reader itself:
+    the calling thread's own clock would run late when the readers take every CPU and it waits for
+    one after the start barrier (it made passes look 10 times faster than memory)."""
+
+    def __init__(self, slices: list[np.ndarray], cpus: tuple[int, ...]):
+        self.slices, self.cpus = slices, cpus
+        self.sums = [0] * len(slices)
+        self.spans = [(0.0, 0.0)] * len(slices)  # each reader's (start, end) of the last pass
+        self.start = threading.Barrier(len(slices) + 1)
+        self.done = threading.Barrier(len(slices) + 1)
+        self.stop = False
+        self.threads = [threading.Thread(target=self._work, args=(i,), daemon=True, name=f"kinetic-bandwidth-{i}")
+                        for i in range(len(slices))]
+
+    def __enter__(self) -> _Readers:
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop = True
+        self.start.wait()
+        for t in self.threads:
+            t.join()
+
+    def read(self) -> tuple[float, int]:
+        """(seconds, words summed) of one pass of every reader."""
+        self.start.wait()
+        self.done.wait()
+        return max(end for _, end in self.spans) - min(start for start, _ in self.spans), sum(self.sums)
+
+    def _work(self, i: int) -> None:
+        if self.cpus:
+            os.sched_setaffinity(0, {self.cpus[i]})  # 0: this thread alone (Linux)
+        while True:
+            self.start.wait()
+            if self.stop:
+                return
+            began = time.perf_counter()
+            self.sums[i] = int(_sum_words(self.slices[i]))
+            self.spans[i] = (began, time.perf_counter())
+            self.done.wait()

@@ -80,7 +80,7 @@ def card(
     lines += [
         "",
         machine_line(),
-        f"Same file ({gib(k.size_bytes)}, {k.weight_type}), on the CPU, {k.threads} threads, "
+        f"Same file ({gib(k.size_bytes)}, {k.file_type}), on the CPU, {k.threads} threads, "
         f"flash attention on, best of {k.repetitions}, t/s.",
         *median_lines(k, ll, ik),
         *bandwidth_lines(k, ll, ik),
@@ -127,7 +127,7 @@ def bandwidth_lines(k: BenchResult, ll: LlamaBenchResult, ik: LlamaBenchResult |
     if k.traffic is None or tg is None:
         return []
     full = replace(k.traffic, shortlist=None)
-    parts = [f"Kinetic {bandwidth_share(k.traffic, tg.best, k.read_bandwidth).line()}"]
+    parts = [f"Kinetic {bandwidth_share(k.traffic, tg.best, k.read_bandwidth, k.read_bandwidth_passes).line()}"]
     for name, other in [("llama.cpp", ll)] + ([("ik_llama.cpp", ik)] if ik is not None else []):
         if other.best.get(tg.name):
             share = bandwidth_share(full, other.best[tg.name], k.read_bandwidth)

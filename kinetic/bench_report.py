@@ -99,7 +99,7 @@ def decode_share(r: BenchResult) -> BandwidthShare | None:
     tg = r.test("tg")
     if r.traffic is None or tg is None:
         return None
-    return bandwidth_share(r.traffic, tg.best, r.read_bandwidth)
+    return bandwidth_share(r.traffic, tg.best, r.read_bandwidth, r.read_bandwidth_passes)
 
 
 def decode_share_json(r: BenchResult) -> dict:

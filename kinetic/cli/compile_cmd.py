@@ -4,8 +4,9 @@
 Owns: the command line of compile and its summary (nodes and time per phase). The work itself is
 kinetic.compiler's `compile_graph` (lowering, then the pass pipeline) and, with `-o`, kinetic.ktc's `build_ktc`, which
 writes the .ktc file (weights, tokenizer, chat template, graph, default profile, metadata; signed
-with --sign-key). `--tune` measures the profile's threads and batch on this machine first
-(kinetic.ktc.tune, at most --tune-seconds, default 120) and writes them with `"tuned": true`.
+with --sign-key). `--tune` measures the profile's threads, batch and matmul kernels on this
+machine first (kinetic.ktc.tune, at most --tune-seconds, default 120; every candidate's logits checked
+bit for bit) and writes them with `"tuned": true`.
 `--dump-ir DIR` writes the graph after each phase in the IR's text form: `00-lowered.ir`,
 `01-canonicalize.ir`, ...; for a device that has a device phase (`--device cpu`, the default: its
 shared quantize nodes; cuda: its fusions), that phase comes last (`NN-device.ir`: the graph the
@@ -50,7 +51,8 @@ def add_parser(sub) -> None:
                    "[default: cpu]")
     p.add_argument("--sign-key", metavar="FILE", help="sign the .ktc file with this Ed25519 secret key file")
     p.add_argument("--tune", action="store_true",
-                   help="measure the fastest threads and batch on this machine for the profile (needs -o)")
+                   help="measure the fastest threads, batch and matmul kernels on this machine for the profile "
+                   "(needs -o)")
     p.add_argument("--tune-seconds", type=float, metavar="N",
                    help=f"the most seconds --tune measures for [default: {DEFAULT_TUNE_SECONDS:.0f}]")
     p.add_argument("--dump-ir", metavar="DIR", help="write the graph after each phase to DIR as NN-PHASE.ir")

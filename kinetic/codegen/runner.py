@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from kinetic.codegen.cpu.matmul_choice import MatmulChoice
     from kinetic.ir.graph import Graph
     from kinetic.ir.ops import Op
     from kinetic.ir.rows import KVView, PassResult, PassRows
@@ -56,6 +57,7 @@ class RunnerOptions:
     n_ctx: int
     gpu_layers: int | None = None
     host_runner: Callable[[Graph], Runner] | None = None
+    matmul: MatmulChoice | None = None  # the CPU's quantized matmul kernels (a .ktc profile's; same bits)
 
 
 @dataclass(frozen=True)

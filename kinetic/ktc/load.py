@@ -9,7 +9,8 @@ its change time, which no user can set back, so a file with a flipped byte is ha
 refused. `kinetic verify` always hashes everything.
 
 The profile is used when this machine's device class is the one it was made for; otherwise the CPU
-device's own defaults run and one note says so. A tuned profile's thread count is used only on a
+device's own defaults run and one note says so. Its matmul kernels (tile, wide paths) go to the CPU
+step; they change speed only. A tuned profile's thread count is used only on a
 machine with as many CPUs as the one it was tuned on (its batch on any machine of the class). The
 stored graph is used when this build's pipeline hash and the lowering options are the ones it was
 made with; otherwise the graph is made again from the weights (with a note when the build differs).
@@ -108,7 +109,19 @@ class LoadedKtc:
             self.note(f"{self.path.name} was prepared for {self.profile.device_class}, this machine is {here}; "
                       "running with the defaults for this machine")
             return {"threads": threads}
-        return {"threads": threads if threads is not None else self._profile_threads(), "batch": self.profile.batch}
+        return {"threads": threads if threads is not None else self._profile_threads(), "batch": self.profile.batch,
+                "matmul": self._profile_matmul()}
+
+    def _profile_matmul(self):
+        """The profile's matmul kernels (a tuned profile's tile and wide paths: speed only, the same
+        bits); None (the defaults) when its tile is not one the tuner tries."""
+        from kinetic.codegen.cpu.matmul_choice import TILES
+
+        if self.profile.matmul_tile not in TILES:
+            self.note(f"{self.path.name}'s profile asks for matmul tiles of {self.profile.matmul_tile} rows, "
+                      f"not one of {', '.join(map(str, TILES))}; running with the default kernels")
+            return None
+        return self.profile.matmul_choice()
 
     def _profile_threads(self) -> int | None:
         """The profile's thread count; None (every CPU) when it was tuned on a machine with another

@@ -4,15 +4,20 @@ Owns: the device class of this machine (`cpu-x86_64-avx512vnni`, `cpu-x86_64-avx
 `cpu-x86_64-scalar`, `cpu-aarch64-scalar`), the Profile record and its JSON form, and the default
 profile `kinetic compile` writes (`"tuned": false`). `kinetic compile --tune` writes a tuned one
 (kinetic/ktc/tune.py): threads and batch measured best on this machine, `"tuned": true`, and the
-numbers in `measured`. A profile read from a file is checked field by field: types, and batch,
-threads and matmul tile from 1 to MAX_BATCH (4096), MAX_THREADS (1024) and MAX_TILE (1024), so no
-profile can size an allocation or start threads by itself.
+numbers in `measured`, and the quantized matmul kernels (`matmul_tile`, and `matmul_narrow`: the
+weight types whose prompt tiles stay off the wide paths; kinetic/codegen/cpu/matmul_choice.py), which
+change speed, never a bit. A profile read from a file is checked field by field: types, and batch,
+threads and matmul tile from 1 to MAX_BATCH (4096), MAX_THREADS (1024) and MAX_TILE (1024), and
+`matmul_narrow` GGML type names, so no profile can size an allocation or start threads by itself
+(the loader uses a tile only when it is one of matmul_choice.TILES).
 """
 
 from __future__ import annotations
 
 import platform
 from dataclasses import asdict, dataclass, fields
+
+from gguf import GGMLQuantizationType
 
 from kinetic.limits import MAX_BATCH
 
@@ -50,22 +55,33 @@ class Profile:
     kinetic_version: str
     pipeline_hash: str  # kinetic.passes.pipeline_hash() of the build that optimized the graph
     measured: dict | None = None  # a tuned profile's search: limit, CPUs, run sizes, medians (docs/FORMAT.md)
+    matmul_narrow: tuple[str, ...] = ()  # weight types (GGML names) whose full tiles skip the wide paths
 
     def to_json(self) -> dict:
         data = asdict(self)
         if data["measured"] is None:  # an untuned profile's JSON stays as it was
             del data["measured"]
+        if not self.matmul_narrow:
+            del data["matmul_narrow"]
+        else:
+            data["matmul_narrow"] = list(self.matmul_narrow)
         return data
+
+    def matmul_choice(self):
+        """The CPU step's kernel choice this profile records (kinetic/codegen/cpu/matmul_choice.py)."""
+        from kinetic.codegen.cpu.matmul_choice import MatmulChoice
+
+        return MatmulChoice(tile=self.matmul_tile, narrow=frozenset(self.matmul_narrow))
 
     @classmethod
     def from_json(cls, data: dict) -> Profile:
         """Raises ValueError naming the first field that is missing or has the wrong type."""
         types = {"device": str, "device_class": str, "kernel_variant": str, "threads": (int, type(None)),
                  "batch": int, "matmul_tile": int, "tuned": bool, "kinetic_version": str, "pipeline_hash": str,
-                 "measured": (dict, type(None))}
+                 "measured": (dict, type(None)), "matmul_narrow": list}
         values = {}
         for f in fields(cls):
-            if f.name == "measured" and f.name not in data:  # optional: untuned profiles leave it out
+            if f.name in ("measured", "matmul_narrow") and f.name not in data:  # optional: defaults leave them out
                 continue
             if f.name not in data:
                 raise ValueError(f"it has no {f.name!r}")
@@ -78,6 +94,11 @@ class Profile:
             value = values[name]
             if value is not None and not 1 <= value <= high:
                 raise ValueError(f"its {name!r} is {value}, outside 1..{high}")
+        if "matmul_narrow" in values:
+            names = values["matmul_narrow"]
+            if not all(isinstance(n, str) and n in GGMLQuantizationType.__members__ for n in names):
+                raise ValueError(f"its 'matmul_narrow' is {names!r}, not a list of GGML type names")
+            values["matmul_narrow"] = tuple(names)
         return cls(**values)
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -27,6 +28,9 @@ from kinetic.ir.rows import PassRows
 from kinetic.runtime.kv_cache import KVCache, SequenceCaches, check_cache_fits
 from kinetic.runtime.mtp import TRUNK_HIDDEN, PredictionTrack, has_prediction_block, with_trunk_hidden
 from kinetic.runtime.recurrent import part_states, recurrent_shapes, state_rows
+
+if TYPE_CHECKING:
+    from kinetic.codegen.cpu.matmul_choice import MatmulChoice
 
 DEFAULT_CONTEXT = 4096
 DEFAULT_BATCH = 128  # prompt rows per pass (measured: Gemma-3 pp512 +3.5% over 64, SmolLM2 even)
@@ -59,7 +63,7 @@ class SeqRows:
 class Engine:
     def __init__(self, graph: Graph, weights: WeightSource, *, n_ctx: int = DEFAULT_CONTEXT,
                  batch: int = DEFAULT_BATCH, device: str = "cpu", threads: int | None = None,
-                 gpu_layers: int | None = None, shortlist: bool = True):
+                 gpu_layers: int | None = None, shortlist: bool = True, matmul: MatmulChoice | None = None):
         self.graph = graph
         self.n_ctx = n_ctx
         self.batch = batch
@@ -73,7 +77,7 @@ class Engine:
         self.head, self._run_graph = (_shortlist_head(run_source, weights, device, threads) if shortlist
                                       else (None, run_source))
         self.runner: Runner = devices.open_runner(device, self._run_graph, weights,
-                                                  RunnerOptions(batch, threads, n_ctx, gpu_layers))
+                                                  RunnerOptions(batch, threads, n_ctx, gpu_layers, matmul=matmul))
         self.kv_width: dict[int, int] = {}
         self.kv_dtype = np.float16
         for node in graph.nodes:

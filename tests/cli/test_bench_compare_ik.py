@@ -22,7 +22,7 @@ from kinetic.errors import KineticError
 
 DATA = Path(__file__).parents[1] / "data" / "bench"
 LLAMA_SAMPLE = DATA / "llama_cpp_llama_bench.json"  # llama-bench -p 32 -n 8 -r 2 -o json, stdout
-IK_SAMPLE = DATA / "ik_llama_cpp_llama_bench.txt"  # ik's llama-bench -p 32 -n 8 -pg 32,8 -r 2 -o json
+IK_SAMPLE = DATA / "ik_llama_cpp_llama_bench.txt"  # ik's llama-bench -t 1 -r 2 -p 32 -n 8 -fa 1 -o json, stdout
 
 
 @pytest.fixture(autouse=True)
@@ -47,8 +47,8 @@ def test_parse_llama_cpp_sample():
 
 
 def test_parse_ik_llama_cpp_sample():
-    """ik_llama.cpp's stored output (its own fields, a pp+tg test beside pp and tg, lines around the
-    JSON) gives pp32 and tg8 named by its `test` field; the pp32+tg8 test is left out."""
+    """ik_llama.cpp's stored output (its own fields, log lines added around the JSON) gives pp32 and
+    tg8 named by its `test` field, each best and mean its own."""
     text = "main: some log line [with brackets]\n" + IK_SAMPLE.read_text() + "\nllama_perf: done\n"
     result = bench_llama.parse_llama_bench_json(text, engine="ik_llama.cpp")
     tests = [t for t in json.loads(IK_SAMPLE.read_text()) if t["test"] in ("pp32", "tg8")]
@@ -286,11 +286,12 @@ def test_read_bandwidth_measured_once(monkeypatch, tmp_path):
     assert bench_bandwidth.last_level_cache_bytes() == 64 * 2**20
     assert bench_bandwidth.buffer_bytes() == 8 * 64 * 2**20
     monkeypatch.setattr(bench_bandwidth, "buffer_bytes", lambda: 2**22)
-    bench_bandwidth.measure_read_bandwidth.cache_clear()
+    monkeypatch.setattr(bench_bandwidth, "MIN_SECONDS", 0.0)
+    bench_bandwidth.read_bandwidth.cache_clear()
     passes = []
-    real = bench_bandwidth._read_pass
-    monkeypatch.setattr(bench_bandwidth, "_read_pass", lambda pool, s: passes.append(1) or real(pool, s))
+    real = bench_bandwidth._Readers.read
+    monkeypatch.setattr(bench_bandwidth._Readers, "read", lambda self: passes.append(1) or real(self))
     first = bench_bandwidth.measure_read_bandwidth(2)
-    assert first > 0 and len(passes) == 1 + bench_bandwidth.PASSES
-    assert bench_bandwidth.measure_read_bandwidth(2) == first and len(passes) == 1 + bench_bandwidth.PASSES
-    bench_bandwidth.measure_read_bandwidth.cache_clear()
+    assert first > 0 and len(passes) == 1 + bench_bandwidth.MIN_PASSES
+    assert bench_bandwidth.measure_read_bandwidth(2) == first and len(passes) == 1 + bench_bandwidth.MIN_PASSES
+    bench_bandwidth.read_bandwidth.cache_clear()

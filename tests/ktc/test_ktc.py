@@ -199,7 +199,8 @@ def test_other_device_class_runs_defaults_with_one_note(synth_ktc, monkeypatch):
 def test_same_device_class_uses_the_profile(synth_ktc):
     """On the machine class it was made for, the profile's batch and threads reach the engine."""
     loaded = LoadedKtc(synth_ktc, note=pytest.fail)
-    assert loaded.engine_settings("cpu", None) == {"threads": loaded.profile.threads, "batch": loaded.profile.batch}
+    assert loaded.engine_settings("cpu", None) == {"threads": loaded.profile.threads, "batch": loaded.profile.batch,
+                                                   "matmul": loaded.profile.matmul_choice()}
     assert loaded.engine_settings("cpu", 3)["threads"] == 3
 
 

@@ -116,5 +116,5 @@ def test_tuned_threads_are_used_only_with_as_many_cpus(cpus_then, uses_threads, 
     build_ktc(open_gguf(synthetic_path("llama")), graphs[-1], out, profile=profile)
     notes: list[str] = []
     settings = LoadedKtc(out, note=notes.append).engine_settings("cpu", None)
-    assert settings == {"threads": 1 if uses_threads else None, "batch": 32}
+    assert settings == {"threads": 1 if uses_threads else None, "batch": 32, "matmul": profile.matmul_choice()}
     assert len(notes) == (0 if uses_threads else 1)

@@ -21,7 +21,7 @@ def open_runner(graph: Graph, weights: WeightSource, options: RunnerOptions) -> 
     from kinetic.codegen.cpu.step import CompiledStep
 
     if unsupported(graph) is None:
-        return CompiledStep(graph, weights, threads=options.threads, rows=options.batch)
+        return CompiledStep(graph, weights, threads=options.threads, rows=options.batch, matmul=options.matmul)
     from kinetic.codegen.cpu.executor import CpuInterpreter
 
     return CpuInterpreter(weights)
