@@ -1,9 +1,11 @@
 """The prompt GEMM alone, A/B in one process: the generated quantized matmul kernels on real weight
-tensors for M prompt rows, full tiles through the 512-bit tiles (matmul_wide_ir, matmul_q4k_lanes_ir)
-against matmul_tiles_ir, alternating runs, medians and bests reported (one thread: the thread's CPU
-time), and whether both gave the same bits.
+tensors for M prompt rows, full tiles through the 512-bit tiles (matmul_wide_ir,
+matmul_q{2..6}k_lanes_ir) against matmul_tiles_ir, alternating runs, medians and bests reported
+(one thread: the thread's CPU time), and whether both gave the same bits. `--only TEXT` keeps the cases
+whose "model tensor" contains TEXT (e.g. `--only ffn_down`); "synthetic" cases are random blocks of a
+type the local models lack.
 
-    python benchmarks/matmul_prompt_ab.py [--rows 512] [--threads 1] [--runs 9]
+    python benchmarks/matmul_prompt_ab.py [--rows 512] [--threads 1] [--runs 9] [--only TEXT]
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import os
 import time
 
 import numpy as np
+from gguf import GGMLQuantizationType as Q
 
 from kinetic import hub
 from kinetic.codegen.cpu.jit import default_jit
@@ -24,7 +27,27 @@ from kinetic.frontend.gguf_file import open_gguf
 CASES = [("smollm2-135m", "blk.0.ffn_gate.weight"), ("smollm2-135m", "blk.0.ffn_down.weight"),
          ("smollm2-135m", "blk.0.attn_q.weight"), ("gemma3-270m", "blk.0.ffn_gate.weight"),
          ("gemma3-270m", "blk.0.attn_v.weight"), ("gemma3-270m", "blk.1.attn_v.weight"),
-         ("gemma3-270m", "blk.0.attn_output.weight"), ("gemma3-270m", "blk.0.ffn_down.weight")]
+         ("gemma3-270m", "blk.0.attn_output.weight"), ("gemma3-270m", "blk.0.ffn_down.weight"),
+         ("synthetic", "Q5_K 640x2048"), ("synthetic", "Q3_K 640x2048"),
+         ("synthetic", "Q2_K 640x2048")]  # types neither model has
+# the synthetic cases: random bytes with f16 scales of 0.01 at these byte offsets of each block
+F16_FIELDS = {Q.Q2_K: (80, 82), Q.Q3_K: (108,), Q.Q4_K: (0, 2), Q.Q5_K: (0, 2), Q.Q6_K: (208,)}
+
+
+def _weight(model: str, name: str) -> tuple[np.ndarray, Q]:
+    """u8 [N, row bytes] and the type: a real model's tensor, or "TYPE NxK" random blocks."""
+    if model == "synthetic":
+        type_name, shape = name.split()
+        wtype = Q[type_name]
+        n, k = map(int, shape.split("x"))
+        layout = LAYOUTS[wtype]
+        blocks = np.random.default_rng(1).integers(0, 256, (n, k // layout.block, layout.block_bytes), np.uint8)
+        for at in F16_FIELDS[wtype]:
+            blocks[:, :, at : at + 2] = np.array([0.01], np.float16).view(np.uint8)
+        return blocks.reshape(n, -1), wtype
+    gguf = open_gguf(hub.resolve_model(model))
+    raw, wtype = np.array(gguf.array(name)), gguf.tensors[name].type
+    return raw.reshape(raw.shape[0], -1), wtype
 
 
 def _time(kernel, args, n, threads) -> float:
@@ -42,13 +65,12 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--runs", type=int, default=9)
     ap.add_argument("--tile", type=int, default=8)
+    ap.add_argument("--only", default="", help="keep the cases whose 'model tensor' contains this")
     args = ap.parse_args()
     jit, variant = default_jit(), host().best_variant()
     print(f"load average {os.getloadavg()[0]:.2f}; M={args.rows}, threads={args.threads}, variant {variant}")
-    for model, name in CASES:
-        gguf = open_gguf(hub.resolve_model(model))
-        raw, wtype = np.array(gguf.array(name)), gguf.tensors[name].type
-        raw = raw.reshape(raw.shape[0], -1)
+    for model, name in [c for c in CASES if args.only in f"{c[0]} {c[1]}"]:
+        raw, wtype = _weight(model, name)
         layout = LAYOUTS[wtype]
         n, k = raw.shape[0], raw.shape[1] // layout.block_bytes * layout.block
         x = np.random.default_rng(0).standard_normal((args.rows, k)).astype(np.float32)

@@ -9,7 +9,7 @@ instructions: the runtime binds them and their readers take their addresses. Doe
 layout (tape.py), barriers and buffers (tape_plan.py), the kernels (step_kernels.py) nor what an
 op computes (step_ops.py).
 
-Adding an op: its kernel (a tape op code in tape.py and its case in step_ops.drive, or a generated
+Adding an op: its kernel (a tape op code in tape.py and its case in step_ops.run_op, or a generated
 kernel), then one row here. A node the tape has no kernel for, yet must run (a matmul of a weight
 type without a bit-exact kernel), becomes a Python instruction that runs the reference between
 compiled segments. Ops the table lacks or refuses send the whole graph to the op-by-op executor
@@ -343,12 +343,14 @@ def _attention(b: TapeBuilder, node: Node, ins: list[Node]) -> None:
     else:
         scale, cap = F32(a.scale), F32(0)
     shape = (a.n_head // a.n_kv_head, a.n_kv_head, a.head_dim, bool(a.softcap))
-    # passes of several rows (prompts, drafts) give every thread rows: an item carries all the query
-    # heads of a KV head, widening each key and value once for all of them; a pass of one row splits
-    # them as the threads need (the columns plan)
-    rows_plan = b.kernels.attention(*shape, threads=1)
-    columns_plan = b.kernels.attention(*shape, threads=b.threads)
-    kernel_columns = (tape.ATTEND_SCORE_KERNEL, tape.ATTEND_SOFTMAX_KERNEL, tape.ATTEND_HEADS)
+    # passes of several rows (prompts, drafts) give every thread rows: tiles of rows times the query
+    # heads of a KV head (step_attention.attend_tiles), or for one row an item of all those heads,
+    # widening each key and value once for all of them; a pass of fewer rows than threads splits the
+    # heads as the threads need (the columns plan, no tiles)
+    rows_plan = (*b.kernels.attention(*shape, threads=1), b.kernels.attention_tile(a.head_dim, bool(a.softcap)))
+    columns_plan = (*b.kernels.attention(*shape, threads=b.threads), 0)
+    kernel_columns = (tape.ATTEND_SCORE_KERNEL, tape.ATTEND_SOFTMAX_KERNEL, tape.ATTEND_HEADS,
+                      tape.ATTEND_TILE_KERNEL)
     b.add(tape.OP_ATTEND, {
         tape.ATTEND_Q: value(ins[0]), tape.ATTEND_Y: value(node), tape.ATTEND_LAYER: layer,
         tape.ATTEND_N_HEAD: a.n_head, tape.ATTEND_N_KV_HEAD: a.n_kv_head, tape.ATTEND_HEAD_DIM: a.head_dim,

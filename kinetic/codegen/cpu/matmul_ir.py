@@ -5,7 +5,7 @@ Owns: the loops and the order of summation. One kernel per (weight type, K, vari
     for each chunk of ~128 KB of weight rows in [n0, n1):        # threads split [n0, n1)
         for each full tile of T activation rows (T > 1):
             Q8_0, Q4_1, Q5_0, Q5_1 on VNNI (T = 8 or 4): matmul_wide_ir's 512-bit tiles, T rows x 4 columns
-            Q4_K on VNNI (T >= 8): first matmul_q4k_lanes_ir's tiles of 16 rows, then as below
+            Q2_K .. Q6_K on VNNI (T >= 8): first matmul_q{2..6}k_lanes_ir's tiles of 16 rows, then as below
             the others:
             copy the tile's d_x (and s) into a [block][row] scratch, once per tile and chunk
             for n in the chunk:
@@ -51,14 +51,20 @@ never split.
 Modules: this one (the kernel's parameters and the choice of loops), matmul_block_ir (one block against
 one row: decoding, the integer dot, the minimum terms), matmul_rows_ir (rows alone, K-quants),
 matmul_tiles_ir (tiles of T rows), matmul_wide_ir (512-bit tiles of T rows x 4 columns of the block-32
-lanes types on VNNI: the same per-lane operations, two columns per vector), matmul_q4k_lanes_ir (Q4_K
-on VNNI: 16 rows as the lanes of 512-bit vectors), matmul_columns_ir (rows alone of block-32 types,
-two or four columns at a time); the block layouts are quant_blocks'.
+lanes types on VNNI: the same per-lane operations, two columns per vector), matmul_q{2..6}k_lanes_ir
+(Q2_K .. Q6_K on VNNI: 16 rows as the lanes of 512-bit vectors; their shared loops in
+matmul_k_lanes_ir), matmul_columns_ir (rows alone of block-32
+types, two or four columns at a time); the block layouts are quant_blocks'.
 """
 
 from __future__ import annotations
 
+from kinetic.codegen.cpu import matmul_k_lanes_ir as lanes_ir
+from kinetic.codegen.cpu import matmul_q2k_lanes_ir as q2k_ir
+from kinetic.codegen.cpu import matmul_q3k_lanes_ir as q3k_ir
 from kinetic.codegen.cpu import matmul_q4k_lanes_ir as q4k_ir
+from kinetic.codegen.cpu import matmul_q5k_lanes_ir as q5k_ir
+from kinetic.codegen.cpu import matmul_q6k_lanes_ir as q6k_ir
 from kinetic.codegen.cpu import matmul_wide_ir as wide_ir
 from kinetic.codegen.cpu.llvm_ir import Function, module
 from kinetic.codegen.cpu.matmul_block_ir import row_offset
@@ -97,6 +103,7 @@ PARAMS = [
 ]
 
 
+LANE_TILES = (q2k_ir.TILES, q3k_ir.TILES, q4k_ir.TILES, q5k_ir.TILES, q6k_ir.TILES)  # K-quants: 16 rows in lanes, VNNI
 SMALL_TILES = (4, 2)  # leftover rows below a tile (a verification pass's few rows) still share each decoded block
 
 
@@ -106,16 +113,17 @@ def kernel_name(layout: Layout, k: int, variant: str, tile: int, wide: bool = Fa
 
 def render_matmul(wtype, k: int, variant: str, tile: int, *, wide: bool = True) -> tuple[str, str]:
     """(module IR text, function name) for one specialized kernel. `wide`: full tiles of the types
-    matmul_wide_ir serves run there (R = tile rows by four columns, 512-bit), Q4_K's tiles of 16 rows
-    in matmul_q4k_lanes_ir; False keeps them on matmul_tiles_ir (the same bits; for comparisons)."""
+    matmul_wide_ir serves run there (R = tile rows by four columns, 512-bit), Q2_K's .. Q6_K's tiles
+    of 16 rows in matmul_q{2..6}k_lanes_ir; False keeps them on matmul_tiles_ir (the same bits;
+    for comparisons)."""
     layout = LAYOUTS[wtype]
     if k % layout.block:
         raise ValueError(f"{wtype.name} needs K a multiple of {layout.block}, got {k}")
-    lanes16 = wide and q4k_ir.applies(layout, variant, tile, k)
+    lanes16 = next((t for t in LANE_TILES if wide and t.applies(layout, variant, tile, k)), None)
     wide32 = wide and wide_ir.applies(layout, variant, tile, k)
-    fn = Function(kernel_name(layout, k, variant, tile, lanes16 or wide32), PARAMS)
+    fn = Function(kernel_name(layout, k, variant, tile, lanes16 is not None or wide32), PARAMS)
     wide_space = wide_ir.wide_scratch(fn, layout, variant, k, tile) if wide32 else None
-    q4k_space = q4k_ir.q4k_scratch(fn, k) if lanes16 else None
+    lanes_space = lanes16.scratch(fn, k) if lanes16 is not None else None
     quads = layout.decode_pair is not None and layout.float_order == "scalar"
     pair_space = pair_scratch(fn, layout, variant, k) if layout.decode_pair is not None and not quads else None
     quad_corr = fn.v(f"alloca i32, i64 {k // 8}, align 16") if quads and row_offset(layout, variant) else None
@@ -135,8 +143,8 @@ def render_matmul(wtype, k: int, variant: str, tile: int, *, wide: bool = True) 
             inter = (fn.v(f"alloca i8, i64 {groups * k * GROUP}, align 32"), xcorr)
         elif row_offset(layout, variant):
             corr = fn.v(f"alloca i32, i64 {tile * (k // 4)}, align 32")
-        if q4k_space is not None:  # 16-row tiles first, then the usual tile for the rows left
-            first_single = q4k_ir.q4k_tiles(fn, layout, k, q4k_space)
+        if lanes16 is not None:  # 16-row tiles first, then the usual tile for the rows left
+            first_single = lanes16.tiles(fn, k, lanes_space, "0")
         if wide_space is not None:
             first_single = wide_ir.wide_tiles(fn, layout, variant, k, wide_space)
         else:
@@ -152,5 +160,5 @@ def render_matmul(wtype, k: int, variant: str, tile: int, *, wide: bool = True) 
         fn.loop("%n0", "%n1", [], lambda n, _c: single_rows(fn, layout, variant, k, n, first_single) or [])
     fn.do("ret void")
     declarations = DECLARATIONS[variant] + FLOAT_DECLARATIONS + LOOKUP_DECLARATIONS[variant]
-    declarations += (wide_ir.DECLARATIONS if wide32 else []) + (q4k_ir.DECLARATIONS if lanes16 else [])
+    declarations += (wide_ir.DECLARATIONS if wide32 else []) + (lanes_ir.DECLARATIONS if lanes16 is not None else [])
     return module([fn], declarations), fn.name

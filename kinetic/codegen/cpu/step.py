@@ -33,9 +33,11 @@ import numpy as np
 
 from kinetic.codegen.cpu import tape
 from kinetic.codegen.cpu.lowering import TapeBuilder, device_graph, lower_graph, step_layers
+from kinetic.codegen.cpu.matmul_choice import MatmulChoice
 from kinetic.codegen.cpu.native import cycle_count
 from kinetic.codegen.cpu.pass_tables import PassTables
 from kinetic.codegen.cpu.step_kernels import StepKernels
+from kinetic.codegen.cpu.step_steal import StealTapes
 from kinetic.codegen.cpu.step_threads import Contention, PhaseCounters, available_cpus, run_parallel
 from kinetic.codegen.cpu.tape_plan import align_columns, allocate, encode, place_barriers
 from kinetic.errors import KineticError
@@ -51,18 +53,20 @@ class CompiledStep:
 
     in_place = True
 
-    def __init__(self, graph: Graph, weights: WeightSource, *, threads: int | None = None, rows: int = 64):
+    def __init__(self, graph: Graph, weights: WeightSource, *, threads: int | None = None, rows: int = 64,
+                 matmul: MatmulChoice | None = None):
         self.graph = graph = device_graph(graph)  # the device phase: ids kept, quantize nodes added
         self.weights = weights
         self.threads = max(1, threads or available_cpus())
         self.reference = Interpreter(weights)  # weights of Python ops, dequantized once
-        self.kernels = StepKernels()
+        self.kernels = StepKernels(matmul)  # `matmul`: the kernels' tile and wide paths (a profile's; same bits)
         self.gelu = numerics.gelu_table().astype(np.float32)
         self.layers = step_layers(graph)
         self.contention = Contention(self.threads)
         self._lock = threading.Lock()  # a step's buffers serve one pass at a time
         self._outputs = [(name, node_id, graph.node(node_id).type.shape[0] == "R") for name, node_id in graph.outputs]
         self._build(rows)
+        self.steal = self._steal_tapes()
 
     def _build(self, rows: int) -> None:
         """The tape for passes of up to `rows` rows: lowered, barriers placed, buffers planned, encoded."""
@@ -81,7 +85,17 @@ class CompiledStep:
         self.tape, self.column_tape, self.ftape = tapes.rows, tapes.columns, tapes.floats
         self.segments = tapes.segments
         self.cycles = np.zeros((len(plan.instrs), 2), np.int64)  # per op: cycles working, cycles waiting
-        self.phase_counters = PhaseCounters(len(self.tape))  # a tape has at most one phase per row
+        self.phase_counters = PhaseCounters(len(self.tape), self.threads)  # at most one phase per row
+
+    def _steal_tapes(self) -> StealTapes | None:
+        """One-row passes' tapes whose phases may be stolen (step_steal.py), where there are several
+        threads and the tape runs no Python instruction."""
+        if self.threads == 1 or any(not isinstance(seg, tuple) for seg in self.segments):
+            return None
+        steal = StealTapes(TapeBuilder(self.graph, self.weights, self.reference, self.kernels, 1, self.threads))
+        if not np.array_equal(steal.ops, self.tape[:, tape.OP]):  # profile() names rows by self.tape
+            raise AssertionError("the one-row tape's instructions differ from the step's")
+        return steal
 
     # -- running ----------------------------------------------------------------------------------
 
@@ -116,6 +130,8 @@ class CompiledStep:
                   tokens, positions,
                   tables.row_slot, tables.row_cidx, tables.slot_rows, tables.anc, tables.kv_addr, tables.clen,
                   tables.cpos_addr, self.gelu)
+        if n == 1 and self.steal is not None:
+            return self._run_stealing(rows, caches, n_out, common[2:])
         threads = self.contention.threads_now()
         begin, waited = cycle_count(), 0
         for seg in self.segments:
@@ -127,6 +143,19 @@ class CompiledStep:
         if threads > 1:
             self.contention.record(waited, cycle_count() - begin)
         outputs = {name: self.view(node_id, n_out if per_output else n).copy()
+                   for name, node_id, per_output in self._outputs}
+        return PassResult(outputs, {}, self.new_state)
+
+    def _run_stealing(self, rows: PassRows, caches: KVView, n_out: int, tables: tuple) -> PassResult:
+        """A one-row pass on every thread through the stealing tapes (step_steal.py), whatever the
+        contention: a thread off its core holds no phase up for long."""
+        steal = self.steal
+        chosen = steal.acquire()
+        arena = chosen.arenas.arena
+        keep = (steal, chosen, caches.sequence(int(rows.seqs[0])))  # what a late share may still read
+        run_parallel(chosen.tape, steal.floats, (0, len(chosen.tape)), self.threads,
+                     (arena, arena.ctypes.data) + tables, steal.counters, self.cycles, chosen.active, keep)
+        outputs = {name: chosen.view(node_id, self.graph.node(node_id).type.shape[1], n_out if per_output else 1).copy()
                    for name, node_id, per_output in self._outputs}
         return PassResult(outputs, {}, self.new_state)
 

@@ -2,9 +2,10 @@
 
 Owns: `StepKernels`, one step's cache of kernel addresses by (kind, key): activation quantizers and
 roundings (activation_ir), quantized and float matmuls (matmul_ir, float_matmul_ir), attention
-scores and softmax (attention_ir), layer norms (layer_norm_ir) and the C library's maps (the libm map of
-kinetic/codegen/common/libm.py). The JIT keeps the machine code alive and caches it on disk
-(jit.py). Does not own the kernels' IR nor which instructions call them (lowering.py).
+scores and softmax (attention_ir) and tiles (attention_tile_ir), layer norms (layer_norm_ir) and the
+C library's maps (the libm map of kinetic/codegen/common/libm.py). The JIT keeps the machine code
+alive and caches it on disk (jit.py). Does not own the kernels' IR nor which instructions call them
+(lowering.py).
 """
 
 from __future__ import annotations
@@ -13,9 +14,10 @@ from kinetic.codegen.common.libm import render_libm_map
 from kinetic.codegen.cpu import float_matmul_ir
 from kinetic.codegen.cpu.activation_ir import render_quantize, render_round
 from kinetic.codegen.cpu.attention_ir import heads_per_call, render_scores, render_softmax
+from kinetic.codegen.cpu.attention_tile_ir import render_tile
 from kinetic.codegen.cpu.jit import default_jit
 from kinetic.codegen.cpu.layer_norm_ir import render_layer_norm
-from kinetic.codegen.cpu.matmul import DEFAULT_TILE
+from kinetic.codegen.cpu.matmul_choice import MatmulChoice
 from kinetic.codegen.cpu.matmul_ir import render_matmul
 from kinetic.codegen.cpu.target import host
 
@@ -23,9 +25,10 @@ from kinetic.codegen.cpu.target import host
 class StepKernels:
     """Kernel addresses by (kind, key), each rendered and compiled on first use."""
 
-    def __init__(self):
+    def __init__(self, matmul: MatmulChoice | None = None):
         self.jit = default_jit()
         self.variant = host().best_variant()
+        self.matmul_choice = matmul or MatmulChoice()  # tile and wide paths: speed only, the same bits
         self.addresses: dict[tuple, int] = {}
 
     def quantize(self, fmt: str) -> int:
@@ -38,7 +41,9 @@ class StepKernels:
 
     def matmul(self, wtype, k: int) -> int:
         """The quantized matmul for weights of `wtype`, rows k wide."""
-        return self._get("mm", (wtype, k), lambda: render_matmul(wtype, k, self.variant, DEFAULT_TILE))
+        choice = self.matmul_choice
+        return self._get("mm", (wtype, k),
+                         lambda: render_matmul(wtype, k, self.variant, choice.tile, wide=choice.wide(wtype)))
 
     def float_matmul(self, wtype, k: int) -> int:
         """The F16 / BF16 / F32 matmul for weights of `wtype`, rows k wide."""
@@ -66,6 +71,12 @@ class StepKernels:
         scores = self._get("scores", (head_dim, heads), lambda: render_scores(head_dim, heads))
         softmax = self._get("softmax", (head_dim, heads, softcap), lambda: render_softmax(head_dim, heads, softcap))
         return scores, softmax, heads
+
+    def attention_tile(self, head_dim: int, softcap: bool) -> int:
+        """The prompt tile kernel of attention_tile_ir (0 where the head dim is off the 64 grid)."""
+        if head_dim % 64:
+            return 0
+        return self._get("attention_tile", (head_dim, softcap), lambda: render_tile(head_dim, softcap))
 
     def generated(self, key: tuple, render) -> int:
         """A kernel rendered by `render()` ((module text, name)), kept by `key` (moe_ops.py's row

@@ -1,15 +1,15 @@
-"""The compiled step's driver: one numba function that runs a whole tape of ops on every thread.
+"""The compiled step's ops: what one share of one tape instruction computes.
 
 Owns: the machine code of the ops that are not matmuls (norms, rotary, attention, activations,
-residual adds, KV stores) and `drive`, the loop that walks a tape (rows laid out as tape.py names
-them; lowering.py and tape_plan.py build it), calling the generated matmul and quantizer kernels
-by address. Every thread runs the same tape and
+residual adds, KV stores) and `run_op`, one share of one instruction of a tape (rows laid out as
+tape.py names them; lowering.py and tape_plan.py build it), calling the generated matmul and
+quantizer kernels by address. Does not own the loop that walks the tape on every thread
+(step_drive.drive). Every thread runs the same tape and
 takes its share of each op: row-local ops split rows, matmuls split output columns, attention splits
 (row, head) pairs; a barrier follows an op only where the next one reads across that split. No op
 ever splits a reduction, and each row's floats are the same sequence whatever the row count, the
 grouping or the thread count: every op here repeats `kinetic.ir.numerics` (the reference) step by
-step, with true fmas where the reference has fma_f32.
-"""
+step, with true fmas where the reference has fma_f32."""
 
 from __future__ import annotations
 
@@ -22,7 +22,6 @@ from kinetic.codegen.cpu import tape
 from kinetic.codegen.cpu.moe_step import matmul_slots, quantize_slots
 from kinetic.codegen.cpu.native import (
     call_kernel,
-    cycles,
     f16_bits,
     f16_value,
     f32_ptr,
@@ -31,13 +30,12 @@ from kinetic.codegen.cpu.native import (
     pow2_f64,
     u16_ptr,
 )
-from kinetic.codegen.cpu.step_attention import attend_items
-from kinetic.codegen.cpu.step_sync import LATE, SYNC_STRIDE, claim, finish, wait_done
+from kinetic.codegen.cpu.step_attention import attend
 
 # numba's cache checks only this file's stamp, not those of the modules whose code it compiles in;
 # this hash of them (kept current by tests/codegen/cpu/test_cpu_step.py) changes this file whenever
 # they change, so a stale cache is never loaded.
-SOURCES_HASH = "2ae3dc6d9117fd17"
+SOURCES_HASH = "ee357a054cabdbb0"
 
 F32 = np.float32
 F64 = np.float64
@@ -325,12 +323,11 @@ def run_op(int_rows, float_rows, ip, share, shares, a, a_addr, n_rows, n_out, ou
     elif op == tape.OP_ATTEND:
         layer, n_head, n_kv = t[tape.ATTEND_LAYER], t[tape.ATTEND_N_HEAD], t[tape.ATTEND_N_KV_HEAD]
         hd, heads = t[tape.ATTEND_HEAD_DIM], t[tape.ATTEND_HEADS]
-        # every shares-th item: later rows of a prompt see more keys, so contiguous shares would not balance
-        attend_items(a, t[tape.ATTEND_Q], t[tape.ATTEND_Y], kv_addr[:, layer, 0], kv_addr[:, layer, 1], n_kv * hd,
-                     n_head, n_kv, hd, F32(float_rows[ip, tape.ATTEND_SCALE]),
-                     F32(float_rows[ip, tape.ATTEND_CAP]), t[tape.ATTEND_WINDOW], share, rows * (n_head // heads),
-                     shares, positions, row_slot, slot_rows, clen, cpos_addr, anc, t[tape.ATTEND_SCORE_KERNEL],
-                     t[tape.ATTEND_SOFTMAX_KERNEL], heads, t[tape.ATTEND_SCALE_BITS], t[tape.ATTEND_CAP_BITS])
+        attend(a, t[tape.ATTEND_Q], t[tape.ATTEND_Y], kv_addr[:, layer, 0], kv_addr[:, layer, 1], n_kv * hd, n_head,
+               n_kv, hd, F32(float_rows[ip, tape.ATTEND_SCALE]), F32(float_rows[ip, tape.ATTEND_CAP]),
+               t[tape.ATTEND_WINDOW], share, shares, rows, positions, row_slot, slot_rows, clen, cpos_addr, anc,
+               t[tape.ATTEND_SCORE_KERNEL], t[tape.ATTEND_SOFTMAX_KERNEL], heads, t[tape.ATTEND_TILE_KERNEL],
+               t[tape.ATTEND_SCALE_BITS], t[tape.ATTEND_CAP_BITS])
     elif op == tape.OP_EMBED:
         embed_rows(a, t[tape.EMBED_TABLE], t[tape.EMBED_ROW_BYTES], t[tape.EMBED_Y], t[tape.EMBED_WIDTH],
                    t[tape.EMBED_KIND], tokens, r0, r1, c0, c1)
@@ -387,47 +384,3 @@ def run_op(int_rows, float_rows, ip, share, shares, a, a_addr, n_rows, n_out, ou
                 o = r * ew_width
                 elementwise(op, a[x + o + c0: x + o + c1], a[b + o + c0: b + o + c1], a[y + o + c0: y + o + c1],
                             f0, f1, gelu)
-
-
-@njit(cache=True, nogil=True, error_model="numpy")
-def drive(int_rows, float_rows, start, end, tid, nt, a, a_addr, n_rows, n_out, out_rows, tokens, positions, row_slot,
-          row_cidx, slot_rows, anc, kv_addr, clen, cpos_addr, gelu, sync_addr, epoch, waits, prof):
-    """Run the tape's rows start..end (int_rows, float_rows: columns as tape.py names them) as one of
-    `nt` threads (thread 0 the caller). The tape is cut into phases at its barrier flags; a phase is
-    `nt` shares, each share every op of the phase for that share (so a row-local op reads what the
-    op before it wrote for the same share), and any thread runs any share it claims first
-    (step_sync.claim): a thread another process keeps off its core holds nobody up unless it holds
-    an unfinished share. A thread goes on to the next phase once every share of this one is done
-    (step_sync.wait_done). `sync_addr`: the pass's phase counters, tagged with `epoch`; a thread
-    that finds another epoch there is late for a pass that has ended and returns. Returns the
-    cycles this thread waited. Thread 0 adds each op's cycles to prof[ip, 0] and the cycles it then
-    waited at the phase's end to prof[ip, 1]."""
-    waited = 0
-    phase = 0
-    first = start
-    while first < end:
-        last = first
-        while last < end - 1 and not int_rows[last][tape.FLAGS] & tape.FLAG_BARRIER:
-            last += 1
-        counters = sync_addr + phase * SYNC_STRIDE
-        share = claim(counters, epoch, nt)
-        while share >= 0:
-            for ip in range(first, last + 1):
-                began = cycles()
-                run_op(int_rows, float_rows, ip, share, nt, a, a_addr, n_rows, n_out, out_rows, tokens, positions,
-                       row_slot, row_cidx, slot_rows, anc, kv_addr, clen, cpos_addr, gelu)
-                if tid == 0:
-                    prof[ip, 0] += cycles() - began
-            finish(counters, nt, waits)
-            share = claim(counters, epoch, nt)
-        if share == LATE:
-            return waited
-        wait = wait_done(counters, epoch, nt, waits)
-        if wait < 0:
-            return waited
-        if tid == 0:
-            prof[last, 1] += wait
-        waited += wait
-        phase += 1
-        first = last + 1
-    return waited

@@ -5,11 +5,13 @@ stretch of tape, the calling thread too, sharing each phase's work as step_sync.
 `PhaseCounters` (a step's phase counters, reset with a new epoch for every stretch run) and
 `Contention`, the rule that drops to one thread for a while when recent passes kept spending much
 of their time waiting for a thread another process keeps off its core. Does not own the tape nor
-the driver (step_ops.drive) the threads run.
+the driver (step_drive.drive) the threads run.
 
 The calling thread returns once every share of the stretch is done; a worker still walking it then
 (it was off its core) finds the next stretch's epoch in the counters and leaves without touching
-anything.
+anything, unless it was inside a share of a phase that may be stolen (step_sync.py, "Stealing"):
+then it first finishes that share, writing bits already in place in its pass's arena. Contention
+governs the passes that cannot steal (step.py runs one-row passes on every thread, stealing).
 """
 
 from __future__ import annotations
@@ -22,8 +24,8 @@ import time
 import numpy as np
 
 from kinetic.codegen.cpu.native import FUTEX_TIMEOUT, futex_syscall, sched_yield_address
-from kinetic.codegen.cpu.step_ops import drive
-from kinetic.codegen.cpu.step_sync import SYNC_WORDS
+from kinetic.codegen.cpu.step_drive import drive
+from kinetic.codegen.cpu.step_sync import SHARES, sync_words
 
 CONTENDED = 0.4  # a pass whose calling thread waited this share of its time at barriers was starved
 STARVED_PASSES = 4  # this many starved passes among the last 8 (a lasting load, not one hiccup) ...
@@ -60,27 +62,34 @@ class Contention:
 
 
 EPOCHS = 1 << 30  # epochs cycle through 1..EPOCHS (the counters' upper 32 bits)
-# what a waiting thread calls (step_sync.wait_done): the futex, else sched_yield
-WAITS = np.array([*futex_syscall(), FUTEX_TIMEOUT.ctypes.data, sched_yield_address()], np.int64)
+FUTEX_NAP = np.array([0, 20_000], np.int64)  # struct timespec: 20 us, a sleeper that may take over a share
+# what a waiting thread calls (step_sync.wait_or_steal): the futex, else sched_yield
+WAITS = np.array([*futex_syscall(), FUTEX_TIMEOUT.ctypes.data, sched_yield_address(), FUTEX_NAP.ctypes.data],
+                 np.int64)
 
 
 class PhaseCounters:
-    """One step's phase counters (step_sync.py's layout), one set per phase of its tape."""
+    """One step's phase counters (step_sync.py's layout), one set per phase of its tape, with room
+    for `threads` shares a phase."""
 
-    def __init__(self, phases: int):
-        words = np.zeros((phases + 1) * SYNC_WORDS + 8, np.int64)
+    def __init__(self, phases: int, threads: int):
+        self.stride = sync_words(threads)
+        words = np.zeros((phases + 1) * self.stride + 8, np.int64)
         skip = (-words.ctypes.data % 64) // 8  # the first phase on a cache line
-        self.words = words[skip: skip + phases * SYNC_WORDS]
+        self.words = words[skip: skip + phases * self.stride].reshape(phases, self.stride)
+        self.states = self.words[:, SHARES // 8: SHARES // 8 + 2 * threads: 2]
         self.phases = phases
         self.epoch = 0
 
     def next_stretch(self) -> tuple[int, int]:
-        """(the counters' address, a new epoch) with every phase's counts at zero under it."""
+        """(the counters' address, a new epoch) with every phase's counts at zero and every share
+        uncommitted under it. The sleepers and the usual share lengths are kept (a late sleeper
+        still leaves its count)."""
         self.epoch = self.epoch % EPOCHS + 1
         tag = self.epoch << 32
-        self.words[0::SYNC_WORDS] = tag
-        self.words[8::SYNC_WORDS] = tag
-        self.words[16::SYNC_WORDS] = 0
+        self.words[:, 0] = tag
+        self.words[:, 8] = tag
+        self.states[:] = tag
         return self.words.ctypes.data, self.epoch
 
 
@@ -90,7 +99,8 @@ _lock = threading.Lock()
 
 def _worker(inbox: queue.SimpleQueue) -> None:
     while True:
-        drive(*inbox.get())
+        _keep, dispatch = inbox.get()  # _keep: what a late run of the stretch must find alive
+        drive(*dispatch)
 
 
 def _pool(n: int) -> list[queue.SimpleQueue]:
@@ -104,13 +114,16 @@ def _pool(n: int) -> list[queue.SimpleQueue]:
 
 
 def run_parallel(tape, ftape, seg: tuple[int, int], threads: int, common: tuple, counters: PhaseCounters,
-                 prof: np.ndarray) -> int:
+                 prof: np.ndarray, active: int = 0, keep: object = None) -> int:
     """Every thread runs tape[start:end]; when the calling thread returns, every share of it is done
-    (a worker that arrives late leaves without touching anything). Returns the cycles the calling
-    thread waited at the ends of phases."""
+    (a worker that arrives late leaves without touching anything, unless it was running a share of
+    a phase that may be stolen: then it finishes that share, which repeats bits already in place, in
+    the arena whose count of threads is at `active`). `keep`: what such a late share reads besides
+    the tape and the arena (the pass's caches), held by each worker until it is done with the
+    stretch. Returns the cycles the calling thread waited at the ends of phases."""
     start, end = seg
     sync, epoch = counters.next_stretch()
-    tail = (sync, epoch, WAITS, prof)
+    tail = (sync, 8 * counters.stride, epoch, WAITS, active, prof)
     for tid, inbox in enumerate(_pool(threads - 1), start=1):
-        inbox.put((tape, ftape, start, end, tid, threads) + common + tail)
+        inbox.put((keep, (tape, ftape, start, end, tid, threads) + common + tail))
     return drive(tape, ftape, start, end, 0, threads, *common, *tail)

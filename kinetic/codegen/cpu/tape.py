@@ -1,13 +1,13 @@
 """The compiled step's tape: the layout of its rows, which the lowering writes and the driver reads.
 
 Owns: the op codes, the flags, every op's argument columns by name, and the split columns of
-row-local ops. The lowering (lowering.py, tape_plan.py) and the driver (step_ops.drive) both use
-these names, so no column number is typed anywhere else. Does not own what an op computes
+row-local ops. The lowering (lowering.py, tape_plan.py) and the driver (step_drive.drive,
+step_ops.run_op) both use these names, so no column number is typed anywhere else. Does not own what an op computes
 (step_ops.py) nor which graph node becomes which ops (lowering.py).
 
 One int64 row per instruction, TAPE_WIDTH wide:
 
-    column   OP     FLAGS   2 .. 13                          WIDTH           UNIT
+    column   OP     FLAGS   2 .. 14                          WIDTH           UNIT
              code   FLAG_*  the op's arguments (below)       a row-local op's split: columns
                                                              WIDTH floats wide, in UNIT units
 
@@ -16,15 +16,16 @@ when read). Arguments are arena offsets in floats (activations, small weights, t
 addresses (weights, the byte arena, generated kernels), or plain integers; an op leaves the columns
 it does not name at 0.
 
-The driver is numba code compiled with these constants in it: step_ops.SOURCES_HASH covers this
-file, so a change here recompiles the driver (tests/codegen/cpu/test_cpu_step.py checks the hash).
+The driver is numba code compiled with these constants in it: step_ops.SOURCES_HASH and
+step_drive.SOURCES_HASH cover this file, so a change here recompiles the driver
+(tests/codegen/cpu/test_cpu_step.py checks the hashes).
 """
 
 from __future__ import annotations
 
 OP, FLAGS = 0, 1  # the op code; its flags
-WIDTH, UNIT = 14, 15  # a row-local op's row width in floats and its column split unit (0: none)
-TAPE_WIDTH = 16
+WIDTH, UNIT = 15, 16  # a row-local op's row width in floats and its column split unit (0: none)
+TAPE_WIDTH = 17
 FLOAT_WIDTH = 4
 
 # ---- op codes (column OP) ------------------------------------------------------------------------
@@ -53,11 +54,21 @@ OP_MOE_QUANT = 26
 OP_MOE_MATMUL = 27
 ELEMENTWISE_CODES = (OP_SCALE, OP_ADD, OP_MUL, OP_SILU, OP_GELU, OP_SOFTCAP, OP_SWIGLU, OP_GEGLU)
 OP_NAMES = {code: name[3:].lower() for name, code in dict(globals()).items() if name.startswith("OP_")}
+# ops whose share may run twice at once (step_sync.py, "Stealing"): each run writes only final values,
+# computed from inputs alone, to its outputs (no partial sums left in them, no output read back), so
+# two runs write the same bits; or, the side-effect ops, run once by the share's counted run (COMMIT).
+# Not layer_norm (its kernel leaves x - mean in y first) nor the mixture-of-experts ops (scratch)
+STEALABLE = frozenset((OP_RMS_NORM, OP_QUANT, OP_MATMUL, OP_ROPE, OP_KV_STORE, OP_ATTEND, OP_EMBED, OP_ROPE_TABLE,
+                       OP_TAKE_ROWS, OP_COLUMNS, OP_ADD_BIAS, *ELEMENTWISE_CODES))
+COMMIT = frozenset((OP_KV_STORE,))
 
 # ---- flags (column FLAGS) ------------------------------------------------------------------------
 FLAG_BARRIER = 1  # wait for every thread after this op
 FLAG_OUTPUT_ROWS = 2  # the op works on the R output rows, not the T pass rows
 FLAG_COLUMNS = 4  # a pass of fewer rows than threads: row-local ops split columns (WIDTH wide, in UNIT units)
+FLAG_STEAL = 8  # the op's phase may be stolen: a share whose holder is off its core is run again (step_sync.py)
+FLAG_COMMIT = 16  # in such a phase, an op with a side effect outside the arena (a KV store): run only by the
+#                   share's one counted run, after its other ops (step_drive.drive)
 
 # ---- each op's argument columns --------------------------------------------------------------------
 # rms_norm: y = x * scale of its group (* weight, repeated every WEIGHT_SIZE floats; WEIGHT -1: none)
@@ -74,9 +85,11 @@ ROPE_X, ROPE_Y, ROPE_N_HEAD, ROPE_HEAD_DIM, ROPE_N_ROT, ROPE_NEOX, ROPE_COS, ROP
 # keys K and values V (WIDTH floats a row) into LAYER's f16 cache, in place
 KV_K, KV_V, KV_WIDTH, KV_LAYER = range(2, 6)
 # attention of queries Q into Y over LAYER's cache; SCORE_KERNEL / SOFTMAX_KERNEL generated (0: the
-# numba path), HEADS query heads an item; SCALE_BITS / CAP_BITS the floats' f32 bits
+# numba path), HEADS query heads an item; SCALE_BITS / CAP_BITS the floats' f32 bits; TILE_KERNEL the
+# generated tile kernel of passes of several rows (attention_tile_ir; 0: none)
 (ATTEND_Q, ATTEND_Y, ATTEND_LAYER, ATTEND_N_HEAD, ATTEND_N_KV_HEAD, ATTEND_HEAD_DIM, ATTEND_WINDOW,
- ATTEND_SCORE_KERNEL, ATTEND_SOFTMAX_KERNEL, ATTEND_HEADS, ATTEND_SCALE_BITS, ATTEND_CAP_BITS) = range(2, 14)
+ ATTEND_SCORE_KERNEL, ATTEND_SOFTMAX_KERNEL, ATTEND_HEADS, ATTEND_SCALE_BITS, ATTEND_CAP_BITS,
+ ATTEND_TILE_KERNEL) = range(2, 15)
 ATTEND_SCALE, ATTEND_CAP = 0, 1  # float columns
 # embedding rows of TABLE (ROW_BYTES a row, format KIND) by token into Y
 EMBED_TABLE, EMBED_ROW_BYTES, EMBED_Y, EMBED_WIDTH, EMBED_KIND = range(2, 7)
@@ -113,7 +126,7 @@ ARGUMENTS = {  # the columns each op's row fills (the lowering fills exactly the
     OP_MATMUL: range(MATMUL_KERNEL, MATMUL_N + 1),
     OP_ROPE: range(ROPE_X, ROPE_SIN + 1),
     OP_KV_STORE: range(KV_K, KV_LAYER + 1),
-    OP_ATTEND: range(ATTEND_Q, ATTEND_CAP_BITS + 1),
+    OP_ATTEND: range(ATTEND_Q, ATTEND_TILE_KERNEL + 1),
     OP_EMBED: range(EMBED_TABLE, EMBED_KIND + 1),
     OP_ROPE_TABLE: range(TABLE_ANGLES, TABLE_SINF + 1),
     OP_TAKE_ROWS: range(TAKE_X, TAKE_WIDTH + 1),

@@ -119,6 +119,37 @@ def _clash(p: Instr, ins: Instr, columns: bool) -> bool:
         p.whole_row and bool(shared & set(p.reads)))
 
 
+def steal_flags(plan: Plan) -> list[int]:
+    """Per instruction, the flags that let the columns plan's phases be stolen (step_sync.py,
+    "Stealing"), for a plan whose buffers are never reused (allocate with every key kept): FLAG_STEAL
+    on every instruction of a phase of STEALABLE ops only, each buffer it writes written by that one
+    instruction and never read by it, and FLAG_COMMIT on those of its ops with a side effect (read by
+    nothing else in the phase). Any other phase keeps 0: its shares are waited for."""
+    writers: dict = {}
+    for ins in plan.instrs:
+        for key in ins.writes:
+            writers[key] = writers.get(key, 0) + 1
+    flags: list[int] = []
+    phase: list[Instr] = []
+    for ins in plan.instrs:
+        phase.append(ins)
+        if ins.column_barrier or ins is plan.instrs[-1] or ins.python is not None:
+            flags.extend(_phase_steal_flags(phase, writers))
+            phase = []
+    return flags
+
+
+def _phase_steal_flags(phase: list[Instr], writers: dict) -> list[int]:
+    side_effects = {key for ins in phase if ins.op in tape.COMMIT for key in ins.writes}
+    stealable = all(
+        ins.python is None and ins.op in tape.STEALABLE and not set(ins.reads) & set(ins.writes)
+        and all(writers[key] == 1 for key in ins.writes) and not side_effects & set(ins.reads)
+        for ins in phase)
+    if not stealable:
+        return [0] * len(phase)
+    return [tape.FLAG_STEAL | (tape.FLAG_COMMIT if ins.op in tape.COMMIT else 0) for ins in phase]
+
+
 @dataclass
 class Arenas:
     """Where the plan's buffers live: f32 arena offsets (floats) and byte-arena offsets (q, d, e)."""

@@ -10,7 +10,7 @@ import pytest
 
 import kinetic
 from kinetic.codegen.cpu import step_threads
-from kinetic.codegen.cpu.step_ops import drive
+from kinetic.codegen.cpu.step_drive import drive
 from tests.synthetic import synthetic_path
 
 PROMPT = [5, 17, 3, 99, 42, 7, 250, 11]
@@ -56,6 +56,6 @@ def test_a_worker_that_never_runs_holds_no_pass_up(alone, monkeypatch):
     step = model.engine.runner
     before = step.arena.copy()
     assert len(absent.dispatches) >= 4
-    for dispatch in absent.dispatches:  # the earlier passes' epochs are over, the last one's shares done
+    for _keep, dispatch in absent.dispatches:  # the earlier passes' epochs are over, the last one's shares done
         assert drive(*dispatch) == 0
     assert np.array_equal(step.arena, before)
