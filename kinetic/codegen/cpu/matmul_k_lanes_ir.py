@@ -50,6 +50,35 @@ class LaneTiles:
     tiles: Callable[[Function, int, object, str], str]
 
 
+@dataclass(frozen=True)
+class Scratch:
+    """A lane tile's stack scratch, allocated in the kernel's entry block (before any loop): xi
+    [super-block][g 0..63][16 rows] i32 (the activation bytes, as the type lays them out); pairs
+    [super-block][p][16 rows] i32 (the type's activation sums as word pairs; None where it needs
+    none); dx [super-block][16 rows] f32; a chunk's columns decoded, [slot][super-block][column]:
+    quants 256 bytes each and `meta` i32 each. Each type's module says what its pairs, quants and
+    meta hold."""
+
+    xi: str
+    pairs: str | None
+    dx: str
+    quants: str
+    meta: str
+
+
+def lane_scratch(fn: Function, k: int, block_bytes: int, meta: int, pairs: int) -> Scratch:
+    """The scratch of a type whose blocks are `block_bytes`, with `meta` i32 per decoded column and
+    super-block and `pairs` word pairs per super-block and row (0: none)."""
+    nsb = k // SUPER
+    slots = chunk_columns(k, block_bytes, SUPER + 4 * meta) // COLUMNS
+    xi = fn.v(f"alloca i32, i64 {nsb * 64 * ROWS}, align 64")
+    pair_words = fn.v(f"alloca i32, i64 {nsb * pairs * ROWS}, align 64") if pairs else None
+    return Scratch(xi, pair_words,
+                   fn.v(f"alloca float, i64 {nsb * ROWS}, align 64"),
+                   fn.v(f"alloca i8, i64 {slots * nsb * COLUMNS * SUPER}, align 64"),
+                   fn.v(f"alloca i32, i64 {slots * nsb * COLUMNS * meta}, align 64"))
+
+
 def lay_out_quads(fn: Function, k: int, first: str, s: str, xi: str, *, flip: bool = True) -> None:
     """xi[s][g][row] i32 <- bytes 4g..4g+3 (+ 128 each when `flip`: vpdpbusd's unsigned operand) of
     super-block s of the tile's rows: two 8x8 dword transposes per 8 dwords."""

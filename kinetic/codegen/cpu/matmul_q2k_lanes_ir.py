@@ -23,8 +23,6 @@ rows. imin is 8 `vpdpwssd` of the rows' Q8_K sums (2p, 2p + 1) as word pairs aga
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from gguf import GGMLQuantizationType as Q
 
 from kinetic.codegen.cpu.blocks_newer import decode_q2_k
@@ -35,12 +33,14 @@ from kinetic.codegen.cpu.matmul_k_lanes_ir import (
     ROWS,
     SUPER,
     LaneTiles,
+    Scratch,
     bcast,
     chunk_columns,
     decode_quad,
     dpbusd,
     dpwssd,
     fma16,
+    lane_scratch,
     lane_tiles,
     lay_out_dx,
     lay_out_quads,
@@ -61,28 +61,10 @@ def applies(layout: Layout, variant: str, tile: int, k: int) -> bool:
     return layout.wtype is Q.Q2_K and variant == "vnni" and tile >= 8 and k <= MAX_K
 
 
-@dataclass(frozen=True)
-class Scratch:
-    """xi [super-block][g 0..63][16 rows] i32 (activation bytes); pairs [super-block][p 0..7][16
-    rows] i32 (the Q8_K sums 2p, 2p + 1 as words); dx [super-block][16 rows] f32; a chunk's columns
-    decoded, [slot][super-block][column]: quants 256 bytes each (0..3), and META i32 each."""
-
-    xi: str
-    pairs: str
-    dx: str
-    quants: str
-    meta: str
-
-
 def q2k_scratch(fn: Function, k: int) -> Scratch:
-    """Allocate the scratch in the entry block (before any loop)."""
-    nsb = k // SUPER
-    slots = chunk_columns(k, BLOCK_BYTES, SUPER + 4 * META) // COLUMNS
-    return Scratch(fn.v(f"alloca i32, i64 {nsb * 64 * ROWS}, align 64"),
-                   fn.v(f"alloca i32, i64 {nsb * 8 * ROWS}, align 64"),
-                   fn.v(f"alloca float, i64 {nsb * ROWS}, align 64"),
-                   fn.v(f"alloca i8, i64 {slots * nsb * COLUMNS * SUPER}, align 64"),
-                   fn.v(f"alloca i32, i64 {slots * nsb * COLUMNS * META}, align 64"))
+    """The scratch (matmul_k_lanes_ir.Scratch): pairs = the Q8_K sums 2p, 2p + 1 as words (p 0..7);
+    quants 0..3."""
+    return lane_scratch(fn, k, BLOCK_BYTES, META, pairs=8)
 
 
 def _lay_out_tile(fn: Function, k: int, first: str, sc: Scratch) -> None:

@@ -22,8 +22,6 @@ column, super-block and lane computed with the decode.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from gguf import GGMLQuantizationType as Q
 
 from kinetic.codegen.cpu.blocks_newer import _q3_k_scales, decode_q3_k
@@ -34,10 +32,12 @@ from kinetic.codegen.cpu.matmul_k_lanes_ir import (
     ROWS,
     SUPER,
     LaneTiles,
+    Scratch,
     bcast,
     chunk_columns,
     decode_quad,
     fma16,
+    lane_scratch,
     lane_sum_tree,
     lane_tiles,
     lay_out_dx,
@@ -59,26 +59,9 @@ def applies(layout: Layout, variant: str, tile: int, k: int) -> bool:
     return layout.wtype is Q.Q3_K and variant == "vnni" and tile >= 8 and k <= MAX_K
 
 
-@dataclass(frozen=True)
-class Scratch:
-    """xi [super-block][g 0..63][16 rows] i32 (x + 128 bytes); dx [super-block][16 rows] f32; a
-    chunk's columns decoded, [slot][super-block][column]: quants 256 bytes each (-4 .. 3), and META
-    i32 each."""
-
-    xi: str
-    dx: str
-    quants: str
-    meta: str
-
-
 def q3k_scratch(fn: Function, k: int) -> Scratch:
-    """Allocate the scratch in the entry block (before any loop)."""
-    nsb = k // SUPER
-    slots = chunk_columns(k, BLOCK_BYTES, SUPER + 4 * META) // COLUMNS
-    return Scratch(fn.v(f"alloca i32, i64 {nsb * 64 * ROWS}, align 64"),
-                   fn.v(f"alloca float, i64 {nsb * ROWS}, align 64"),
-                   fn.v(f"alloca i8, i64 {slots * nsb * COLUMNS * SUPER}, align 64"),
-                   fn.v(f"alloca i32, i64 {slots * nsb * COLUMNS * META}, align 64"))
+    """The scratch (matmul_k_lanes_ir.Scratch): xi holds x + 128; no pairs; quants -4 .. 3."""
+    return lane_scratch(fn, k, BLOCK_BYTES, META, pairs=0)
 
 
 def _lay_out_tile(fn: Function, k: int, first: str, sc: Scratch) -> None:

@@ -28,8 +28,6 @@ super-block.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from gguf import GGMLQuantizationType as Q
 
 from kinetic.codegen.cpu.blocks_classic import _k4_scales
@@ -40,9 +38,11 @@ from kinetic.codegen.cpu.matmul_k_lanes_ir import (
     ROWS,
     SUPER,
     LaneTiles,
+    Scratch,
     bcast,
     chunk_columns,
     decode_quad,
+    lane_scratch,
     lane_tiles,
     lay_out_dx,
     lay_out_quads,
@@ -60,28 +60,10 @@ def applies(layout: Layout, variant: str, tile: int, k: int) -> bool:
     return layout.wtype is Q.Q4_K and variant == "vnni" and tile >= 8 and k <= MAX_K
 
 
-@dataclass(frozen=True)
-class Scratch:
-    """xi [super-block][g 0..63][16 rows] i32 (x + 128 bytes); pairs [super-block][t 0..3][16 rows]
-    i32 (16-bit x sums of sub-blocks 2t, 2t+1); dx [super-block][16 rows] f32; the quad's columns
-    decoded, [super-block][column]: quants 256 bytes each, and META i32 each (`meta`)."""
-
-    xi: str
-    pairs: str
-    dx: str
-    quants: str
-    meta: str
-
-
 def q4k_scratch(fn: Function, k: int) -> Scratch:
-    """Allocate the scratch in the entry block (before any loop)."""
-    nsb = k // SUPER
-    slots = chunk_columns(k, BLOCK_BYTES, SUPER + 4 * META) // COLUMNS
-    return Scratch(fn.v(f"alloca i32, i64 {nsb * 64 * ROWS}, align 64"),
-                   fn.v(f"alloca i32, i64 {nsb * 4 * ROWS}, align 64"),
-                   fn.v(f"alloca float, i64 {nsb * ROWS}, align 64"),
-                   fn.v(f"alloca i8, i64 {slots * nsb * COLUMNS * SUPER}, align 64"),
-                   fn.v(f"alloca i32, i64 {slots * nsb * COLUMNS * META}, align 64"))
+    """The scratch (matmul_k_lanes_ir.Scratch): xi holds x + 128;
+    pairs = the 16-bit x sums of sub-blocks 2t, 2t+1 (t 0..3)."""
+    return lane_scratch(fn, k, BLOCK_BYTES, META, pairs=4)
 
 
 def _lay_out_tile(fn: Function, k: int, first: str, sc: Scratch) -> None:

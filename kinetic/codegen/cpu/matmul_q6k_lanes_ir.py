@@ -33,8 +33,6 @@ quants and META i32 per column and super-block.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from gguf import GGMLQuantizationType as Q
 
 from kinetic.codegen.cpu.blocks_classic import decode_q6_k
@@ -45,11 +43,13 @@ from kinetic.codegen.cpu.matmul_k_lanes_ir import (
     ROWS,
     SUPER,
     LaneTiles,
+    Scratch,
     bcast,
     chunk_columns,
     decode_quad,
     dpwssd,
     fma16,
+    lane_scratch,
     lane_sum_tree,
     lane_tiles,
     lay_out_dx,
@@ -73,28 +73,10 @@ def applies(layout: Layout, variant: str, tile: int, k: int) -> bool:
     return layout.wtype is Q.Q6_K and variant == "vnni" and tile >= 8 and k <= MAX_K
 
 
-@dataclass(frozen=True)
-class Scratch:
-    """xi [super-block][g 0..63][16 rows] i32 (activation bytes); pairs [super-block][l][16 rows] i32
-    (the 16-bit sums xs[2l], xs[2l+1]); dx [super-block][16 rows] f32; the quad's columns decoded,
-    [super-block][column]: quants 256 bytes each (0..63), and META i32 each (`meta`)."""
-
-    xi: str
-    pairs: str
-    dx: str
-    quants: str
-    meta: str
-
-
 def q6k_scratch(fn: Function, k: int) -> Scratch:
-    """Allocate the scratch in the entry block (before any loop)."""
-    nsb = k // SUPER
-    slots = chunk_columns(k, BLOCK_BYTES, SUPER + 4 * META) // COLUMNS
-    return Scratch(fn.v(f"alloca i32, i64 {nsb * 64 * ROWS}, align 64"),
-                   fn.v(f"alloca i32, i64 {nsb * LANES * ROWS}, align 64"),
-                   fn.v(f"alloca float, i64 {nsb * ROWS}, align 64"),
-                   fn.v(f"alloca i8, i64 {slots * nsb * COLUMNS * SUPER}, align 64"),
-                   fn.v(f"alloca i32, i64 {slots * nsb * COLUMNS * META}, align 64"))
+    """The scratch (matmul_k_lanes_ir.Scratch): pairs = the 16-bit sums xs[2l], xs[2l+1] (l 0..LANES-1);
+    quants 0..63."""
+    return lane_scratch(fn, k, BLOCK_BYTES, META, pairs=LANES)
 
 
 def _lay_out_tile(fn: Function, k: int, first: str, sc: Scratch) -> None:
