@@ -2,7 +2,9 @@
 16 activation rows as the 16 lanes of 512-bit vectors, four weight columns per register tile, on
 AVX-512 VNNI.
 
-Owns: the tile's shape (ROWS, COLUMNS), what a type's tiles give matmul_ir (`LaneTiles`), the
+Owns: the tile's shape (ROWS, COLUMNS), what a type's tiles give matmul_ir (`LaneTiles`, with the
+rule `lane_applies`), the stack scratch (`Scratch`, `lane_scratch`), a type's tiles wired into the
+loops (`type_lane_tiles`), the
 activations laid out once per tile and column chunk (`lay_out_quads`: row r's super-block bytes
 4g..4g+3 in dword r of vector g, flipped to x + 128 where vpdpbusd takes them unsigned; `lay_out_dx`:
 the rows' d_x; the Q8_K sums as word pairs per sub-block pair or per 16, `lay_out_sub_block_pairs`,
@@ -77,6 +79,33 @@ def lane_scratch(fn: Function, k: int, block_bytes: int, meta: int, pairs: int) 
                    fn.v(f"alloca float, i64 {nsb * ROWS}, align 64"),
                    fn.v(f"alloca i8, i64 {slots * nsb * COLUMNS * SUPER}, align 64"),
                    fn.v(f"alloca i32, i64 {slots * nsb * COLUMNS * meta}, align 64"))
+
+
+def lane_applies(wtype) -> Callable[[Layout, str, int, int], bool]:
+    """The rule for one type's lane tiles: that type on VNNI, for the default tile and above (smaller
+    tiles keep matmul_tiles_ir's rows), K up to MAX_K (the stack scratch stays under 1 MB)."""
+
+    def applies(layout: Layout, variant: str, tile: int, k: int) -> bool:
+        return layout.wtype is wtype and variant == "vnni" and tile >= 8 and k <= MAX_K
+
+    return applies
+
+
+def type_lane_tiles(fn: Function, k: int, sc: Scratch, start: str, *, block_bytes: int, meta_words: int,
+                    lay_out_tile: Callable[[str], None], decode_column: Callable[[str, str, str], None],
+                    quad_results: Callable[[str], list[str]]) -> str:
+    """One type's full tiles of 16 rows from row `start` on (`lane_tiles` over its column chunks):
+    `lay_out_tile(first)` lays out the tile's activations, `decode_column(blk, quants, meta)` decodes
+    one column's super-block, `quad_results(slot)` gives a decoded quad's 16-row results; returns the
+    first leftover row."""
+
+    def decode(cols: list[str], slot: str) -> None:
+        decode_quad(fn, k, cols, slot, block_bytes=block_bytes, quants=sc.quants, meta=sc.meta,
+                    meta_words=meta_words, decode_column=decode_column)
+
+    chunk = chunk_columns(k, block_bytes, SUPER + 4 * meta_words)
+    return lane_tiles(fn, k, block_bytes, chunk, lay_out=lay_out_tile, decode_quad=decode,
+                      quad_results=quad_results, start=start)
 
 
 def lay_out_quads(fn: Function, k: int, first: str, s: str, xi: str, *, flip: bool = True) -> None:

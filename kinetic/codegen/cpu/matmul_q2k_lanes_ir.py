@@ -29,25 +29,22 @@ from kinetic.codegen.cpu.blocks_newer import decode_q2_k
 from kinetic.codegen.cpu.llvm_ir import Function, splat
 from kinetic.codegen.cpu.matmul_k_lanes_ir import (
     COLUMNS,
-    MAX_K,
     ROWS,
     SUPER,
     LaneTiles,
     Scratch,
     bcast,
-    chunk_columns,
-    decode_quad,
     dpbusd,
     dpwssd,
     fma16,
+    lane_applies,
     lane_scratch,
-    lane_tiles,
     lay_out_dx,
     lay_out_quads,
     lay_out_sum16_pairs,
     quad_at,
+    type_lane_tiles,
 )
-from kinetic.codegen.cpu.quant_blocks import Layout
 
 BLOCK_BYTES = 84
 # i32 per column and super-block: word pairs (scale_2p, scale_2p+1) at SCALES + p, (min_2p,
@@ -55,10 +52,7 @@ BLOCK_BYTES = 84
 SCALES, MINS, D, META = 0, 8, 16, 18
 
 
-def applies(layout: Layout, variant: str, tile: int, k: int) -> bool:
-    """Q2_K on VNNI, for the default tile and above (smaller tiles keep matmul_tiles_ir's rows), K up
-    to MAX_K (the stack scratch stays under 1 MB)."""
-    return layout.wtype is Q.Q2_K and variant == "vnni" and tile >= 8 and k <= MAX_K
+applies = lane_applies(Q.Q2_K)
 
 
 def q2k_scratch(fn: Function, k: int) -> Scratch:
@@ -140,13 +134,10 @@ def q2k_tiles(fn: Function, k: int, sc: Scratch, start: str = "0") -> str:
         finals = fn.loop(0, nsb, carried, lambda s, accs: _super_block(fn, k, sc, slot, s, accs))
         return [fn.v(f"fsub <16 x float> {finals[c]}, {finals[COLUMNS + c]}") for c in range(COLUMNS)]
 
-    def decode(cols: list[str], slot: str) -> None:
-        decode_quad(fn, k, cols, slot, block_bytes=BLOCK_BYTES, quants=sc.quants, meta=sc.meta, meta_words=META,
-                    decode_column=lambda blk, quants, meta: _decode_column(fn, blk, quants, meta))
-
-    chunk = chunk_columns(k, BLOCK_BYTES, SUPER + 4 * META)
-    return lane_tiles(fn, k, BLOCK_BYTES, chunk, lay_out=lambda first: _lay_out_tile(fn, k, first, sc),
-                      decode_quad=decode, quad_results=results, start=start)
+    return type_lane_tiles(fn, k, sc, start, block_bytes=BLOCK_BYTES, meta_words=META,
+                           lay_out_tile=lambda first: _lay_out_tile(fn, k, first, sc),
+                           decode_column=lambda blk, quants, meta: _decode_column(fn, blk, quants, meta),
+                           quad_results=results)
 
 
 TILES = LaneTiles(applies=applies, scratch=q2k_scratch, tiles=q2k_tiles)

@@ -28,26 +28,23 @@ from kinetic.codegen.cpu.blocks_classic import _k4_scales, decode_q5_k
 from kinetic.codegen.cpu.llvm_ir import Function
 from kinetic.codegen.cpu.matmul_k_lanes_ir import (
     COLUMNS,
-    MAX_K,
     ROWS,
     SUPER,
     LaneTiles,
     Scratch,
     bcast,
-    chunk_columns,
-    decode_quad,
     dpwssd,
     fma16,
+    lane_applies,
     lane_scratch,
     lane_sum_tree,
-    lane_tiles,
     lay_out_dx,
     lay_out_quads,
     lay_out_sub_block_pairs,
     quad_at,
     scaled_lane_dot,
+    type_lane_tiles,
 )
-from kinetic.codegen.cpu.quant_blocks import Layout
 
 BLOCK_BYTES = 176
 # i32 per column and super-block: word pairs (sc_2p, sc_2p+1) at PAIRS + p, (min_2t, min_2t+1) at
@@ -55,10 +52,7 @@ BLOCK_BYTES = 176
 PAIRS, MINS, D, META = 0, 4, 8, 10
 
 
-def applies(layout: Layout, variant: str, tile: int, k: int) -> bool:
-    """Q5_K on VNNI, for the default tile and above (smaller tiles keep matmul_tiles_ir's rows), K up
-    to MAX_K (the stack scratch stays under 1 MB)."""
-    return layout.wtype is Q.Q5_K and variant == "vnni" and tile >= 8 and k <= MAX_K
+applies = lane_applies(Q.Q5_K)
 
 
 def q5k_scratch(fn: Function, k: int) -> Scratch:
@@ -143,13 +137,10 @@ def q5k_tiles(fn: Function, k: int, sc: Scratch, start: str = "0") -> str:
         accm = fn.loop(0, nsb, carried, lambda s, accs: _min_step(fn, k, sc, slot, s, accs))
         return [fn.v(f"fadd <16 x float> {y}, {m}") for y, m in zip(lanes, accm, strict=True)]
 
-    def decode(cols: list[str], slot: str) -> None:
-        decode_quad(fn, k, cols, slot, block_bytes=BLOCK_BYTES, quants=sc.quants, meta=sc.meta, meta_words=META,
-                    decode_column=lambda blk, quants, meta: _decode_column(fn, blk, quants, meta))
-
-    chunk = chunk_columns(k, BLOCK_BYTES, SUPER + 4 * META)
-    return lane_tiles(fn, k, BLOCK_BYTES, chunk, lay_out=lambda first: _lay_out_tile(fn, k, first, sc),
-                      decode_quad=decode, quad_results=results, start=start)
+    return type_lane_tiles(fn, k, sc, start, block_bytes=BLOCK_BYTES, meta_words=META,
+                           lay_out_tile=lambda first: _lay_out_tile(fn, k, first, sc),
+                           decode_column=lambda blk, quants, meta: _decode_column(fn, blk, quants, meta),
+                           quad_results=results)
 
 
 TILES = LaneTiles(applies=applies, scratch=q5k_scratch, tiles=q5k_tiles)

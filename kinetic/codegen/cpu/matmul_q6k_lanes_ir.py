@@ -39,26 +39,23 @@ from kinetic.codegen.cpu.blocks_classic import decode_q6_k
 from kinetic.codegen.cpu.llvm_ir import Function, const_vec, splat
 from kinetic.codegen.cpu.matmul_k_lanes_ir import (
     COLUMNS,
-    MAX_K,
     ROWS,
     SUPER,
     LaneTiles,
     Scratch,
     bcast,
-    chunk_columns,
-    decode_quad,
     dpwssd,
     fma16,
+    lane_applies,
     lane_scratch,
     lane_sum_tree,
-    lane_tiles,
     lay_out_dx,
     lay_out_quads,
     lay_out_sum16_pairs,
     quad_at,
     scaled_lane_dot,
+    type_lane_tiles,
 )
-from kinetic.codegen.cpu.quant_blocks import Layout
 
 BLOCK_BYTES = 210
 LANES = 8  # the float lanes of a row in the single-row order
@@ -67,10 +64,7 @@ LANES = 8  # the float lanes of a row in the single-row order
 PAIRS, OFFSETS, D, META = 0, 8, 16, 24
 
 
-def applies(layout: Layout, variant: str, tile: int, k: int) -> bool:
-    """Q6_K on VNNI, for the default tile and above (smaller tiles keep matmul_tiles_ir's rows), K up
-    to MAX_K (the stack scratch stays under 1 MB)."""
-    return layout.wtype is Q.Q6_K and variant == "vnni" and tile >= 8 and k <= MAX_K
+applies = lane_applies(Q.Q6_K)
 
 
 def q6k_scratch(fn: Function, k: int) -> Scratch:
@@ -141,13 +135,10 @@ def q6k_tiles(fn: Function, k: int, sc: Scratch, start: str = "0") -> str:
     def results(slot: str) -> list[str]:
         return lane_sum_tree(fn, lambda lane: lane_finals(slot, lane))
 
-    def decode(cols: list[str], slot: str) -> None:
-        decode_quad(fn, k, cols, slot, block_bytes=BLOCK_BYTES, quants=sc.quants, meta=sc.meta, meta_words=META,
-                    decode_column=lambda blk, quants, meta: _decode_column(fn, blk, quants, meta))
-
-    chunk = chunk_columns(k, BLOCK_BYTES, SUPER + 4 * META)
-    return lane_tiles(fn, k, BLOCK_BYTES, chunk, lay_out=lambda first: _lay_out_tile(fn, k, first, sc),
-                      decode_quad=decode, quad_results=results, start=start)
+    return type_lane_tiles(fn, k, sc, start, block_bytes=BLOCK_BYTES, meta_words=META,
+                           lay_out_tile=lambda first: _lay_out_tile(fn, k, first, sc),
+                           decode_column=lambda blk, quants, meta: _decode_column(fn, blk, quants, meta),
+                           quad_results=results)
 
 
 TILES = LaneTiles(applies=applies, scratch=q6k_scratch, tiles=q6k_tiles)
