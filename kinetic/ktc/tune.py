@@ -58,6 +58,7 @@ TG_PROMPT = 16  # tokens before a decode run (untimed)
 TOKEN_SEED = 0  # the fixed prompt: random ids from this seed, as kinetic bench makes them
 THREAD_SHARE = 0.5  # of the search time for the thread counts (0.25 when there is one: its decode speed)
 BATCH_SHARE = 0.4  # of the time left after them for the batches; the rest for the kernels
+NEW_KERNELS_SECONDS = 5.0  # a kernel set's first build, until one was measured (a compile of its kernels)
 N_CTX = 4 * max(BATCHES) + TG_PROMPT + 64 + 1  # the longest pp run, or the prompt and longest tg run
 FINGERPRINT_TOKENS = max(BATCHES) + FINGERPRINT_EXTRA  # the bit check's prompt (fits N_CTX)
 
@@ -201,7 +202,7 @@ class _Engines:
         self.built: dict[tuple, object] = {}
         self.fingerprints: dict[tuple, str] = {}
         self.build_seconds = 0.0  # the longest build so far, check included
-        self.kernel_build_seconds = 0.0  # the longest build of a kernel set not built before (it compiles kernels)
+        self.kernel_build_seconds: float | None = None  # the longest build of a new kernel set (it compiles kernels)
         self.longest: dict[str, float | None] = {"pp": None, "tg": None}  # the longest run of each kind so far
 
     def has(self, c: Candidate) -> bool:
@@ -209,12 +210,15 @@ class _Engines:
 
     def build_estimate(self, c: Candidate) -> float:
         """Seconds building c's engine would take: 0 when built; a kernel set no engine has yet
-        compiles its kernels, at least twice a build of known kernels until one was measured."""
+        compiles its kernels: at least twice a build of known kernels and NEW_KERNELS_SECONDS until
+        one was measured (the first engine's kernels may have come from the disk cache, so its build
+        says nothing of a compile)."""
         if self.has(c):
             return 0.0
         if any(key[2] == c.matmul for key in self.built):
             return self.build_seconds
-        return max(self.kernel_build_seconds, 2 * self.build_seconds)
+        known = NEW_KERNELS_SECONDS if self.kernel_build_seconds is None else self.kernel_build_seconds
+        return max(known, 2 * self.build_seconds)
 
     def __call__(self, c: Candidate):
         from kinetic.runtime.engine import Engine
@@ -232,7 +236,7 @@ class _Engines:
             _warm_up(engine, self.prompt[: c.batch])
             took = time.monotonic() - began
             if new_kernels:
-                self.kernel_build_seconds = max(self.kernel_build_seconds, took)
+                self.kernel_build_seconds = max(self.kernel_build_seconds or 0.0, took)
             else:
                 self.build_seconds = max(self.build_seconds, took)
             self.built[key] = engine

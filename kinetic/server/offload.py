@@ -105,6 +105,7 @@ async def _on_a_daemon_thread(fn: Callable[..., T], *args) -> T:
             loop.call_soon_threadsafe(settle, *outcome)
         except RuntimeError:
             pass  # the event loop has closed: nobody is waiting
+        outcome = None  # this frame is in the error's traceback: holding the error would make a cycle
 
     threading.Thread(target=target, name="kinetic-prepare", daemon=True).start()
     return await future
@@ -158,8 +159,11 @@ def release_memory(collect: bool = False) -> None:
     """Hand the heap's free pages back to the system. glibc keeps memory freed by a worker thread in
     that thread's arena, so without this the resident size stays at the high-water mark of the
     largest request each worker ever prepared. collect: first free what only reference cycles hold
-    (a refused request's traceback keeps its frames, and with them its body, until the collector runs)."""
+    (a refused request's traceback keeps its frames, and with them its body, until the collector runs).
+    Only the young generations are collected: the request's cycles are young, while a full collection
+    holds the GIL for as long as everything the process holds takes to walk (over a second in a large
+    process), stalling every stream and /health."""
     if collect:
-        gc.collect()
+        gc.collect(1)
     if _TRIM is not None:
         _TRIM(0)
