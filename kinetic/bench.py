@@ -92,6 +92,7 @@ class BenchResult:
     traffic: DecodeTraffic | None = None  # bytes a timed decode step read (None: no tg test)
     read_bandwidth: float | None = None  # the machine's, bytes/s at these threads (None: not on the CPU)
     read_bandwidth_passes: ReadBandwidth | None = None  # every pass of that measurement (its spread)
+    numerics: str = "ggml"  # the numerics mode the model ran in (kinetic/ir/orders.py; --numerics)
 
     def test(self, prefix: str) -> TestResult | None:
         return next((t for t in self.tests if t.name.startswith(prefix)), None)
@@ -119,11 +120,13 @@ def run_bench(
     n_prompt: int = 512,
     n_gen: int = 128,
     n_edit: int = EDIT_TOKENS,
+    numerics: str | None = None,
 ) -> BenchResult:
     """Load the model, then time pp<n_prompt>, tg<n_gen> (`repetitions` rounds of one run each) and
-    the edit test (at most n_edit tokens, `repetitions` times); 0 skips a test."""
+    the edit test (at most n_edit tokens, `repetitions` times); 0 skips a test. `numerics`: the
+    numerics mode (None: the model's default, kinetic/numerics_mode.py)."""
     session = BenchSession(model_spec, threads=threads, repetitions=repetitions, device=device, off=off,
-                           n_prompt=n_prompt, n_gen=n_gen, n_edit=n_edit)
+                           n_prompt=n_prompt, n_gen=n_gen, n_edit=n_edit, numerics=numerics)
     for _ in range(repetitions):
         session.time_round()
     return session.finish()
@@ -136,7 +139,9 @@ class BenchSession:
     def __init__(
         self, model_spec: str | os.PathLike, *, threads: int | None, repetitions: int, device: str = "cpu",
         off: list[str] | None = None, n_prompt: int = 512, n_gen: int = 128, n_edit: int = EDIT_TOKENS,
+        numerics: str | None = None,
     ):
+        from kinetic.frontend.blocks import Options
         from kinetic.model import Model
 
         device = resolve_device(device)  # auto: CUDA, a Vulkan GPU, else the CPU (a line per device skipped)
@@ -145,6 +150,7 @@ class BenchSession:
         self.model = Model(
             model_spec, n_ctx=max(n_prompt, n_gen, 1024 + n_edit) + 1, device=device, threads=threads,
             draft=self.draft, shortlist="shortlist" not in (off or []),
+            options=Options(numerics=numerics) if numerics else None,
         )
         load_seconds = time.perf_counter() - start
         self.engine = engine = self.model.engine
@@ -160,6 +166,7 @@ class BenchSession:
             load_seconds=load_seconds, size_bytes=self.model.path.stat().st_size,
             parameters=sum(t.n_elements for t in self.model.gguf.tensors.values()),
             file_type=file_type_name(self.model.gguf.metadata, self.model.gguf.tensors), peak_rss_bytes=0,
+            numerics=self.model.options.numerics,
         )
         if n_prompt > 0:
             self.result.tests.append(TestResult(f"pp{n_prompt}", n_prompt, []))

@@ -56,6 +56,7 @@ def table(r: BenchResult) -> str:
     notes = [
         f"on {DEVICE_NAMES[r.device]}, {r.threads} threads, best of {r.repetitions}, load {r.load_seconds:.2f} s",
         technologies_line(r.off),
+        f"numerics {r.numerics} (the reductions' order: docs/numerics.md)",
         edit_line(r.edit) if r.edit else f"edit: {EDIT_SKIPPED}",
         f"peak memory {gib(r.peak_rss_bytes)}",
     ]
@@ -87,6 +88,7 @@ def to_json(r: BenchResult) -> dict:
         **edit_json(r.edit),
         "technologies": technologies_on(r.off),
         "off": r.off,
+        "numerics": r.numerics,
         "peak_rss_bytes": r.peak_rss_bytes,
         "shortlist_share": r.shortlist_share,
         **decode_share_json(r),

@@ -18,13 +18,21 @@ from kinetic.frontend.blocks import Options
 from kinetic.frontend.gguf_file import GGUFFile
 from kinetic.frontend.lower import lower
 from kinetic.ir.graph import Graph
+from kinetic.ir.orders import DEFAULT_NUMERICS
 from kinetic.passes import PassOptions, run_pipeline
 
 
 def compile_graph(gguf: GGUFFile, options: Options | None = None, passes: PassOptions | None = None,
                   on_phase: Callable[[str, Graph], None] | None = None) -> Graph:
-    """The model's optimized graph; `on_phase(name, graph)` sees it after lowering and each phase."""
+    """The model's optimized graph; `on_phase(name, graph)` sees it after lowering and each phase.
+    The pipeline runs with `passes`, else with the numerics mode `options` names (None: the default)."""
     graph = lower(gguf, options)
     if on_phase is not None:
         on_phase("lowered", graph)
-    return run_pipeline(graph, passes or PassOptions(), on_phase=on_phase)
+    return run_pipeline(graph, passes or pass_options(options), on_phase=on_phase)
+
+
+def pass_options(options: Options | None) -> PassOptions:
+    """The pipeline's options for these lowering options: their numerics mode, DEFAULT_NUMERICS when
+    they name none."""
+    return PassOptions(numerics=(options and options.numerics) or DEFAULT_NUMERICS)

@@ -23,8 +23,9 @@ from kinetic.embeddings import as_matrix, embedding_setup, inputs_to_ids, make_e
 from kinetic.errors import KineticError
 from kinetic.frontend.blocks import Options
 from kinetic.frontend.gguf_file import open_gguf
-from kinetic.ktc.load import load_if_ktc, required_signer
+from kinetic.ktc.load import load_if_ktc, required_signer, stderr_note
 from kinetic.limits import MAX_BATCH, check_threads
+from kinetic.numerics_mode import choose_numerics
 from kinetic.runtime.embedding import Embedder, is_embedding_graph
 from kinetic.runtime.engine import DEFAULT_CONTEXT, Engine
 from kinetic.runtime.generation import Generation, GenerationRequest, Generator, Piece
@@ -102,8 +103,11 @@ class Model:
             raise KineticError(f"{self.path.name} is a .ktc file; LoRA adapters merge into GGUF weights",
                                "Run the adapter with the GGUF file the .ktc was compiled from.")
         self.gguf = self.ktc.gguf if self.ktc else merge_adapters(open_gguf(self.path), self.adapters)
-        self.options = options or Options()  # what a receipt records of how the graph was lowered
-        self.graph = self.ktc.graph(options) if self.ktc else compile_graph(self.gguf, options)
+        # what a receipt records of how the graph was lowered and optimized (its numerics mode chosen here)
+        self.options = replace(options or Options(), numerics=choose_numerics(
+            requested=options and options.numerics, stored=self.ktc.numerics if self.ktc else None, device=device,
+            note=stderr_note))
+        self.graph = self.ktc.graph(self.options) if self.ktc else compile_graph(self.gguf, self.options)
         run = self.ktc.engine_settings(device, threads) if self.ktc else {"threads": threads}
         if batch is not None:
             run = {**run, "batch": _checked_batch(batch)}

@@ -13,7 +13,7 @@ import argparse
 import json
 
 from kinetic.cli.llama_flags import BENCH, add_llama_flags
-from kinetic.cli.runtime_options import add_device_args, choose_device
+from kinetic.cli.runtime_options import add_device_args, add_numerics_arg, choose_device
 from kinetic.devices import DEVICES
 from kinetic.errors import KineticError
 
@@ -67,6 +67,7 @@ def add_parser(sub) -> None:
         help="generated tokens of the tg test; 0 skips it [default: 128]",
     )
     add_device_args(p)
+    add_numerics_arg(p)
     p.add_argument(
         "--off",
         metavar="LIST",
@@ -111,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
     if args.compare is None:
         result = bench.run_bench(
             args.model, threads=args.threads, repetitions=args.repetitions, device=args.device, off=off,
-            n_prompt=args.n_prompt, n_gen=args.n_gen, n_edit=args.edit_tokens,
+            n_prompt=args.n_prompt, n_gen=args.n_gen, n_edit=args.edit_tokens, numerics=args.numerics,
         )
         print(json.dumps(bench_report.to_json(result), indent=2) if args.json else bench_report.table(result))
         return _exit_code(result)
@@ -126,7 +127,7 @@ def _compare(args: argparse.Namespace, off: list[str], exe, ik) -> int:
 
     session = bench.BenchSession(
         args.model, threads=args.threads, repetitions=args.repetitions, device=args.device, off=off,
-        n_prompt=args.n_prompt, n_gen=args.n_gen, n_edit=args.edit_tokens,
+        n_prompt=args.n_prompt, n_gen=args.n_gen, n_edit=args.edit_tokens, numerics=args.numerics,
     )
     gpu = DEVICES[session.result.device].gpu  # llama.cpp on the same device: every layer on its GPU
     engines = [(exe, bench_llama.LLAMA_CPP)] + ([(ik, bench_llama.IK_LLAMA_CPP)] if ik else [])

@@ -1,5 +1,5 @@
 """`kinetic compile MODEL [-o OUT.ktc [--force]] [--device cpu] [--tune [--tune-seconds N]] [--sign-key FILE]
-[--dump-ir DIR]`.
+[--dump-ir DIR] [--numerics {ggml,fast}]`.
 
 Owns: the command line of compile and its summary (nodes and time per phase). The work itself is
 kinetic.compiler's `compile_graph` (lowering, then the pass pipeline) and, with `-o`, kinetic.ktc's `build_ktc`, which
@@ -10,7 +10,8 @@ bit for bit) and writes them with `"tuned": true`.
 `--dump-ir DIR` writes the graph after each phase in the IR's text form: `00-lowered.ir`,
 `01-canonicalize.ir`, ...; for a device that has a device phase (`--device cpu`, the default: its
 shared quantize nodes; cuda: its fusions), that phase comes last (`NN-device.ir`: the graph the
-device's runner runs). The .ktc file holds the generic graph whatever the device.
+device's runner runs). The .ktc file holds the generic graph whatever the device, with its
+reductions in the orders of the numerics mode `--numerics` chose (recorded in its metadata).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from kinetic.cli.runtime_options import add_numerics_arg
 from kinetic.devices import device, device_choices
 from kinetic.errors import KineticError
 
@@ -56,6 +58,7 @@ def add_parser(sub) -> None:
     p.add_argument("--tune-seconds", type=float, metavar="N",
                    help=f"the most seconds --tune measures for [default: {DEFAULT_TUNE_SECONDS:.0f}]")
     p.add_argument("--dump-ir", metavar="DIR", help="write the graph after each phase to DIR as NN-PHASE.ir")
+    add_numerics_arg(p)
     p.set_defaults(run=run)
 
 
@@ -77,12 +80,25 @@ def run(args: argparse.Namespace) -> int:
     graphs: list = []
     capabilities = device(args.device).capabilities
     fusions = capabilities().fusions if capabilities is not None else None
-    reports = compile_model(path, dump_dir=dump_dir, keep=graphs, fusions=fusions)
-    print(format_summary(path, reports, dump_dir=dump_dir, fusions=fusions))
+    options = _options(args)
+    reports = compile_model(path, dump_dir=dump_dir, keep=graphs, fusions=fusions, options=options)
+    print(format_summary(path, reports, dump_dir=dump_dir, fusions=fusions, numerics=options.numerics))
     if out is not None:
         profile = _tune(path, graphs[-1], args) if args.tune else None
-        print(_write_ktc(path, graphs[-1], out, device=args.device, key=key, profile=profile, force=args.force))
+        print(_write_ktc(path, graphs[-1], out, device=args.device, key=key, profile=profile, force=args.force,
+                         options=options))
     return 0
+
+
+def _options(args: argparse.Namespace):
+    """The lowering options compile uses: the defaults, in the numerics mode --numerics asks for where
+    --device follows it (kinetic/numerics_mode.py: else ggml, with a note)."""
+    from kinetic.frontend.blocks import Options
+    from kinetic.ktc.load import stderr_note
+    from kinetic.numerics_mode import choose_numerics
+
+    return Options(numerics=choose_numerics(requested=args.numerics, stored=None, device=args.device,
+                                            note=stderr_note))
 
 
 def _tune_usage(args: argparse.Namespace) -> str | None:
@@ -129,13 +145,14 @@ def _check_output(out: Path, source: Path, args: argparse.Namespace) -> Path:
                         force=args.force)
 
 
-def _write_ktc(path: Path, graph, out: Path, *, device: str, key, profile=None, force: bool = False) -> str:
+def _write_ktc(path: Path, graph, out: Path, *, device: str, key, profile=None, force: bool = False,
+               options=None) -> str:
     from kinetic.frontend.gguf_file import open_gguf
     from kinetic.ktc.build import build_ktc
 
     start = time.perf_counter()
     entries = build_ktc(open_gguf(path), graph, out, device=device, signing_key=key, profile=profile,
-                        overwrite=force)
+                        overwrite=force, options=options)
     size = out.stat().st_size
     signed = f", signed by {bytes(key.verify_key).hex()}" if key is not None else ", unsigned"
     return (f"  wrote {out} ({size / 2**20:.1f} MiB, {len(entries)} sections{signed}) "
@@ -143,10 +160,10 @@ def _write_ktc(path: Path, graph, out: Path, *, device: str, key, profile=None, 
 
 
 def compile_model(path: Path, *, dump_dir: Path | None = None, keep: list | None = None,
-                  fusions=None) -> list[PhaseReport]:
-    """Lower the model and run the pipeline, then with a device's `fusions` (kinetic.passes.Fusions) its
-    device phase; one report per phase, starting with `lowered`. The generic graph (what a .ktc file
-    stores) is appended to `keep` when given."""
+                  fusions=None, options=None) -> list[PhaseReport]:
+    """Lower the model with the lowering `options` (None: the defaults) and run the pipeline, then with a
+    device's `fusions` (kinetic.passes.Fusions) its device phase; one report per phase, starting with
+    `lowered`. The generic graph (what a .ktc file stores) is appended to `keep` when given."""
     from kinetic.compiler import compile_graph
     from kinetic.frontend.gguf_file import open_gguf
 
@@ -160,7 +177,7 @@ def compile_model(path: Path, *, dump_dir: Path | None = None, keep: list | None
             _dump(dump_dir, index=len(reports) - 1, name=name, graph=graph)
         clock[0] = time.perf_counter()
 
-    graph = compile_graph(open_gguf(path), on_phase=on_phase)
+    graph = compile_graph(open_gguf(path), options, on_phase=on_phase)
     if keep is not None:
         keep.append(graph)
     if fusions is not None:
@@ -188,14 +205,19 @@ def _dump(directory: Path, *, index: int, name: str, graph) -> None:
     (directory / f"{index:02d}-{name}.ir").write_text(print_graph(graph), encoding="utf-8")
 
 
-def format_summary(path: Path, reports: list[PhaseReport], *, dump_dir: Path | None, fusions=None) -> str:
+def format_summary(path: Path, reports: list[PhaseReport], *, dump_dir: Path | None, fusions=None,
+                   numerics: str | None = None) -> str:
+    from kinetic.compiler import pass_options
+    from kinetic.frontend.blocks import Options
     from kinetic.passes import pipeline_hash
 
     width = max([14] + [len(r.name) + 2 for r in reports])  # batch_invariance is 16 characters
     lines = [f"compiled {path.name}", f"  {'phase':<{width}}{'nodes':>7}{'time':>11}"]
     lines += [f"  {r.name:<{width}}{r.nodes:>7}{r.seconds * 1000:>8.1f} ms" for r in reports]
     total = sum(r.seconds for r in reports[1:])
-    lines.append(f"  passes took {total * 1000:.1f} ms; pipeline {pipeline_hash(fusions=fusions)[:16]}")
+    passes = pass_options(Options(numerics=numerics))
+    lines.append(f"  passes took {total * 1000:.1f} ms; pipeline {pipeline_hash(passes, fusions=fusions)[:16]}; "
+                 f"numerics {passes.numerics}")
     if dump_dir is not None:
         lines.append(f"  IR of each phase written to {dump_dir}/")
     return "\n".join(lines)

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from kinetic import perplexity as ppl
+from kinetic.cli.runtime_options import add_numerics_arg
 from kinetic.errors import KineticError
 
 DEFAULT_CONTEXT = 512
@@ -42,6 +43,7 @@ def add_parser(sub) -> None:
     p.add_argument("--kl-divergence", nargs="?", const="", metavar="FILE",
                    help="compare with the base log-probabilities in FILE (or in --kl-divergence-base's FILE)")
     p.add_argument("-t", "--threads", type=int, metavar="N", help="CPU threads [default: the engine's]")
+    add_numerics_arg(p)
     p.set_defaults(run=run)
 
 
@@ -68,7 +70,7 @@ def _run_perplexity(args: argparse.Namespace, spec: str) -> int:
         raise KineticError(f"-c must be an even number of at least {MIN_CONTEXT}, not {n_ctx}",
                            "Give a chunk size such as -c 512.")
     text = _read_text(args.file_flag or args.textfile or (args.model if args.model_flag else None))
-    model = _load(spec, n_ctx, args.threads)
+    model = _load(spec, n_ctx, args.threads, args.numerics)
     tokens = model.tokenize(text, add_special=True, parse_special=False)
     if len(tokens) < 2 * n_ctx:
         raise KineticError(f"the text has {len(tokens)} tokens; -c {n_ctx} needs at least {2 * n_ctx}",
@@ -127,7 +129,7 @@ def _run_kl_divergence(args: argparse.Namespace, spec: str) -> int:
     base = ppl.read_kld_base(path)
     if args.textfile or args.file_flag:
         _say("perplexity: the text file is not used: --kl-divergence scores the tokens stored in the base file")
-    model = _load(spec, base.n_ctx, args.threads)
+    model = _load(spec, base.n_ctx, args.threads, args.numerics)
     if base.n_vocab != model.engine.n_vocab:
         raise KineticError(f"{base.path} was written for a vocabulary of {base.n_vocab} tokens, the model has "
                            f"{model.engine.n_vocab}", "Compare models that share the base model's tokenizer.")
@@ -221,10 +223,11 @@ def _read_text(path: str | None) -> str:
     return text[:-1] if text.endswith("\n") else text
 
 
-def _load(spec: str, n_ctx: int, threads: int | None):
+def _load(spec: str, n_ctx: int, threads: int | None, numerics: str | None):
+    from kinetic.frontend.blocks import Options
     from kinetic.model import Model
 
-    return Model(spec, n_ctx=n_ctx, threads=threads)
+    return Model(spec, n_ctx=n_ctx, threads=threads, options=Options(numerics=numerics) if numerics else None)
 
 
 def _bos(model) -> int | None:

@@ -66,13 +66,14 @@ def rope_overrides(args: argparse.Namespace) -> RopeOverrides:
 
 
 def lowering_options(args: argparse.Namespace) -> Options | None:
-    """The lowering Options the flags ask for; None when none was given (the model's own rotary, and a
-    .ktc file's stored graph stays usable)."""
+    """The lowering Options the flags ask for (the rotary overrides and --numerics, where the command
+    has it); None when none was given (the model's own rotary, and a .ktc file's stored graph stays
+    usable)."""
     from kinetic.frontend.blocks import Options
     from kinetic.frontend.rope_scaling import RopeOverrides
 
-    overrides = rope_overrides(args)
-    return None if overrides == RopeOverrides() else Options(rope=overrides)
+    overrides, numerics = rope_overrides(args), getattr(args, "numerics", None)
+    return None if overrides == RopeOverrides() and numerics is None else Options(rope=overrides, numerics=numerics)
 
 
 def _freq_scale(given: tuple[str, float] | None) -> float | None:

@@ -3,7 +3,8 @@
 Owns: --device and -ngl (`add_device_args`, `choose_device`: auto unless told, a GPU when one is
 usable, else the CPU, with one line when -ngl asked for a GPU there is none of), -c (`add_context_arg`,
 `choose_context`: the model's training context, at most 32768, and at most what half the free memory
-holds), and --chat-template NAME (`add_template_arg`). Does not own the device registry
+holds), --chat-template NAME (`add_template_arg`) and --numerics (`add_numerics_arg`; lowering_options
+carries it to the Model). Does not own the device registry
 (kinetic/devices.py), the sampler flags (run_cmd) nor llama.cpp's other spellings (llama_flags.py).
 """
 
@@ -204,6 +205,17 @@ def add_signature_arg(p: argparse.ArgumentParser) -> None:
                         "them); GGUF files cannot be signed and are refused [default: $KINETIC_REQUIRE_SIGNATURE]")
 
 
+def add_numerics_arg(p: argparse.ArgumentParser) -> None:
+    """--numerics MODE, for every command that compiles a model's graph (docs/numerics.md)."""
+    from kinetic.ir.orders import DEFAULT_NUMERICS, NUMERICS
+
+    p.add_argument("--numerics", choices=NUMERICS, metavar="{" + ",".join(NUMERICS) + "}",
+                   help="the reductions' order of summation: ggml (llama.cpp's CPU decode path, bit for bit) or "
+                        "fast (one float chain per output: faster on the CPU, as exact and batch-invariant, other "
+                        f"last bits); devices that follow only ggml's orders run ggml [default: a .ktc file's own, "
+                        f"else {DEFAULT_NUMERICS}]")
+
+
 def add_runtime_args(p: argparse.ArgumentParser) -> None:
     """The runtime options of run and chat (serve adds its own between them)."""
     add_context_arg(p)
@@ -214,6 +226,7 @@ def add_runtime_args(p: argparse.ArgumentParser) -> None:
     add_lora_args(p)
     add_signature_arg(p)
     add_rope_arguments(p)  # llama.cpp's --rope-* / --yarn-* (rope_options.py)
+    add_numerics_arg(p)
 
 
 def check_runtime_args(args: argparse.Namespace) -> None:

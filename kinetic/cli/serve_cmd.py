@@ -19,6 +19,7 @@ from kinetic.cli.runtime_options import (
     add_context_arg,
     add_device_args,
     add_lora_args,
+    add_numerics_arg,
     add_off_arg,
     add_signature_arg,
     add_template_arg,
@@ -74,6 +75,7 @@ def add_parser(sub) -> None:
                    help="serve /rerank with the model's classification head (pooling rank)")
     add_sampling_args(p)
     add_rope_arguments(p)  # llama.cpp's --rope-* / --yarn-* (rope_options.py); load_model applies them
+    add_numerics_arg(p)  # --numerics (runtime_options.py); load_model applies it
     add_llama_flags(p, SERVE)
     p.set_defaults(run=run)
 

@@ -77,3 +77,6 @@ class Capabilities:
     fusions: Fusions | None = None
     reduction_orders: frozenset[str] = frozenset()
     max_sequences: int | None = 1
+    # the numerics modes (kinetic/ir/orders.py NUMERICS) whose orders its kernels follow or refuse node
+    # by node; a model asking for another runs in "ggml" (kinetic/numerics_mode.py)
+    numerics: frozenset[str] = frozenset({"ggml"})

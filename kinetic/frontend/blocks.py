@@ -55,6 +55,9 @@ class Options:
     activations: str = "q8"  # "q8": ggml's 8-bit activation quantization; "f32": float path
     kv_dtype: str = "f16"
     rope: RopeOverrides = RopeOverrides()  # llama.cpp's --rope-* / --yarn-* settings (rope_scaling.py)
+    # the reductions' orders, "ggml" or "fast" (kinetic/ir/orders.py), written by the pass pipeline, not
+    # by lowering; None: chosen where the model is loaded (kinetic/numerics_mode.py), else the default
+    numerics: str | None = None
 
 
 @dataclass

@@ -59,7 +59,7 @@ class Interpreter:
 
     def matmul(self, x: np.ndarray, weight: Node, attrs) -> np.ndarray:
         """A matmul as the reference defines it; device executors override this with their kernels."""
-        return numerics.matmul(x, self.weight(weight), attrs.activations)
+        return numerics.matmul(x, self.weight(weight), attrs.activations, attrs.order or None)
 
     def expert_weight(self, node: Node, expert: int) -> numerics.DequantizedWeight:
         """Expert `expert`'s [n_out, K] matrix of a stacked [E, n_out, K] weight, decoded once."""
@@ -71,7 +71,7 @@ class Interpreter:
 
     def expert_matmul(self, x: np.ndarray, weight: Node, expert: int, attrs) -> np.ndarray:
         """Rows x times one expert of a stacked weight (moe_matmul), as matmul does for a 2-D weight."""
-        return numerics.matmul(x, self.expert_weight(weight, expert), attrs.activations)
+        return numerics.matmul(x, self.expert_weight(weight, expert), attrs.activations, attrs.order or None)
 
     def attend(self, q: np.ndarray, keys: np.ndarray, vals: np.ndarray, visible: np.ndarray, attrs) -> np.ndarray:
         """Attention of some rows over their sequence's keys, as the reference defines it; device

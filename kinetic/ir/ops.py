@@ -5,8 +5,9 @@ per op), `infer` (its output type from its input types and attributes, raising V
 do not fit; None for leaves that carry their type), its groups (`ELEMENTWISE`, `REDUCE`, `LEAF`) and
 `reference`, the function that defines what it computes (kinetic/ir/reference.py), and, for a
 reduction, `order`: the named per-row order of summation its reference follows on these inputs
-(kinetic/ir/orders.py). A reducing op's attributes end with `order`, empty until the batch-invariance
-pass writes it (kinetic/passes/batch_invariance.py); a non-empty one must be the spec's. The verifier
+(kinetic/ir/orders.py; ggml's order, and `mode_order` gives each numerics mode's). A reducing op's
+attributes end with `order`, empty until the batch-invariance pass writes it
+(kinetic/passes/batch_invariance.py); a non-empty one must be one of `allowed_orders`. The verifier
 (graph.py), the text form (text.py) and the reference interpreter read this table; an op without a
 spec raises. Adding an op is one enum member, its attributes and inference in its group's module
 (kinetic/ir/op_groups/: lookups, attention, recurrent, moe, elementwise), one `OpSpec` row here
@@ -52,7 +53,8 @@ from kinetic.ir.types import TensorType
 
 __all__ = [
     "OPS", "ELEMENTWISE", "LEAVES", "REDUCE", "QUANTIZED_ROWS", "Group", "Op", "OpSpec", "VerifyError",
-    "attr_fields", "check_attrs", "infer_type", "reduction_order", "spec_of",
+    "allowed_orders", "attr_fields", "check_attrs", "infer_type", "is_ggml_order", "mode_order", "reduction_order",
+    "spec_of",
     "AttentionAttrs", "ColumnsAttrs", "DeltaRuleAttrs", "EmbedAttrs", "HeadColumnsAttrs", "InputAttrs",
     "LayerNormAttrs", "MatmulAttrs", "MoeGateAttrs", "MoeMatmulAttrs", "MoeSelectAttrs", "MoeWeightsAttrs",
     "NoAttrs", "ParamAttrs", "QuantizeAttrs", "RecurrentStateAttrs", "RmsNormAttrs", "RopeAttrs", "ScaleAttrs",
@@ -209,10 +211,34 @@ def infer_type(op: Op, input_types: list[TensorType], attrs) -> TensorType:
     check_attrs(op, attrs)
     result = spec.infer(input_types, attrs)
     if spec.order is not None and attrs.order:
-        want = spec.order(input_types, attrs)
-        check(attrs.order == want, f"{op.value} order {attrs.order!r} is not the order its reference "
-               f"follows on these inputs ({want!r})")
+        allowed = allowed_orders(op, input_types, attrs)
+        check(attrs.order in allowed, f"{op.value} order {attrs.order!r} is not an order its reference "
+               f"follows on these inputs ({', '.join(repr(o) for o in sorted(allowed))})")
     return result
+
+
+def mode_order(op: Op, input_types: list[TensorType], attrs, numerics: str = orders.DEFAULT_NUMERICS) -> str:
+    """The order a reduction of `op` takes in numerics mode `numerics` (orders.NUMERICS): the mode's
+    entry in orders.FAST_ORDERS for "fast" where the op has one, else the spec's (ggml's) order."""
+    spec = spec_of(op)
+    if spec.order is None:
+        raise VerifyError(f"{op.value} reduces but its spec names no order (kinetic/ir/orders.py)")
+    if numerics not in orders.NUMERICS:
+        raise VerifyError(f"unknown numerics mode {numerics!r} (one of {', '.join(orders.NUMERICS)})")
+    fast = orders.FAST_ORDERS.get(op.value) if numerics == "fast" else None
+    return (fast or spec.order)(input_types, attrs)
+
+
+def allowed_orders(op: Op, input_types: list[TensorType], attrs) -> frozenset[str]:
+    """The orders a node of `op` on these inputs may carry: its order in each numerics mode."""
+    return frozenset(mode_order(op, input_types, attrs, mode) for mode in orders.NUMERICS)
+
+
+def is_ggml_order(op: Op, input_types: list[TensorType], attrs) -> bool:
+    """Whether the node sums in ggml's order (its spec's): what a device that follows only ggml's
+    orders per weight type can run, whatever order names it declares."""
+    order = reduction_order(op, input_types, attrs)
+    return order is None or order == spec_of(op).order(input_types, attrs)
 
 
 def reduction_order(op: Op, input_types: list[TensorType], attrs) -> str | None:

@@ -1,4 +1,5 @@
-"""The integer side of ggml's quantized dot products for Q2_K, Q3_K, Q5_K, IQ4_NL, IQ4_XS and MXFP4.
+"""The integer side of the quantized dot products for Q2_K, Q3_K, Q5_K, IQ4_NL, IQ4_XS, MXFP4 and Q4_0
+(ggml's orders), and of Q8_0, Q5_0, Q4_1 and Q5_1 in the fast order ("block_chain", kinetic/ir/orders.py).
 
 Owns: reading these weight types' block layouts (ggml-common.h; gguf.quants decodes the same bytes to
 the same values, tests/ir/test_quant_dots.py holds them together) into the exact integer weights
@@ -18,7 +19,12 @@ Two groupings, after ggml's kernels (ggml/src/ggml-cpu/arch/x86/quants.c and rep
 
 A weight is `IntegerParts`: `weights[n, b, lane, pos]` (float32 holding small integers, sub-block
 scale folded in) against the block's activations permuted by `perm`, so that every lane sum is one
-exact product; Q2_K and Q5_K add their minimums through the Q8_K sums of 16 (`mins`).
+exact product; Q2_K and Q5_K add their minimums through the Q8_K sums of 16 (`mins`), Q4_1 and Q5_1
+through their float minimum `m` against Q8_1's block sums. The fast order's types (CHAIN_TYPES:
+Q8_0 q, Q5_0 q - 16, Q4_1 and Q5_1 q unsigned) are one lane of 32 per block, in block order; their
+ggml order is numerics/weights.py's lane layout, so they are decoded here only when asked for. Q3_K,
+Q5_K and IQ4_XS in the fast order read the same "lanes" parts, summed per super-block
+(SUPERBLOCK_CHAIN_TYPES; numerics.dots._parts_chain).
 """
 
 from __future__ import annotations
@@ -52,6 +58,7 @@ class IntegerParts:
     d: np.ndarray  # f32 [n, nb]: the block's float scale
     mins: np.ndarray | None = None  # f32 [n, nb, 16]: integer minimum per 16 activations
     dmin: np.ndarray | None = None  # f32 [n, nb]
+    m: np.ndarray | None = None  # f32 [n, nb]: Q4_1/Q5_1's float minimum, added to every value of the block
 
     @property
     def order(self) -> str:
@@ -165,23 +172,62 @@ def _mxfp4(blocks: np.ndarray) -> IntegerParts:
     return IntegerParts(Q.MXFP4, w, np.arange(32), e8m0_half(blocks[:, :, 0]))
 
 
+def _high_bits(qh: np.ndarray) -> np.ndarray:
+    """Q5_0/Q5_1's qh[4] (a little-endian u32) -> [..., 32]: value j's fifth bit, bit j of qh."""
+    word = qh.copy().view(np.uint32)  # [..., 1]
+    return ((word >> np.arange(32, dtype=np.uint32)) & np.uint32(1)).astype(np.int32)
+
+
+def _chain(wtype: Q, q: np.ndarray, d: np.ndarray, m: np.ndarray | None = None) -> IntegerParts:
+    return IntegerParts(wtype, q.astype(F32)[:, :, None, :], np.arange(32), d, m=m)
+
+
+def _q8_0(blocks: np.ndarray) -> IntegerParts:
+    # block_q8_0: d, qs[32] (int8)
+    return _chain(Q.Q8_0, blocks[:, :, 2:34].copy().view(np.int8), _f16(blocks, 0))
+
+
+def _q5_0(blocks: np.ndarray) -> IntegerParts:
+    # block_q5_0: d, qh[4], qs[16]; value j = nibble j | bit j of qh << 4, minus 16
+    q = _nibbles32(blocks[:, :, 6:22]).astype(np.int32) | (_high_bits(blocks[:, :, 2:6]) << 4)
+    return _chain(Q.Q5_0, q - 16, _f16(blocks, 0))
+
+
+def _q4_1(blocks: np.ndarray) -> IntegerParts:
+    # block_q4_1: d, m, qs[16]; value j = d * nibble j + m
+    return _chain(Q.Q4_1, _nibbles32(blocks[:, :, 4:20]), _f16(blocks, 0), _f16(blocks, 2))
+
+
+def _q5_1(blocks: np.ndarray) -> IntegerParts:
+    # block_q5_1: d, m, qh[4], qs[16]; value j = d * (nibble j | bit j of qh << 4) + m
+    q = _nibbles32(blocks[:, :, 8:24]).astype(np.int32) | (_high_bits(blocks[:, :, 4:8]) << 4)
+    return _chain(Q.Q5_1, q, _f16(blocks, 0), _f16(blocks, 2))
+
+
 _DECODERS = {Q.Q4_0: _q4_0, Q.Q2_K: _q2_k, Q.Q3_K: _q3_k, Q.Q5_K: _q5_k, Q.IQ4_XS: _iq4_xs, Q.IQ4_NL: _iq4_nl,
              Q.MXFP4: _mxfp4}
 TYPES = frozenset(_DECODERS)
+# block-32 types whose ggml order is "lanes" but which the fast order sums as one chain of whole
+# blocks (kinetic/ir/orders.py "block_chain"): decoded here for that order only
+_CHAIN_DECODERS = {Q.Q8_0: _q8_0, Q.Q5_0: _q5_0, Q.Q4_1: _q4_1, Q.Q5_1: _q5_1}
+CHAIN_TYPES = frozenset(_CHAIN_DECODERS)
+# K-quant types whose ggml order is "lanes" and whose fast order ("block_chain") sums each super-block's
+# lanes as exact integers first: one fma per super-block (Q6_K's parts are numerics/weights.py's)
+SUPERBLOCK_CHAIN_TYPES = frozenset({Q.Q3_K, Q.Q5_K, Q.Q6_K, Q.IQ4_XS})
 # the types of each order decoded here (Q4_K and Q6_K have their own parts: numerics/weights.py)
 LANE_ORDER = frozenset(t for t in TYPES if QUANT_TYPES[t].dot_order == "lanes")
 SCALAR_ORDER = frozenset(t for t in TYPES if QUANT_TYPES[t].dot_order == "scalar")
 
 
 def integer_parts(raw: np.ndarray, wtype: Q) -> IntegerParts:
-    """Raw blocks u8 [n, row_bytes] of one of TYPES -> their IntegerParts."""
+    """Raw blocks u8 [n, row_bytes] of one of TYPES or CHAIN_TYPES -> their IntegerParts."""
     raw = np.ascontiguousarray(raw, dtype=np.uint8)
     blocks = raw.reshape(raw.shape[0], -1, QUANT_TYPES[wtype].block_bytes)
-    return _DECODERS[wtype](blocks)
+    return (_DECODERS.get(wtype) or _CHAIN_DECODERS[wtype])(blocks)
 
 
 def values(parts: IntegerParts) -> np.ndarray:
-    """The dequantized weight f32 [n, K] these parts stand for (d * weights - dmin * mins), in block
+    """The dequantized weight f32 [n, K] these parts stand for (d * weights - dmin * mins + m), in block
     order: what gguf's dequantization gives, up to float rounding; a check on the layouts."""
     n, nb = parts.d.shape
     w = np.empty((n, nb, parts.block), np.float64)
@@ -189,4 +235,6 @@ def values(parts: IntegerParts) -> np.ndarray:
     out = w * parts.d[:, :, None]
     if parts.mins is not None:
         out -= np.repeat(parts.mins, parts.block // 16, axis=2) * parts.dmin[:, :, None]
+    if parts.m is not None:
+        out += parts.m[:, :, None]
     return out.reshape(n, nb * parts.block)

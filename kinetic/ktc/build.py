@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +18,7 @@ import numpy as np
 from kinetic.frontend.blocks import Options
 from kinetic.frontend.gguf_file import GGUFFile
 from kinetic.ir.graph import Graph
+from kinetic.ir.orders import DEFAULT_NUMERICS
 from kinetic.ktc import layout as L
 from kinetic.ktc.gguf_sections import split_gguf
 from kinetic.ktc.layout import Entry, Kind
@@ -26,9 +27,11 @@ from kinetic.ktc.writer import SectionData, write_ktc
 
 
 def build_ktc(gguf: GGUFFile, graph: Graph, out: str | os.PathLike, *, device: str = "cpu",
-              signing_key=None, profile: Profile | None = None, overwrite: bool = False) -> list[Entry]:
-    """Write `out` from an open GGUF file and the graph the pipeline made of it (with default
-    lowering options); an existing `out` is replaced only with overwrite. Returns the manifest entries."""
+              signing_key=None, profile: Profile | None = None, overwrite: bool = False,
+              options: Options | None = None) -> list[Entry]:
+    """Write `out` from an open GGUF file and the graph the pipeline made of it with the lowering
+    `options` (None: the defaults, in the default numerics mode); an existing `out` is replaced only
+    with overwrite. Returns the manifest entries."""
     from kinetic.ir.text import print_graph
 
     parts = split_gguf(gguf)
@@ -38,22 +41,25 @@ def build_ktc(gguf: GGUFFile, graph: Graph, out: str | os.PathLike, *, device: s
         SectionData(Kind.TOKENIZER, [parts.tokenizer]),
         SectionData(Kind.GRAPH, [print_graph(graph).encode("utf-8")]),
         SectionData(Kind.PROFILE, [_json(profile.to_json())]),
-        SectionData(Kind.METADATA, [_json(metadata_record(gguf, profile))]),
+        SectionData(Kind.METADATA, [_json(metadata_record(gguf, profile, options))]),
     ]
     if parts.chat_template is not None:
         sections.append(SectionData(Kind.CHAT_TEMPLATE, [parts.chat_template.encode("utf-8")]))
     return write_ktc(Path(out), sections, signing_key, overwrite=overwrite)
 
 
-def metadata_record(gguf: GGUFFile, profile: Profile) -> dict:
-    """Where the file came from: the source GGUF (name, size, BLAKE3) and the lowering options."""
+def metadata_record(gguf: GGUFFile, profile: Profile, options: Options | None = None) -> dict:
+    """Where the file came from: the source GGUF (name, size, BLAKE3) and the lowering options (their
+    numerics mode made concrete: the one the graph's orders are in)."""
+    options = options or Options()
+    options = replace(options, numerics=options.numerics or DEFAULT_NUMERICS)
     name = gguf.metadata.get("general.name")
     source_hash = L.digest(np.memmap(gguf.path, dtype=np.uint8, mode="r")).hex()
     return {
         "name": name if isinstance(name, str) else None,
         "architecture": gguf.architecture,
         "source": {"file": gguf.path.name, "size": gguf.file_size, "blake3": source_hash},
-        "lowering": asdict(Options()),
+        "lowering": asdict(options),
         "kinetic_version": profile.kinetic_version,
     }
 

@@ -81,7 +81,8 @@ class LoadedKtc:
         from kinetic.ir.text import parse_graph
         from kinetic.passes import pipeline_hash
 
-        same_options = asdict(options or Options()) == self.metadata.get("lowering")
+        options = options or Options(numerics=self.numerics)  # none asked for: the stored graph's mode
+        same_options = asdict(options) == self.stored_lowering
         same_build = self.profile.pipeline_hash == pipeline_hash()
         if same_options and same_build:
             try:
@@ -99,6 +100,22 @@ class LoadedKtc:
             graph = compile_graph(self.gguf, options)
         check_graph(self.path, graph, self.gguf)
         return graph
+
+    @property
+    def stored_lowering(self) -> dict | None:
+        """The lowering options the stored graph was made with (metadata "lowering"; None when that is
+        not an object); a file from before the numerics modes holds ggml's orders."""
+        lowering = self.metadata.get("lowering")
+        return {"numerics": "ggml", **lowering} if isinstance(lowering, dict) else None
+
+    @property
+    def numerics(self) -> str:
+        """The numerics mode of the stored graph ("ggml" or "fast", kinetic/ir/orders.py); "ggml" for
+        a mode this build does not know (the options then differ, and the graph is made again)."""
+        from kinetic.ir.orders import NUMERICS
+
+        stored = (self.stored_lowering or {}).get("numerics")
+        return stored if stored in NUMERICS else "ggml"
 
     def engine_settings(self, device: str, threads: int | None) -> dict:
         """Engine keywords from the profile when it fits this machine (threads given win)."""

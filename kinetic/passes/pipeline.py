@@ -1,5 +1,9 @@
 """The pass pipeline: one explicit list of phases, options on a frozen dataclass, and its hash.
 
+A phase's passes are `Graph -> Graph`; a phase that depends on an option beyond being on or off
+names the PassOptions fields its passes take as keywords (`reads`: the batch-invariance phase reads
+`numerics`, the mode whose reduction orders it writes).
+
 Owns: `PassOptions`, `Phase`, `PIPELINE`, `run_pipeline`, the device phase (`DEVICE_PHASE`,
 `lower_for_device`) and `pipeline_hash`. Options come only from a PassOptions value (never from the
 environment), so a compiled graph depends on nothing but its input graph and these options (and,
@@ -25,8 +29,10 @@ import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
+from kinetic.errors import KineticError
 from kinetic.ir.graph import Graph, verify
 from kinetic.ir.ops import VerifyError
+from kinetic.ir.orders import DEFAULT_NUMERICS, NUMERICS
 from kinetic.passes.batch_invariance import assign_reduction_orders
 from kinetic.passes.canonicalize import canonicalize, renumber
 from kinetic.passes.cse import eliminate_common_subexpressions
@@ -44,6 +50,11 @@ Pass = Callable[[Graph], Graph]
 class PassOptions:
     cse: bool = True  # merge repeated computations
     fusion: bool = True  # silu/gelu * up -> swiglu/geglu
+    numerics: str = DEFAULT_NUMERICS  # the reductions' orders: "ggml" or "fast" (kinetic/ir/orders.py)
+
+    def __post_init__(self):
+        if self.numerics not in NUMERICS:
+            raise KineticError(f"unknown numerics mode {self.numerics!r}", f"Use one of: {', '.join(NUMERICS)}.")
 
 
 @dataclass(frozen=True)
@@ -51,16 +62,21 @@ class Phase:
     name: str
     passes: tuple[Pass, ...]
     option: str | None = None  # the PassOptions field that switches this phase; None = always on
+    reads: tuple[str, ...] = ()  # PassOptions fields its passes take as keywords
 
     def enabled(self, options: PassOptions) -> bool:
         return self.option is None or bool(getattr(options, self.option))
+
+    def keywords(self, options: PassOptions) -> dict:
+        return {name: getattr(options, name) for name in self.reads}
 
 
 PIPELINE: tuple[Phase, ...] = (
     Phase("canonicalize", (canonicalize,)),
     Phase("cse", (eliminate_common_subexpressions, eliminate_dead_code, renumber), option="cse"),
     Phase("fusion", (fuse, eliminate_dead_code, renumber), option="fusion"),
-    Phase("batch_invariance", (assign_reduction_orders,)),  # last: every reduction, fused ones too
+    # last: every reduction, fused ones too, in the numerics mode's order
+    Phase("batch_invariance", (assign_reduction_orders,), reads=("numerics",)),
 )
 
 
@@ -73,7 +89,7 @@ def run_pipeline(graph: Graph, options: PassOptions | None = None,
         if not phase.enabled(options):
             continue
         for run_pass in phase.passes:
-            graph = run_pass(graph)
+            graph = run_pass(graph, **phase.keywords(options))
             _verify_after(graph, phase=phase.name, pass_name=run_pass.__name__)
         if on_phase is not None:
             on_phase(phase.name, graph)
@@ -115,7 +131,7 @@ def pipeline_hash(options: PassOptions | None = None, fusions: Fusions | None = 
         phases.append((DEVICE_PHASE, [f.__module__ + "." + f.__name__ for f in DEVICE_PASSES]))
         modules = sorted(set(modules) | {f.__module__ for f in DEVICE_PASSES} | {"kinetic.passes.rewrite"})
         facts["fusions"] = fusions.describe()
-    modules.append(__name__)
+    modules += [__name__, "kinetic.ir.orders"]  # the orders the batch-invariance pass writes
     h = hashlib.sha256()
     h.update(json.dumps(facts, sort_keys=True).encode())
     for module in modules:

@@ -22,6 +22,7 @@ from kinetic.devices import DEVICE_NAMES
 from kinetic.errors import KineticError
 from kinetic.frontend.blocks import Options
 from kinetic.frontend.rope_scaling import RopeOverrides
+from kinetic.ir.orders import DEFAULT_NUMERICS, NUMERICS
 from kinetic.outputs import Inputs, write_output
 from kinetic.receipts.hashing import build_hash, file_blake3, token_hash
 from kinetic.receipts.strict_json import MAX_RECEIPT_BYTES, JsonRefused, loads_strict
@@ -45,9 +46,12 @@ def device_settings(n_ctx: int, options: Options | None = None) -> dict[str, Any
     """The load settings that can change the bits or the length of an answer. Threads and the prompt
     batch are not among them: threads split rows, never a sum, and every row's sums are the same in
     any batch (docs/numerics.md), so neither changes a bit. Rotary overrides (--rope-*, --yarn-*)
-    are recorded under "rope" only when some are given, as {field: value} of RopeOverrides."""
+    are recorded under "rope" only when some are given, as {field: value} of RopeOverrides; the
+    numerics mode (kinetic/ir/orders.py) under "numerics" only when it is not "ggml"."""
     options = options or Options()
     settings = {"ctx-size": n_ctx, "activations": options.activations, "kv-type": options.kv_dtype}
+    if (options.numerics or DEFAULT_NUMERICS) != "ggml":
+        settings["numerics"] = options.numerics or DEFAULT_NUMERICS
     rope = {f.name: getattr(options.rope, f.name) for f in fields(RopeOverrides)
             if getattr(options.rope, f.name) is not None}
     if rope:
@@ -57,7 +61,7 @@ def device_settings(n_ctx: int, options: Options | None = None) -> dict[str, Any
 
 def options_from_settings(settings: dict[str, Any]) -> Options:
     return Options(activations=settings["activations"], kv_dtype=settings["kv-type"],
-                   rope=RopeOverrides(**settings.get("rope", {})))
+                   rope=RopeOverrides(**settings.get("rope", {})), numerics=settings.get("numerics", "ggml"))
 
 
 def tokens_record(ids: list[int]) -> dict[str, Any]:
@@ -205,6 +209,9 @@ def _check_values(receipt: dict[str, Any], path: Path) -> None:
         if settings[name] not in choices:
             raise KineticError(f"{path}: device.settings.{name} is {settings[name]!r}, not one of {choices}", _HINT)
     _check_rope(settings.get("rope", {}), path)
+    if settings.get("numerics", "ggml") not in NUMERICS:
+        raise KineticError(f"{path}: device.settings.numerics is {settings['numerics']!r}, not one of {NUMERICS}",
+                           _HINT)
     if receipt["output"]["finish"] not in _FINISHES:
         raise KineticError(f"{path}: output.finish is {receipt['output']['finish']!r}, not one of {_FINISHES}",
                            _HINT)

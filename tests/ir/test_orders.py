@@ -10,7 +10,7 @@ import pytest
 from gguf import GGMLQuantizationType as Q
 
 from kinetic.ir.graph import verify
-from kinetic.ir.ops import OPS, REDUCE, Group, Op, VerifyError, reduction_order
+from kinetic.ir.ops import OPS, REDUCE, Group, Op, VerifyError, mode_order, reduction_order
 from kinetic.ir.orders import ORDERS, weight_order
 from kinetic.ir.quants import QUANT_TYPES
 from kinetic.ir.text import IRParseError, parse_graph, print_graph
@@ -51,6 +51,8 @@ def test_every_order_a_spec_can_give_is_named():
     given |= {OPS[Op.RMS_NORM].order([f32("T", 8)], None), OPS[Op.LAYER_NORM].order([f32("T", 8)], None)}
     given |= {reduction_order(Op.ATTENTION, [], OPS[Op.ATTENTION].attrs(1, 1, 4, 0.5, kv_dtype=d))
               for d in ("f16", "f32")}
+    given |= {mode_order(Op.ATTENTION, [], OPS[Op.ATTENTION].attrs(1, 1, 4, 0.5, kv_dtype=d), "fast")
+              for d in ("f16", "f32")}  # "key_chain_f16_acc32": the fast mode's over an f16 cache
     assert given == set(ORDERS)
 
 
@@ -71,13 +73,14 @@ output out = %4
 
 
 def test_the_verifier_refuses_an_order_that_is_not_the_references():
-    """A q8_0 matmul written with order="block_chain" (Q4_0's) is refused at its line, naming both
-    orders; the right order and an empty one (not assigned yet) are accepted."""
-    with pytest.raises(IRParseError, match=r"line 6: matmul order 'block_chain' .*\('lanes8'\)"):
-        parse_graph(MATMUL.replace("ORDER", ', order="block_chain"'))
-    with pytest.raises(VerifyError, match="block_chain"):
-        verify(parse_graph(MATMUL.replace("ORDER", ', order="block_chain"'), check_types=False))
-    assert parse_graph(MATMUL.replace("ORDER", ', order="lanes8"')).node(4).attrs.order == "lanes8"
+    """A q8_0 matmul written with order="lanes64" (F16's) is refused at its line, naming the orders it
+    may have (ggml's and the fast mode's); those two and an empty one (not assigned yet) are accepted."""
+    with pytest.raises(IRParseError, match=r"line 6: matmul order 'lanes64' .*\('block_chain', 'lanes8'\)"):
+        parse_graph(MATMUL.replace("ORDER", ', order="lanes64"'))
+    with pytest.raises(VerifyError, match="lanes64"):
+        verify(parse_graph(MATMUL.replace("ORDER", ', order="lanes64"'), check_types=False))
+    for order in ("lanes8", "block_chain"):
+        assert parse_graph(MATMUL.replace("ORDER", f', order="{order}"')).node(4).attrs.order == order
     assert parse_graph(MATMUL.replace("ORDER", "")).node(4).attrs.order == ""
 
 

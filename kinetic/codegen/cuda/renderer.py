@@ -43,7 +43,7 @@ from kinetic.codegen.cuda.caps import ARCHS, BUDGETS, Arch, Budget
 from kinetic.codegen.cuda.kernel import Kernel
 from kinetic.codegen.runner import Capabilities
 from kinetic.ir.graph import Graph, Node
-from kinetic.ir.ops import REDUCE, Op, reduction_order
+from kinetic.ir.ops import REDUCE, Op, is_ggml_order, reduction_order
 from kinetic.passes.device_fusion import Fusions, computed_by, quantized_in_producer
 from kinetic.passes.pipeline import lower_for_device
 
@@ -293,4 +293,7 @@ class CudaRenderer:
             if order not in follows:
                 raise NotImplementedError(f"reduction order {order!r} (CUDA's kernels follow "
                                           f"{', '.join(sorted(follows))})")
+            if not is_ggml_order(node.op, [ctx.graph.node(i).type for i in node.inputs], node.attrs):
+                raise NotImplementedError(f"reduction order {order!r} of the fast numerics mode (CUDA's kernels "
+                                          "follow the ggml mode's orders; run with --numerics ggml)")
         return kernels

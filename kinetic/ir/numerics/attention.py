@@ -1,9 +1,11 @@
 """Attention of query rows over the keys they see, as ggml's CPU flash attention computes one row.
 
 Owns: `dot_f16` (ggml_vec_dot_f16's order for scores) and `attention_online` (q rounded to the cache
-type, keys in cache order with an online softmax using the C library's expf, an f16 value
-accumulator rounded after every key, S = fma(S, ms, vs), out = acc * (1/S)). Does not own which keys a
-row sees (the interpreter passes a visibility mask) or the cache.
+type, keys in cache order with an online softmax using the C library's expf, S = fma(S, ms, vs),
+out = acc * (1/S)), in the two orders of an f16 cache (kinetic/ir/orders.py): "key_chain_f16", ggml's,
+whose value accumulator is f16 rounded after every key, and "key_chain_f16_acc32", the same steps
+with an f32 accumulator never rounded to f16. Does not own which keys a row sees (the interpreter
+passes a visibility mask), the cache, or which order a graph asks for (the batch-invariance pass).
 """
 
 from __future__ import annotations
@@ -40,15 +42,30 @@ def dot_f16(q: np.ndarray, k: np.ndarray) -> np.ndarray:
     return sumf.astype(F32)
 
 
+F32_ACCUMULATOR_ORDERS = frozenset({"key_chain_f16_acc32"})  # f16-cache orders whose accumulator stays f32
+
+
+def f16_cache_accumulator(a) -> str:
+    """The value accumulator over an f16 cache, "f16" (ggml's order) or "f32", by the attention
+    attributes' order (empty before the batch-invariance pass: ggml's; attribute records made by hand
+    for kernel tests may leave the field out, meaning the same)."""
+    return "f32" if getattr(a, "order", "") in F32_ACCUMULATOR_ORDERS else "f16"
+
+
+def _accumulator_dtype(keys: np.ndarray, a) -> type:
+    return np.float16 if keys.dtype == np.float16 and f16_cache_accumulator(a) == "f16" else F32
+
+
 def attention_online(q: np.ndarray, keys: np.ndarray, vals: np.ndarray, visible: np.ndarray, a) -> np.ndarray:
     """q f32 [rows, n_head*hd], keys/vals [n, n_kv*hd] in the cache dtype, visible bool [rows, n].
 
     ggml's CPU flash attention for one query row (ops.cpp, ggml_compute_forward_flash_attn_ext_f16_one_chunk):
     q rounded to the cache type; per visible key in cache order the score s = dot_f16(q, k) * scale
     (then softcap), and an online softmax: on a new maximum M the accumulator is scaled by
-    ms = expf(M_old - M), else vs = expf(s - M); the accumulator += v * vs (for an f16 cache an f16
-    accumulator, each step an f32 fma rounded to f16); S = fma(S, ms, vs); out = acc * (1/S).
-    expf is the C library's. Every row is computed on its own.
+    ms = expf(M_old - M), else vs = expf(s - M); the accumulator += v * vs (for an f16 cache in ggml's
+    order an f16 accumulator, each step an f32 fma rounded to f16; in "key_chain_f16_acc32" an f32
+    accumulator, acc * ms and the fma in f32 and never rounded to f16); S = fma(S, ms, vs);
+    out = acc * (1/S). expf is the C library's. Every row is computed on its own.
     """
     rows = q.shape[0]
     nh, nkv, hd = a.n_head, a.n_kv_head, a.head_dim
@@ -67,7 +84,7 @@ def attention_online(q: np.ndarray, keys: np.ndarray, vals: np.ndarray, visible:
         scores = (F32(a.softcap) * libm_f32("tanhf", scores)).astype(F32)
     else:
         scores = (scores * F32(a.scale)).astype(F32)
-    acc = np.zeros((rows, nkv, group, hd), np.float16 if f16 else F32)
+    acc = np.zeros((rows, nkv, group, hd), _accumulator_dtype(keys, a))
     m = np.full((rows, nkv, group), -np.inf, F32)
     s_sum = np.zeros((rows, nkv, group), F32)
     for j in range(kh.shape[0]):

@@ -6,8 +6,12 @@ ggml's vec-dots exactly (_lane_dot), Q4_K / Q6_K the repacked Q4_K gemv and the 
 (_superblock_dot), Q2_K, Q3_K, Q5_K, Q4_0, IQ4_NL, IQ4_XS, MXFP4 their kernels' float order on
 `quant_dots`' integer parts (_parts_dot), and F16 / BF16 / F32 weights ggml_vec_dot_{f16,bf16,f32}
 (float_dot); other quantized weights are a float32 product of the dequantized operands (the same
-integers, another summation order). Does not own decoding weights (weights.py) or quantizing
-activations (activations.py).
+integers, another summation order). In the fast order ("block_chain", kinetic/ir/orders.py) Q8_0,
+Q5_0, Q4_1 and Q5_1 sum as one float chain of whole-block dots (_block_chain_dot), Q6_K, Q5_K, Q3_K
+and IQ4_XS as one fma per super-block of its exact integer dot (_q6k_chain_dot, _parts_chain in
+"scalar"; Q4_K's order). Does not own
+decoding weights (weights.py), quantizing activations (activations.py) or which order a node takes
+(kinetic/ir/orders.py).
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ from kinetic.ir.numerics.activations import (
 )
 from kinetic.ir.numerics.floats import F32, fma_f32
 from kinetic.ir.numerics.weights import DequantizedWeight
+from kinetic.ir.op_groups.checks import VerifyError
+from kinetic.ir.orders import weight_order
 
 _LANE_ROWS = 16  # activation rows per step of the lane-ordered dot
 
@@ -95,6 +101,23 @@ def _superblock_dot(w: DequantizedWeight, qx: np.ndarray, dx: np.ndarray) -> np.
     return ((half[..., 0] + half[..., 2]).astype(F32) + (half[..., 1] + half[..., 3]).astype(F32)).astype(F32)
 
 
+def _q6k_chain_dot(w: DequantizedWeight, qx: np.ndarray, dx: np.ndarray) -> np.ndarray:
+    """Activation rows (Q8_K: q int8 [R, nsb, 256], d f32 [R, nsb]) against Q6_K weights in the fast
+    order "block_chain": f32 [R, n_out]. Per super-block the exact integer sum_j sc_j * sum_i (q_i - 32)
+    * x_i over its 16 sub-blocks (|isum| < 2^28: exact in float64), then
+    acc = fma(f32(isum), f32(d_w * d_x), acc) in super-block order."""
+    n_out, nsb, _ = w.k_weights.shape
+    rows = qx.shape[0]
+    xq = qx.reshape(rows, nsb, 256).astype(np.float64)
+    isum = np.einsum("nbk,rbk->rnb", w.k_weights, xq[:, :, w.k_perm], optimize=True)
+    isum -= np.einsum("nbk,rbk->rnb", w.k_offsets, xq, optimize=True)
+    acc = np.zeros((rows, n_out), F32)
+    for b in range(nsb):
+        dd = (dx[:, None, b] * w.k_d[None, :, b]).astype(F32)
+        acc = _fused(isum[:, :, b].astype(F32), dd, acc)
+    return acc
+
+
 def _parts_dot(p: quant_dots.IntegerParts, qx: np.ndarray, dx: np.ndarray) -> np.ndarray:
     """Activation rows (q int8 [R, nb, block], d f32 [R, nb]) against Q2_K, Q3_K, Q5_K, IQ4_NL,
     IQ4_XS or MXFP4 weights in the float order of ggml's x86 kernels (quant_dots): f32 [R, n_out].
@@ -103,27 +126,57 @@ def _parts_dot(p: quant_dots.IntegerParts, qx: np.ndarray, dx: np.ndarray) -> np
     summs = fma(-(d_x*dmin_w), f32(imin), summs) (GCC contracts `summs += dmin * isum`).
     "scalar" (repacked gemv): acc, Q2_K minus accmin = fma(f32(imin), dmin_w*d_x, accmin).
     imin = sum_j min_j * (Q8_K sum of 16 j), exact."""
+    return _parts_chain(p, qx, dx, p.order)
+
+
+def _parts_chain(p: quant_dots.IntegerParts, qx: np.ndarray, dx: np.ndarray, order: str) -> np.ndarray:
+    """_parts_dot in the float order `order`: "lanes" or "scalar" (a "lanes" type in "scalar" is the
+    fast order "block_chain": the lanes' exact integers summed per super-block before the one fma)."""
     n, nb, lanes, pos = p.weights.shape
     rows = qx.shape[0]
     xb = qx.reshape(rows, nb, p.block)[:, :, p.perm].reshape(rows, nb, lanes, pos)
     xb = xb.astype(np.float64).transpose(1, 2, 0, 3)  # [nb, lanes, R, pos]
-    acc = np.zeros((rows, n, lanes), F32)
+    acc = np.zeros((rows, n, lanes if order == "lanes" else 1), F32)
     accm = np.zeros((rows, n), F32)
     bsums = qx.reshape(rows, nb, -1, 16).astype(np.float64).sum(axis=3) if p.mins is not None else None
     for b in range(nb):
         wb = p.weights[:, b].astype(np.float64).transpose(1, 2, 0)  # [lanes, pos, n]
-        ints = np.matmul(xb[b], wb).transpose(1, 2, 0).astype(F32)  # [R, n, lanes]: exact, then cvtdq2ps
+        ints = np.matmul(xb[b], wb).transpose(1, 2, 0)  # [R, n, lanes]: exact
+        if order == "scalar" and lanes > 1:  # the block's integer total (exact below 2^53)
+            ints = ints.sum(axis=2, keepdims=True)
+        ints = ints.astype(F32)  # cvtdq2ps
         dd = (dx[:, None, b] * p.d[None, :, b]).astype(F32)
         acc = fma_f32(ints, dd[..., None], acc)
         if bsums is not None:
             imin = (bsums[:, b] @ p.mins[:, b].astype(np.float64).T).astype(F32)
             dm = (dx[:, None, b] * p.dmin[None, :, b]).astype(F32)
-            accm = fma_f32(imin, dm, accm) if p.order == "scalar" else fma_f32(-dm, imin, accm)
-    if p.order == "scalar":
+            accm = fma_f32(imin, dm, accm) if order == "scalar" else fma_f32(-dm, imin, accm)
+    if order == "scalar":
         return acc[..., 0] if bsums is None else (acc[..., 0] - accm).astype(F32)
     half = (acc[..., 4:] + acc[..., :4]).astype(F32)
     y = ((half[..., 0] + half[..., 2]).astype(F32) + (half[..., 1] + half[..., 3]).astype(F32)).astype(F32)
     return y if bsums is None else (y + accm).astype(F32)
+
+
+def _block_chain_dot(p: quant_dots.IntegerParts, qx: np.ndarray, dx: np.ndarray, sx: np.ndarray | None) -> np.ndarray:
+    """Activation rows (Q8_0 q int8 [R, nb, 32], d f32 [R, nb], Q8_1's s f32 [R, nb] or None) against
+    Q8_0, Q5_0, Q4_1 or Q5_1 weights (quant_dots.CHAIN_TYPES) in the fast order "block_chain":
+    f32 [R, n_out]. Per block the exact integer sum of its 32 products, then
+    acc = fma(f32(isum), f32(d_w * d_x), acc); Q4_1 / Q5_1 also accm = fma(m_w, s_x, accm) and give
+    f32(acc + accm). The integer sums are exact in float32 (|isum| <= 32 * 128 * 255 < 2^24), so a
+    float32 matmul gives them whatever order it adds in."""
+    n, nb = p.d.shape
+    w = p.weights[:, :, 0, :].transpose(1, 2, 0)  # [nb, 32, n]: contiguous per block as chain_parts keeps it
+    xb = qx.astype(F32)
+    acc = np.zeros((qx.shape[0], n), F32)
+    accm = None if p.m is None else np.zeros_like(acc)
+    for b in range(nb):
+        isum = xb[:, b] @ w[b]  # [R, n] exact integers
+        dd = (dx[:, None, b] * p.d[None, :, b]).astype(F32)
+        acc = _fused(isum, dd, acc)
+        if accm is not None:  # m_w and s_x are f16 values: their product is exact in f32, so the add is the fma
+            accm = (accm + p.m[None, :, b] * sx[:, None, b]).astype(F32)
+    return acc if accm is None else (acc + accm).astype(F32)
 
 
 # Float weights: each type's vec_dot_type is itself (ggml-cpu.c type_traits_cpu), so activations are
@@ -220,8 +273,19 @@ def _by_row_chunks(rows: int, n_out: int, dot) -> np.ndarray:
     return out
 
 
-def matmul(x: np.ndarray, w: DequantizedWeight, activations: str = "q8") -> np.ndarray:
-    """x f32 [rows, K] times w [n_out, K] transposed -> f32 [rows, n_out], with ggml's semantics.
+def _superblock_chain(x: np.ndarray, w: DequantizedWeight) -> np.ndarray:
+    """x f32 [rows, K] against Q6_K, Q5_K, Q3_K or IQ4_XS weights in "block_chain": one fma per
+    super-block of its exact integer dot (Q5_K also its minimum's chain, subtracted at the end)."""
+    qx, dx = quantize_q8_k(x)
+    if w.type is Q.Q6_K:
+        return _by_row_chunks(x.shape[0], w.k_weights.shape[0], lambda lo, hi: _q6k_chain_dot(w, qx[lo:hi], dx[lo:hi]))
+    return _by_row_chunks(x.shape[0], w.parts.d.shape[0],
+                          lambda lo, hi: _parts_chain(w.parts, qx[lo:hi], dx[lo:hi], "scalar"))
+
+
+def matmul(x: np.ndarray, w: DequantizedWeight, activations: str = "q8", order: str | None = None) -> np.ndarray:
+    """x f32 [rows, K] times w [n_out, K] transposed -> f32 [rows, n_out], in the reduction order
+    `order` (kinetic/ir/orders.py; None or ggml's order for the weight type: ggml's semantics).
 
     Each row is its own matrix-vector product, so a row's result never depends on which other rows
     share the pass (a BLAS matrix-matrix product may block rows differently for different counts).
@@ -229,8 +293,21 @@ def matmul(x: np.ndarray, w: DequantizedWeight, activations: str = "q8") -> np.n
     (_superblock_dot), Q2_K, Q3_K, Q5_K, IQ4_NL, IQ4_XS, MXFP4 (_parts_dot) and float weights
     (float_dot, ggml_vec_dot_{f16,bf16,f32}); other quantized weights are a float32 product of the
     dequantized operands, which differs from ggml's kernels only in the order of float summation.
+    The fast order "block_chain" on Q8_0, Q5_0, Q4_1, Q5_1 weights is _block_chain_dot, on Q6_K, Q5_K,
+    Q3_K, IQ4_XS _superblock_chain (on the other types that have it, it is their ggml order); any
+    other order the weight type lacks is refused.
     """
     rows = x.shape[0]
+    if order is not None and order != weight_order(w.type, activations):
+        if order == "block_chain" and activations != "f32" and w.type in quant_dots.SUPERBLOCK_CHAIN_TYPES:
+            return _superblock_chain(x, w)
+        if order != "block_chain" or activations == "f32" or w.type not in quant_dots.CHAIN_TYPES:
+            raise VerifyError(f"the reference has no matmul in order {order!r} for {w.type.name} weights "
+                              f"with {activations} activations")
+        qx, dx = quantize_q8_0(x)
+        sx = q8_1_sums(x) if w.chain_parts.m is not None else None
+        return _by_row_chunks(rows, w.chain_parts.d.shape[0], lambda lo, hi: _block_chain_dot(
+            w.chain_parts, qx[lo:hi], dx[lo:hi], None if sx is None else sx[lo:hi]))
     if activations != "f32" and w.lanes is not None:
         qx, dx = quantize_q8_0(x)
         sx = q8_1_sums(x) if w.minimums is not None else None

@@ -4,10 +4,13 @@ Owns: turning a stored weight (raw blocks [n_out, row_bytes], or float values) i
 `dots.matmul` reads for its type: block-32 "lanes" types (Q8_0, Q5_0, Q4_1, Q5_1) as integer quants in
 lane groups plus their f16 scales (and Q4_1/Q5_1's minimums); Q4_K / Q6_K as exact integer parts per
 super-block; Q2_K, Q3_K, Q5_K, Q4_0, IQ4_NL, IQ4_XS, MXFP4 as `quant_dots.IntegerParts`; every other
-type as dequantized float32 values. Does not own the dot products' order (dots.py).
+type as dequantized float32 values. Q8_0, Q5_0, Q4_1 and Q5_1 also as IntegerParts of whole blocks
+for the fast order (`chain_parts`, decoded on first use). Does not own the dot products' order (dots.py).
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 from gguf import GGMLQuantizationType as Q
@@ -44,6 +47,7 @@ class DequantizedWeight:
         self.type = wtype
         self._raw = raw
         self._values = None
+        self._chain_parts = None
         self.minimums = block_minimums(raw, wtype) if wtype in Q8_1_USERS else None
         self.lanes = None
         self.k_weights = None
@@ -100,6 +104,18 @@ class DequantizedWeight:
             self.k_offsets = (32 * sc_e).reshape(n_out, nsb, 256)
             self.k_perm = lane_perm
             self.k_d = blocks[:, 208:210].copy().view(np.float16)[:, 0].astype(F32).reshape(n_out, nsb)
+
+    @property
+    def chain_parts(self) -> quant_dots.IntegerParts:
+        """The weight as one lane of whole blocks (quant_dots.CHAIN_TYPES), for the fast order
+        "block_chain"; decoded on first use, so a graph in ggml's orders never pays for it."""
+        if self._chain_parts is None:
+            parts = quant_dots.integer_parts(self._raw.reshape(self._raw.shape[0], -1), self.type)
+            # stored block-major, one contiguous [32, n] matrix per block (dots._block_chain_dot's
+            # products), seen through the IntegerParts layout [n, nb, 1, 32]
+            blocks = np.ascontiguousarray(parts.weights[:, :, 0, :].transpose(1, 2, 0))
+            self._chain_parts = replace(parts, weights=blocks.transpose(2, 0, 1)[:, :, None, :])
+        return self._chain_parts
 
     @property
     def values(self) -> np.ndarray:
