@@ -1,11 +1,13 @@
 """The prompt GEMM alone, A/B in one process: the generated quantized matmul kernels on real weight
 tensors for M prompt rows, full tiles through the 512-bit tiles (matmul_wide_ir,
 matmul_q{2..6}k_lanes_ir) against matmul_tiles_ir, alternating runs, medians and bests reported
-(one thread: the thread's CPU time), and whether both gave the same bits. `--only TEXT` keeps the cases
-whose "model tensor" contains TEXT (e.g. `--only ffn_down`); "synthetic" cases are random blocks of a
-type the local models lack.
+(one thread: the thread's CPU time), and whether both gave the same bits. `--order block_chain`
+compares that order's kernels (issue 23's fast numerics mode; matmul_b32_lanes_ir's 16-row tiles)
+with the ggml order's instead, on the types where it is another order (their bits differ by
+design). `--only TEXT` keeps the cases whose "model tensor" contains TEXT (e.g. `--only ffn_down`);
+"synthetic" cases are random blocks of a type (or a shape) the local models lack.
 
-    python benchmarks/matmul_prompt_ab.py [--rows 512] [--threads 1] [--runs 9] [--only TEXT]
+    python benchmarks/matmul_prompt_ab.py [--rows 512] [--threads 1] [--runs 9] [--only TEXT] [--order O]
 """
 
 from __future__ import annotations
@@ -20,18 +22,20 @@ from gguf import GGMLQuantizationType as Q
 from kinetic import hub
 from kinetic.codegen.cpu.jit import default_jit
 from kinetic.codegen.cpu.matmul import _kernel, _ptr, _split, quantize_activations
+from kinetic.codegen.cpu.matmul_ir import ordered_layout
 from kinetic.codegen.cpu.quant_blocks import LAYOUTS
-from kinetic.codegen.cpu.target import host
+from kinetic.codegen.cpu.target import host, kernel_orders
 from kinetic.frontend.gguf_file import open_gguf
 
-CASES = [("smollm2-135m", "blk.0.ffn_gate.weight"), ("smollm2-135m", "blk.0.ffn_down.weight"),
+CASES = [("smollm2-135m", "token_embd.weight"), ("smollm2-135m", "blk.0.ffn_gate.weight"), ("smollm2-135m", "blk.0.ffn_down.weight"),
          ("smollm2-135m", "blk.0.attn_q.weight"), ("gemma3-270m", "blk.0.ffn_gate.weight"),
          ("gemma3-270m", "blk.0.attn_v.weight"), ("gemma3-270m", "blk.1.attn_v.weight"),
          ("gemma3-270m", "blk.0.attn_output.weight"), ("gemma3-270m", "blk.0.ffn_down.weight"),
          ("synthetic", "Q5_K 640x2048"), ("synthetic", "Q3_K 640x2048"),
-         ("synthetic", "Q2_K 640x2048")]  # types neither model has
+         ("synthetic", "Q2_K 640x2048"), ("synthetic", "Q8_0 2048x640"),
+         ("synthetic", "Q8_0 576x1536")]  # types (or shapes) neither model has
 # the synthetic cases: random bytes with f16 scales of 0.01 at these byte offsets of each block
-F16_FIELDS = {Q.Q2_K: (80, 82), Q.Q3_K: (108,), Q.Q4_K: (0, 2), Q.Q5_K: (0, 2), Q.Q6_K: (208,)}
+F16_FIELDS = {Q.Q2_K: (80, 82), Q.Q3_K: (108,), Q.Q4_K: (0, 2), Q.Q5_K: (0, 2), Q.Q6_K: (208,), Q.Q8_0: (0,)}
 
 
 def _weight(model: str, name: str) -> tuple[np.ndarray, Q]:
@@ -66,31 +70,38 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=9)
     ap.add_argument("--tile", type=int, default=8)
     ap.add_argument("--only", default="", help="keep the cases whose 'model tensor' contains this")
+    ap.add_argument("--order", default="", help="compare this reduction order's kernels (e.g. block_chain: "
+                    "issue 23's fast mode) with the ggml order's instead of the wide paths with the tiles")
     args = ap.parse_args()
     jit, variant = default_jit(), host().best_variant()
     print(f"load average {os.getloadavg()[0]:.2f}; M={args.rows}, threads={args.threads}, variant {variant}")
+    labels = ("ggml", args.order) if args.order else ("tiles", "wide")
     for model, name in [c for c in CASES if args.only in f"{c[0]} {c[1]}"]:
         raw, wtype = _weight(model, name)
+        if args.order and (args.order not in kernel_orders(wtype)
+                           or ordered_layout(wtype, args.order).dot_order is None):
+            continue  # no kernel in that order, or it is the type's ggml order
         layout = LAYOUTS[wtype]
         n, k = raw.shape[0], raw.shape[1] // layout.block_bytes * layout.block
         x = np.random.default_rng(0).standard_normal((args.rows, k)).astype(np.float32)
         acts = quantize_activations(x, layout.activation, jit)
-        outs, times = {}, {True: [], False: []}
-        kernels = {wide: _kernel(wtype, k, variant, args.tile, jit, wide) for wide in (True, False)}
-        for wide in (True, False):
-            outs[wide] = np.empty((args.rows, n), np.float32)
-        call = {wide: (_ptr(raw), _ptr(acts.q), _ptr(acts.d), _ptr(acts.extra), _ptr(outs[wide]), args.rows)
-                for wide in (True, False)}
+        if args.order:  # B: the order's kernel, A: the ggml order's (both on their fastest paths)
+            kernels = [_kernel(wtype, k, variant, args.tile, jit), _kernel(wtype, k, variant, args.tile, jit,
+                                                                            order=args.order)]
+        else:  # B: the wide paths, A: matmul_tiles_ir's (the same bits)
+            kernels = [_kernel(wtype, k, variant, args.tile, jit, wide) for wide in (False, True)]
+        outs = [np.empty((args.rows, n), np.float32) for _ in kernels]
+        call = [(_ptr(raw), _ptr(acts.q), _ptr(acts.d), _ptr(acts.extra), _ptr(out), args.rows) for out in outs]
+        times = [[], []]
         for _ in range(args.runs):
-            for wide in (True, False):
-                times[wide].append(_time(kernels[wide], call[wide], n, args.threads))
-        same = np.array_equal(outs[True].view(np.uint32), outs[False].view(np.uint32))
-        med = {w: float(np.median(t)) for w, t in times.items()}
-        best = {w: float(np.min(t)) for w, t in times.items()}
-        gmacs = {w: args.rows * n * k / best[w] / 1e9 for w in best}
-        print(f"{name:22s} {wtype.name:5s} N={n:5d} K={k:5d}  median ms tiles {1e3 * med[False]:6.2f} "
-              f"wide {1e3 * med[True]:6.2f} x{med[False] / med[True]:.2f}; best GMAC/s tiles {gmacs[False]:5.1f} "
-              f"wide {gmacs[True]:5.1f} x{best[False] / best[True]:.2f}; same bits: {same}")
+            for i in (0, 1):
+                times[i].append(_time(kernels[i], call[i], n, args.threads))
+        same = np.array_equal(outs[0].view(np.uint32), outs[1].view(np.uint32))
+        med = [float(np.median(t)) for t in times]
+        gops = [2 * args.rows * n * k / m / 1e9 / args.threads for m in med]
+        print(f"{name:22s} {wtype.name:5s} N={n:5d} K={k:5d}  median ms {labels[0]} {1e3 * med[0]:7.2f} "
+              f"{labels[1]} {1e3 * med[1]:7.2f} x{med[0] / med[1]:.2f}; GOP/s a thread {labels[0]} {gops[0]:5.0f} "
+              f"{labels[1]} {gops[1]:5.0f}; same bits: {same}")
 
 
 if __name__ == "__main__":

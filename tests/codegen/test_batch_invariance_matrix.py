@@ -9,7 +9,7 @@ reason; the completeness test keeps every op of the table in the matrix."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pytest
@@ -19,7 +19,7 @@ from kinetic import devices
 from kinetic.ir.ops import LEAVES, OPS
 from kinetic.ir.rows import PassRows
 from kinetic.ir.text import parse_graph
-from kinetic.passes import lower_for_device, run_pipeline
+from kinetic.passes import PassOptions, lower_for_device, run_pipeline
 from kinetic.runtime.engine import Engine
 from tests.device_checks import same_bits
 from tests.random_tensors import random_tensor
@@ -40,6 +40,7 @@ class Case:
     out: int
     body: str
     params: tuple[tuple[str, Q, tuple[int, ...]], ...] = ()
+    numerics: str = "ggml"  # the pipeline's numerics mode (kinetic/ir/orders.py NUMERICS)
 
     def text(self) -> str:
         return f"""
@@ -54,10 +55,10 @@ output logits = %20
 """
 
 
-def _matmul(wtype: Q, k: int, n: int, activations: str = "q8") -> Case:
+def _matmul(wtype: Q, k: int, n: int, activations: str = "q8", numerics: str = "ggml") -> Case:
     return Case(k, n, f"""
 %5 = param() {{tensor="w"}} : {wtype.name.lower()}[{n},{k}]
-%9 = matmul(%4, %5) {{activations="{activations}"}} : f32[T,{n}]""", (("w", wtype, (n, k)),))
+%9 = matmul(%4, %5) {{activations="{activations}"}} : f32[T,{n}]""", (("w", wtype, (n, k)),), numerics)
 
 
 def _unary(op: str, attrs: str = "") -> Case:
@@ -105,6 +106,11 @@ CASES: dict[str, Case] = {
     "matmul_bf16": _matmul(Q.BF16, 96, 20),  # bf16_pairs
     "matmul_f32": _matmul(Q.F32, 96, 20),  # lanes64, F32's vectorized tail
     "matmul_float_path": _matmul(Q.Q8_0, 64, 40, activations="f32"),  # dequant_matvec
+    # the fast numerics mode: block_chain where the ggml order is lanes8
+    "matmul_q8_0_fast": _matmul(Q.Q8_0, 64, 40, numerics="fast"),
+    "matmul_q4_1_fast": _matmul(Q.Q4_1, 64, 40, numerics="fast"),
+    "matmul_q5_0_fast": _matmul(Q.Q5_0, 64, 40, numerics="fast"),
+    "matmul_q5_1_fast": _matmul(Q.Q5_1, 64, 40, numerics="fast"),
     "rms_norm": Case(64, 64, """
 %5 = param() {tensor="norm"} : f32[64]
 %9 = rms_norm(%4, %5) {eps=1e-06} : f32[T,64]""", (("norm", Q.F32, (64,)),)),
@@ -144,6 +150,9 @@ CASES: dict[str, Case] = {
     "attention_window": _attention(", window=5", n_head=2, n_kv=2),
     "attention_softcap": _attention(", softcap=30.0"),
     "attention_f32_cache": _attention(', kv_dtype="f32"'),
+    # the fast numerics mode: key_chain_f16_acc32 (an f32 accumulator over the f16 cache)
+    "attention_fast": replace(_attention(", window=5", n_head=4, n_kv=2), numerics="fast"),
+    "attention_softcap_fast": replace(_attention(", softcap=30.0", head_dim=128), numerics="fast"),
     "add": _binary("add"),
     "add_bias": Case(64, 64, """
 %5 = param() {tensor="bias"} : f32[64]
@@ -235,7 +244,7 @@ def _engine(case_name: str, device: str) -> Engine:
     if d.unavailable():
         pytest.skip(f"{device}: {d.unavailable()}")
     case = CASES[case_name]
-    graph = run_pipeline(parse_graph(case.text()))
+    graph = run_pipeline(parse_graph(case.text()), PassOptions(numerics=case.numerics))
     reason = d.unsupported(graph)
     if reason:
         pytest.skip(f"{device} has no kernel for this case: {reason}")

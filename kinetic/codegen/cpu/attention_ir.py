@@ -79,15 +79,24 @@ SOFTMAX_PARAMS = [("ptr", "scores"), ("ptr", "vis"), ("ptr", "v"), ("ptr", "out"
                   ("i64", "sstride")]
 
 
+ACCUMULATORS = ("f16", "f32")  # the value accumulator's type: "key_chain_f16" or "key_chain_f16_acc32"
+
+
 def _round_f16(fn: Function, v: str) -> str:
     h = fn.v(f"fptrunc <64 x float> {v} to <64 x half>")
     return fn.v(f"fpext <64 x half> {h} to <64 x float>")
 
 
-def _rescale(fn: Function, accs: list[str], scales: list[tuple[str, str, str]], chunks: int) -> list[str]:
-    """acc = f16(acc * ms) for the heads whose ms is not 1, behind a branch taken only when one
-    of them has a new maximum (rarely, after the first keys): the common key skips a multiply and
-    two conversions per 16 values."""
+def _stored(fn: Function, v: str, accumulator: str) -> str:
+    """An accumulator step's value as the accumulator keeps it: rounded to f16, or the f32 as is."""
+    return _round_f16(fn, v) if accumulator == "f16" else v
+
+
+def _rescale(fn: Function, accs: list[str], scales: list[tuple[str, str, str]], chunks: int,
+             accumulator: str) -> list[str]:
+    """acc = f16(acc * ms) (f32 accumulator: acc * ms) for the heads whose ms is not 1, behind a
+    branch taken only when one of them has a new maximum (rarely, after the first keys): the common
+    key skips a multiply and two conversions per 16 values."""
     pre = fn.block
     work, join = fn.fresh("rescale"), fn.fresh("rescaled")
     any_new = scales[0][2]
@@ -99,7 +108,7 @@ def _rescale(fn: Function, accs: list[str], scales: list[tuple[str, str, str]], 
     for k, (ms_v, _vs, flag) in enumerate(scales):
         for c in range(chunks):
             acc = accs[k * chunks + c]
-            rounded = _round_f16(fn, fn.v(f"fmul <64 x float> {acc}, {ms_v}"))
+            rounded = _stored(fn, fn.v(f"fmul <64 x float> {acc}, {ms_v}"), accumulator)
             scaled.append(fn.v(f"select i1 {flag}, <64 x float> {rounded}, <64 x float> {acc}"))
     end_work = fn.block
     fn.do(f"br label %{join}")
@@ -232,12 +241,13 @@ class _PassA:
         return out
 
 
-def render_softmax(head_dim: int, heads: int, softcap: bool, vector_expf: bool | None = None) -> tuple[str, str]:
+def render_softmax(head_dim: int, heads: int, softcap: bool, vector_expf: bool | None = None, *,
+                   accumulator: str = "f16") -> tuple[str, str]:
     """LLVM IR for the online softmax of `heads` query heads of one row (sharing one KV head) over
     keys [first, end):
 
-        kin_attn_softmax_hd{D}_g{G}_b{L}[_cap][_libm](scores, vis, v, out, w, stride, first, end, scale_bits,
-                                                      cap_bits, sstride)
+        kin_attn_softmax_hd{D}_g{G}_b{L}[_cap][_libm][_acc32](scores, vis, v, out, w, stride, first, end,
+                                                              scale_bits, cap_bits, sstride)
 
     scores f32 [G, sstride] and vis u8 indexed j - first (vis 0: the row does not see key j), v the
     f16 cache of values at the KV head's first element (key j at v + j * stride), out f32 [G, D],
@@ -246,6 +256,8 @@ def render_softmax(head_dim: int, heads: int, softcap: bool, vector_expf: bool |
     cap * tanhf(s)); on a new maximum ms = expf(m - s), vs = 1, else ms = 1, vs = expf(s - m) (the C
     library's expf); S = fma(S, ms, vs); acc = f16(acc * ms) (exact in f32: an f16 value times an
     f32) where ms is not 1, then acc = f16(fma(v, vs, acc)). out = acc * (1/S), 0 where S is 0.
+    accumulator "f32" ("key_chain_f16_acc32", suffix _acc32) drops the two roundings to f16: acc * ms
+    and the fma stay f32; every other step is the same.
 
     Two passes: the first runs each head's scalar chains (max, S) over blocks of L keys (L = 16 on
     AVX-512, 8 on AVX2; a masked last block): the block's running maxima first, then its L expf
@@ -256,11 +268,13 @@ def render_softmax(head_dim: int, heads: int, softcap: bool, vector_expf: bool |
     value row widened once for them."""
     if head_dim % 64 or head_dim <= 0:
         raise ValueError(f"the softmax kernel needs a head dim that is a multiple of 64, not {head_dim}")
+    if accumulator not in ACCUMULATORS:
+        raise ValueError(f"the softmax kernel's accumulator is one of {ACCUMULATORS}, not {accumulator!r}")
     if vector_expf is None:
         vector_expf = expf_ir.use_vector_expf()
     lanes = expf_ir.expf_lanes()
     name = f"kin_attn_softmax_hd{head_dim}_g{heads}_b{lanes}"  # b: keys a block of the first pass
-    name += ("_cap" if softcap else "") + ("" if vector_expf else "_libm")
+    name += ("_cap" if softcap else "") + ("" if vector_expf else "_libm") + ("_acc32" if accumulator == "f32" else "")
     fn = Function(name, SOFTMAX_PARAMS)
     chunks = head_dim // 64
     n = fn.v("sub i64 %end, %first")
@@ -282,7 +296,7 @@ def render_softmax(head_dim: int, heads: int, softcap: bool, vector_expf: bool |
             vs = fn.load("float", fn.gep(w_vs, slot, "float"), 4)
             scales.append((fn.splat_value(64, "float", ms), fn.splat_value(64, "float", vs),
                            fn.v(f"fcmp une float {ms}, 1.0")))
-        scaled = _rescale(fn, accs, scales, chunks)
+        scaled = _rescale(fn, accs, scales, chunks, accumulator)
         new = [""] * (len(members) * chunks)
         for c in range(chunks):
             h = fn.load("<64 x half>", fn.gep(row, 64 * c, "i16"), 2)
@@ -290,7 +304,7 @@ def render_softmax(head_dim: int, heads: int, softcap: bool, vector_expf: bool |
             for k, (_ms, vs_v, _flag) in enumerate(scales):
                 summed = fn.v(f"call <64 x float> @llvm.fma.v64f32(<64 x float> {vf}, <64 x float> {vs_v}, "
                               f"<64 x float> {scaled[k * chunks + c]})")
-                new[k * chunks + c] = _round_f16(fn, summed)
+                new[k * chunks + c] = _stored(fn, summed, accumulator)
         end_work = fn.block
         fn.do(f"br label %{join}")
         fn.label(join)

@@ -43,6 +43,7 @@ from kinetic.ir import numerics
 from kinetic.ir import reference as ref
 from kinetic.ir.graph import Graph, Node
 from kinetic.ir.interpreter import Interpreter, WeightSource
+from kinetic.ir.numerics.attention import f16_cache_accumulator
 from kinetic.ir.ops import LEAVES, QUANTIZED_ROWS, Op
 from kinetic.ir.quants import dequantize_rows
 from kinetic.passes.pipeline import lower_for_device
@@ -52,6 +53,7 @@ EMBED_KINDS = {Q.Q8_0: tape.EMBED_Q8_0, Q.F16: tape.EMBED_F16, Q.F32: tape.EMBED
 ELEMENTWISE = {Op.ADD: tape.OP_ADD, Op.MUL: tape.OP_MUL, Op.SCALE: tape.OP_SCALE, Op.SILU: tape.OP_SILU,
                Op.GELU: tape.OP_GELU, Op.SOFTCAP: tape.OP_SOFTCAP, Op.SWIGLU: tape.OP_SWIGLU,
                Op.GEGLU: tape.OP_GEGLU}
+ROW_BYTES = (tape.MATMUL_Q_ROW, tape.MATMUL_D_ROW, tape.MATMUL_E_ROW)  # a matmul's input row strides
 
 
 class TapeBuilder:
@@ -124,7 +126,8 @@ def unsupported(graph: Graph) -> str | None:
         reason = LOWERINGS[node.op].refuse(graph, node)
         if reason:
             return reason
-    return refused_order(graph, target.CAPABILITIES.reduction_orders, "compiled CPU step")
+    return refused_order(graph, target.CAPABILITIES.reduction_orders, "compiled CPU step",
+                         target.CAPABILITIES.numerics)
 
 
 def lower_graph(builder: TapeBuilder) -> Plan:
@@ -226,7 +229,13 @@ def _matmul(b: TapeBuilder, node: Node, ins: list[Node]) -> None:
 def _refuse_matmul(graph: Graph, node: Node) -> str | None:
     wtype = graph.node(node.inputs[1]).type.ggml_type
     reads_rows = graph.node(node.inputs[0]).op is Op.QUANTIZE
-    return f"a matmul of {wtype.name} weights reading quantized rows" if reads_rows and wtype not in BIT_EXACT else None
+    if reads_rows and wtype not in BIT_EXACT:
+        return f"a matmul of {wtype.name} weights reading quantized rows"
+    order = node.attrs.order
+    if node.attrs.activations == "q8" and wtype in BIT_EXACT and order and order not in target.kernel_orders(wtype):
+        return (f"matmul %{node.id} sums in order {order!r}, which the CPU's {wtype.name} kernel does not follow "
+                f"({', '.join(sorted(target.kernel_orders(wtype)))})")
+    return None
 
 
 def _quantize(b: TapeBuilder, node: Node, ins: list[Node]) -> None:
@@ -236,13 +245,19 @@ def _quantize(b: TapeBuilder, node: Node, ins: list[Node]) -> None:
     x, fmt = ins[0], node.attrs.format
     k, qkey = _width(node), quantized(node)
     block = QUANTIZED_ROWS[fmt]
-    e_row = {"q8_1": k // 32 * 4, "q8_k": k // 16 * 4}.get(fmt, 0)  # block sums' bytes a row
-    b.plan.q_sizes[qkey] = (b.capacity * k, b.capacity * (k // block) * 4, b.capacity * e_row)
+    q_row, d_row, e_row = _quantized_row_bytes(fmt, k)
+    b.plan.q_sizes[qkey] = (b.capacity * q_row, b.capacity * d_row, b.capacity * e_row)
     b.add(tape.OP_QUANT, {
         tape.QUANT_X: value(x), tape.QUANT_WIDTH: k, tape.QUANT_KERNEL: b.kernels.quantize(fmt),
         tape.QUANT_Q: Ref(qkey, "q"), tape.QUANT_D: Ref(qkey, "d"), tape.QUANT_E: Ref(qkey, "e"),
         tape.QUANT_BLOCK: block, tape.QUANT_E_ROW: e_row},
         reads=(("v", x.id),), writes=(qkey,), row_local=True, output_rows=_output_rows(node), width=k, unit=block)
+
+
+def _quantized_row_bytes(fmt: str, k: int) -> tuple[int, int, int]:
+    """Bytes a row of k values takes in each part of a quantized buffer: values, block scales and
+    block sums (Q8_1 per 32, Q8_K per 16; other formats none)."""
+    return k, k // QUANTIZED_ROWS[fmt] * 4, {"q8_1": k // 32 * 4, "q8_k": k // 16 * 4}.get(fmt, 0)
 
 
 def _quantized_matmul(b: TapeBuilder, node: Node, x: Node, w: Node) -> None:
@@ -252,10 +267,11 @@ def _quantized_matmul(b: TapeBuilder, node: Node, x: Node, w: Node) -> None:
     layout = LAYOUTS[w.type.ggml_type]
     k, out_rows, qkey = x.type.shape[1], _output_rows(node), quantized(x)
     b.add(tape.OP_MATMUL, {
-        tape.MATMUL_KERNEL: b.kernels.matmul(layout.wtype, k),
+        tape.MATMUL_KERNEL: b.kernels.matmul(layout.wtype, k, node.attrs.order),
         tape.MATMUL_WEIGHT: b.address(np.asarray(b.weights.tensor(w.attrs.tensor))),
         tape.MATMUL_Q: Ref(qkey, "q"), tape.MATMUL_D: Ref(qkey, "d"), tape.MATMUL_E: Ref(qkey, "e"),
-        tape.MATMUL_Y: value(node), tape.MATMUL_N: node.type.shape[1]},
+        tape.MATMUL_Y: value(node), tape.MATMUL_N: node.type.shape[1],
+        **dict(zip(ROW_BYTES, _quantized_row_bytes(x.attrs.format, k), strict=True))},
         reads=(qkey,), writes=(("v", node.id),), output_rows=out_rows)
 
 
@@ -264,7 +280,7 @@ def _float_matmul(b: TapeBuilder, node: Node, x: Node, w: Node) -> None:
     matmul of that input and type, as a quantization is; F32 reads x itself), then the kernel on
     the weight as stored, threads splitting its columns."""
     wtype, k, out_rows = w.type.ggml_type, x.type.shape[1], _output_rows(node)
-    source, reads = Ref(("v", x.id), "address"), (("v", x.id),)
+    source, reads, row_bytes = Ref(("v", x.id), "address"), (("v", x.id),), 4 * k
     if wtype is not Q.F32:
         fmt, row_bytes = wtype.name.lower(), k * float_matmul_ir.ACTIVATION_BYTES[wtype]
         rkey = ("q", x.id, fmt)
@@ -281,7 +297,8 @@ def _float_matmul(b: TapeBuilder, node: Node, x: Node, w: Node) -> None:
         tape.MATMUL_KERNEL: b.kernels.float_matmul(wtype, k),
         tape.MATMUL_WEIGHT: b.address(np.asarray(b.weights.tensor(w.attrs.tensor))),
         tape.MATMUL_Q: source, tape.MATMUL_D: 0, tape.MATMUL_E: 0,
-        tape.MATMUL_Y: value(node), tape.MATMUL_N: node.type.shape[1]},
+        tape.MATMUL_Y: value(node), tape.MATMUL_N: node.type.shape[1],
+        **dict(zip(ROW_BYTES, (row_bytes, 0, 0), strict=True))},
         reads=reads, writes=(("v", node.id),), output_rows=out_rows)
 
 
@@ -343,19 +360,22 @@ def _attention(b: TapeBuilder, node: Node, ins: list[Node]) -> None:
     else:
         scale, cap = F32(a.scale), F32(0)
     shape = (a.n_head // a.n_kv_head, a.n_kv_head, a.head_dim, bool(a.softcap))
+    accumulator = f16_cache_accumulator(a)  # the node's order: "key_chain_f16" or "key_chain_f16_acc32"
     # passes of several rows (prompts, drafts) give every thread rows: tiles of rows times the query
     # heads of a KV head (step_attention.attend_tiles), or for one row an item of all those heads,
     # widening each key and value once for all of them; a pass of fewer rows than threads splits the
     # heads as the threads need (the columns plan, no tiles)
-    rows_plan = (*b.kernels.attention(*shape, threads=1), b.kernels.attention_tile(a.head_dim, bool(a.softcap)))
-    columns_plan = (*b.kernels.attention(*shape, threads=b.threads), 0)
+    rows_plan = (*b.kernels.attention(*shape, threads=1, accumulator=accumulator),
+                 b.kernels.attention_tile(a.head_dim, bool(a.softcap), accumulator=accumulator))
+    columns_plan = (*b.kernels.attention(*shape, threads=b.threads, accumulator=accumulator), 0)
     kernel_columns = (tape.ATTEND_SCORE_KERNEL, tape.ATTEND_SOFTMAX_KERNEL, tape.ATTEND_HEADS,
                       tape.ATTEND_TILE_KERNEL)
     b.add(tape.OP_ATTEND, {
         tape.ATTEND_Q: value(ins[0]), tape.ATTEND_Y: value(node), tape.ATTEND_LAYER: layer,
         tape.ATTEND_N_HEAD: a.n_head, tape.ATTEND_N_KV_HEAD: a.n_kv_head, tape.ATTEND_HEAD_DIM: a.head_dim,
         tape.ATTEND_WINDOW: a.window, **dict(zip(kernel_columns, rows_plan, strict=True)),
-        tape.ATTEND_SCALE_BITS: _f32_bits(scale), tape.ATTEND_CAP_BITS: _f32_bits(cap)},
+        tape.ATTEND_SCALE_BITS: _f32_bits(scale), tape.ATTEND_CAP_BITS: _f32_bits(cap),
+        tape.ATTEND_F32_ACC: int(accumulator == "f32")},
         floats={tape.ATTEND_SCALE: scale, tape.ATTEND_CAP: cap}, reads=(("v", ins[0].id), ("kv", layer)),
         writes=(("v", node.id),), column_args=dict(zip(kernel_columns, columns_plan, strict=True)))
 

@@ -1,7 +1,7 @@
 """The Python entry points to the generated matmuls: `quantized_matmul(x, raw_weight, wtype)` and, for
 F16/BF16/F32 weights, `float_matmul(x, weight, wtype)`.
 
-Owns: choosing and caching compiled kernels per (type, K, variant, tile), quantizing (or, for float
+Owns: choosing and caching compiled kernels per (type, K, variant, tile, order), quantizing (or, for float
 weights, rounding) activations with the generated passes, and splitting output columns N across a persistent thread pool
 (ctypes releases the GIL for each call). Threads split N only, never K or the rows' reduction, so a
 result never depends on the thread count. It does not own scheduling a whole forward pass: issue 5's
@@ -21,7 +21,7 @@ from gguf import GGMLQuantizationType as Q
 from kinetic.codegen.cpu import float_matmul_ir as F
 from kinetic.codegen.cpu.activation_ir import render_quantize, render_round
 from kinetic.codegen.cpu.jit import Jit, default_jit
-from kinetic.codegen.cpu.matmul_ir import render_matmul
+from kinetic.codegen.cpu.matmul_ir import ordered_layout, render_matmul
 from kinetic.codegen.cpu.quant_blocks import LAYOUTS
 from kinetic.codegen.cpu.target import host
 
@@ -54,9 +54,16 @@ def _quantizer(fmt: str, jit: Jit):
     return QUANT_SIG(jit.address(ir, name))
 
 
+def _kernel(wtype: Q, k: int, variant: str, tile: int, jit: Jit, wide: bool = True, order: str | None = None):
+    """The compiled kernel; `order` (kinetic/ir/orders.py's name; None: the type's ggml order) is
+    cached as None where it is the type's ggml order, so its name and None share one kernel."""
+    other = ordered_layout(wtype, order).dot_order is not None  # raises for an order without a kernel
+    return _cached_kernel(wtype, k, variant, tile, jit, wide, order if other else None)
+
+
 @cache
-def _kernel(wtype: Q, k: int, variant: str, tile: int, jit: Jit, wide: bool = True):
-    ir, name = render_matmul(wtype, k, variant, tile, wide=wide)
+def _cached_kernel(wtype: Q, k: int, variant: str, tile: int, jit: Jit, wide: bool, order: str | None):
+    ir, name = render_matmul(wtype, k, variant, tile, wide=wide, order=order)
     return MATMUL_SIG(jit.address(ir, name))
 
 
@@ -106,9 +113,12 @@ def quantized_matmul(
     tile: int = DEFAULT_TILE,
     wide: bool = True,
     jit: Jit | None = None,
+    order: str | None = None,
 ) -> np.ndarray:
     """x f32 [M, K] times the quantized weight u8 [N, row_bytes] transposed -> f32 [M, N]. `wide`
-    False keeps full tiles off matmul_wide_ir's 512-bit path (the same bits; for comparisons)."""
+    False keeps full tiles off the 512-bit paths (the same bits; for comparisons). `order`: the
+    reduction order (kinetic/ir/orders.py: "block_chain" for issue 23's fast mode), None for the
+    type's ggml order; ValueError where the type's kernels do not follow it."""
     jit = jit or default_jit()
     layout = LAYOUTS[Q(wtype)]
     variant = variant or host().best_variant()
@@ -119,7 +129,7 @@ def quantized_matmul(
         raise ValueError(f"{layout.wtype.name} weight of shape {w.shape} does not match K={k}")
     acts = quantize_activations(x, layout.activation, jit)
     out = np.empty((m, w.shape[0]), np.float32)
-    kernel = _kernel(layout.wtype, k, variant, tile, jit, wide)
+    kernel = _kernel(layout.wtype, k, variant, tile, jit, wide, order)
     _split(kernel, (_ptr(w), _ptr(acts.q), _ptr(acts.d), _ptr(acts.extra), _ptr(out), m), w.shape[0], threads)
     return out
 

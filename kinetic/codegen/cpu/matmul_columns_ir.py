@@ -2,7 +2,8 @@
 two or four weight rows at a time, so that their fma chains share vectors.
 
 Owns: `column_pairs` (two adjacent weight rows per vector, the "lanes" order) and `column_quads`
-(four columns as one <4 x float> chain, the "scalar" order of IQ4_NL, MXFP4 and Q4_0), with their
+(four columns as one <4 x float> chain, the "scalar" order of IQ4_NL, MXFP4 and Q4_0, and of Q8_0,
+Q4_1, Q5_0 and Q5_1 in "block_chain", with Q4_1's and Q5_1's accm = fma(m_w, s_x, accm)), with their
 per-row scratch and software prefetch. The order is matmul_ir.py's, two or four rows per vector op.
 """
 
@@ -155,7 +156,7 @@ def column_pairs(fn: Function, layout: Layout, variant: str, k: int, first_row: 
     column_chunks(fn, step, chunk)
 
 
-# ---- leftover rows of block-32 "scalar" types (IQ4_NL, MXFP4): four columns at a time ---------------
+# ---- leftover rows of block-32 "scalar" types (IQ4_NL, MXFP4, Q4_0; Q8_0 .. Q5_1 in block_chain) ------
 #
 # ggml's repacked gemv keeps one float per output column: per block, acc = fma(float(the block's
 # integer total), d_w * d_x, acc). A column alone would wait on that fma's latency every 32 values;
@@ -164,7 +165,9 @@ def column_pairs(fn: Function, layout: Layout, variant: str, k: int, first_row: 
 # and two shuffle-add levels reduce both to the totals [n, n+2, n+1, n+3], against the scales
 # [d_n, d_n+2, d_n+1, d_n+3] * d_x. For offset types (MXFP4; IQ4_NL on VNNI) the first dot starts from
 # -offset * (the block's activation quad sums, lanes l and l+4 folded), so each column's total
-# includes its offset term exactly once. Columns past the end repeat the last one (same bits stored).
+# includes its offset term exactly once (Q8_0 on VNNI: its bytes read as q + 128, offset 128). Q4_1's
+# and Q5_1's minimum is a second <4 x float> chain, accm = fma([m_n, m_n+2, m_n+1, m_n+3], s_x, accm),
+# added to acc at the end. Columns past the end repeat the last one (same bits stored).
 
 QUAD_REDUCE = ([0, 1, 8, 9, 4, 5, 12, 13], [2, 3, 10, 11, 6, 7, 14, 15])
 
@@ -192,9 +195,43 @@ def _pair_dot(fn: Function, variant: str, pb, xl: str, xh: str, start: str | Non
     if pb.table is not None:
         lo, signed = lookup_codes(fn, variant, pb.table, lo, offset)
         hi, _ = lookup_codes(fn, variant, pb.table, hi, offset)
+    elif signed and start is not None:  # Q8_0 on VNNI: its bytes read unsigned (+ 128), taken back by start
+        lo, hi = (fn.v(f"xor <32 x i8> {v}, {splat('i8', -128)}") for v in (lo, hi))
     if start is not None:
         return dot8_acc(fn, variant, dot8_acc(fn, variant, start, lo, xl, False), hi, xh, False)
     return dot8_acc(fn, variant, dot8(fn, variant, lo, xl, signed), hi, xh, signed)
+
+
+def fma4(fn: Function, a: str, b: str, c: str) -> str:
+    return fn.v(f"call <4 x float> @llvm.fma.v4f32(<4 x float> {a}, <4 x float> {b}, <4 x float> {c})")
+
+
+def _quad_scales(fn: Function, layout: Layout, pbs: list, w: list[str]) -> tuple[str, str | None]:
+    """(d, m) of the quad's columns as <4 x float> in lane order [n, n+2, n+1, n+3]: d from the pair
+    decoders where they read it (the table types), else each block's f16 d at byte 0 (and Q4_1's,
+    Q5_1's m at byte 2; None for the types without a minimum)."""
+    order = const_vec("i32", [0, 2, 1, 3])
+    if pbs[0].d is not None:
+        return fn.v(f"shufflevector <2 x float> {pbs[0].d}, <2 x float> {pbs[1].d}, {order}"), None
+    if not layout.has_min:
+        d4 = "poison"
+        for lane, col in enumerate((0, 2, 1, 3)):
+            d4 = fn.v(f"insertelement <4 x half> {d4}, half {fn.load('half', w[col])}, i64 {lane}")
+        return fn.v(f"fpext <4 x half> {d4} to <4 x float>"), None
+    pairs = [fn.load("<2 x half>", ptr) for ptr in w]  # [d, m] of each column
+    lo = fn.v(f"shufflevector <2 x half> {pairs[0]}, <2 x half> {pairs[1]}, {const_vec('i32', range(4))}")
+    hi = fn.v(f"shufflevector <2 x half> {pairs[2]}, <2 x half> {pairs[3]}, {const_vec('i32', range(4))}")
+    halves = fn.v(f"shufflevector <4 x half> {lo}, <4 x half> {hi}, {const_vec('i32', range(8))}")
+    all8 = fn.v(f"fpext <8 x half> {halves} to <8 x float>")
+    pick = [fn.v(f"shufflevector <8 x float> {all8}, <8 x float> poison, {const_vec('i32', idx)}")
+            for idx in ([0, 4, 2, 6], [1, 5, 3, 7])]
+    return pick[0], pick[1]
+
+
+def _prefetch_lines(layout: Layout) -> int:
+    """Cache lines prefetched a block: as many as the quad's four blocks span (Q8_0's 136 bytes: 3),
+    one for the types whose order is their ggml order (IQ4_NL, MXFP4, Q4_0: their kernels unchanged)."""
+    return -(-4 * layout.block_bytes // 64) if layout.dot_order is not None else 1
 
 
 def column_quads(fn: Function, layout: Layout, variant: str, k: int, first_row: str, corr: str | None) -> None:
@@ -204,7 +241,7 @@ def column_quads(fn: Function, layout: Layout, variant: str, k: int, first_row: 
     dup4 = const_vec("i32", [0, 1, 2, 3] * 2)
     ahead = -(-PREFETCH_BYTES // (4 * rb)) * 4 * rb
 
-    def quad(xrow: str, dxrow: str, orow: str, p: str, c1: str) -> None:
+    def quad(xrow: str, dxrow: str, sxrow: str | None, orow: str, p: str, c1: str) -> None:
         last = fn.v(f"sub i64 {c1}, 1")
         cols = [p]
         for j in (1, 2, 3):
@@ -215,7 +252,9 @@ def column_quads(fn: Function, layout: Layout, variant: str, k: int, first_row: 
         def block(b: str, accs: list[str]) -> list[str]:
             at = fn.v(f"mul i64 {b}, {bb}")
             if PREFETCH_BYTES:  # the four rows are one span: walk it four times as fast, whole quads ahead
-                fn.prefetch(rows[0], fn.v(f"add i64 {fn.v(f'mul i64 {b}, {4 * bb}')}, {ahead}"))
+                ahead_at = fn.v(f"add i64 {fn.v(f'mul i64 {b}, {4 * bb}')}, {ahead}")
+                for line in range(_prefetch_lines(layout)):
+                    fn.prefetch(rows[0], ahead_at if not line else fn.v(f"add i64 {ahead_at}, {64 * line}"))
             w = [fn.gep(row, at) for row in rows]
             pbs = [layout.decode_pair(fn, w[0], w[1]), layout.decode_pair(fn, w[2], w[3])]
             xb = fn.gep(xrow, fn.v(f"mul i64 {b}, 32"))
@@ -231,13 +270,18 @@ def column_quads(fn: Function, layout: Layout, variant: str, k: int, first_row: 
             t4 = [fn.v(f"shufflevector <8 x i32> {s}, <8 x i32> poison, {const_vec('i32', m)}")
                   for m in ([0, 2, 4, 6], [1, 3, 5, 7])]
             totals = fn.v(f"sitofp <4 x i32> {fn.v(f'add <4 x i32> {t4[0]}, {t4[1]}')} to <4 x float>")
-            d4 = fn.v(f"shufflevector <2 x float> {pbs[0].d}, <2 x float> {pbs[1].d}, {const_vec('i32', [0, 2, 1, 3])}")
+            d4, m4 = _quad_scales(fn, layout, pbs, w)
             dx = fn.load("float", fn.gep(dxrow, b, "float"), 4)
             scale = fn.v(f"fmul <4 x float> {d4}, {fn.splat_value(4, 'float', dx)}")
-            return [fn.v(f"call <4 x float> @llvm.fma.v4f32(<4 x float> {totals}, <4 x float> {scale}, "
-                         f"<4 x float> {accs[0]})")]
+            new = [fma4(fn, totals, scale, accs[0])]
+            if m4 is not None:  # accm = fma(m_w, s_x, accm)
+                sx = fn.load("float", fn.gep(sxrow, b, "float"), 4)
+                new.append(fma4(fn, m4, fn.splat_value(4, "float", sx), accs[1]))
+            return new
 
-        (acc,) = fn.loop(0, nb, [("<4 x float>", "zeroinitializer")], block)
+        carried = [("<4 x float>", "zeroinitializer")] * (2 if layout.has_min else 1)
+        finals = fn.loop(0, nb, carried, block)
+        acc = finals[0] if len(finals) == 1 else fn.v(f"fadd <4 x float> {finals[0]}, {finals[1]}")
         for lane, c in enumerate((cols[0], cols[2], cols[1], cols[3])):
             y = fn.v(f"extractelement <4 x float> {acc}, i64 {lane}")
             fn.store("float", y, fn.gep(orow, c, "float"), 4)
@@ -248,8 +292,9 @@ def column_quads(fn: Function, layout: Layout, variant: str, k: int, first_row: 
                 _fill_folded(fn, layout, variant, k, r, corr)
             xrow = fn.gep("%xq", fn.v(f"mul i64 {r}, {k}"))
             dxrow = fn.gep("%xd", fn.v(f"mul i64 {r}, {nb}"), "float")
+            sxrow = fn.gep("%xe", fn.v(f"mul i64 {r}, {nb}"), "float") if layout.has_min else None
             orow = fn.gep("%out", fn.v(f"mul i64 {r}, %ldo"), "float")
-            fn.loop(c0, c1, [], lambda p, _c3: quad(xrow, dxrow, orow, p, c1) or [], step=4)
+            fn.loop(c0, c1, [], lambda p, _c3: quad(xrow, dxrow, sxrow, orow, p, c1) or [], step=4)
             return []
 
         fn.loop(first_row, "%m", [], row)

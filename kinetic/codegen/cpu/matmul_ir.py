@@ -1,11 +1,13 @@
 """Renders the quantized matmul kernel: y[r, n] = sum_b (weight block b of row n) . (activation row r).
 
-Owns: the loops and the order of summation. One kernel per (weight type, K, variant, row tile):
+Owns: the loops and the order of summation. One kernel per (weight type, K, variant, row tile, order):
 
     for each chunk of ~128 KB of weight rows in [n0, n1):        # threads split [n0, n1)
         for each full tile of T activation rows (T > 1):
             Q8_0, Q4_1, Q5_0, Q5_1 on VNNI (T = 8 or 4): matmul_wide_ir's 512-bit tiles, T rows x 4 columns
             Q2_K .. Q6_K on VNNI (T >= 8): first matmul_q{2..6}k_lanes_ir's tiles of 16 rows, then as below
+            Q8_0 .. Q5_1 in "block_chain" on VNNI (T >= 8): first matmul_b32_lanes_ir's 16 rows, then as below
+            Q3_K, Q5_K, Q6_K, IQ4_XS in "block_chain" on VNNI (T >= 8): first matmul_k_chain_ir's 16 rows
             the others:
             copy the tile's d_x (and s) into a [block][row] scratch, once per tile and chunk
             for n in the chunk:
@@ -14,7 +16,8 @@ Owns: the loops and the order of summation. One kernel per (weight type, K, vari
         block-32 types: for each leftover row (column chunks of ~128 KB when several rows are left):
             for n, n+1 in column pairs of [n0, n1):     # two weight rows per vector, see column_pairs
                 for b in blocks of K: (per row as below)
-            IQ4_NL, MXFP4: columns n .. n+3 at once instead, one <4 x float> chain (see column_quads)
+            "scalar" order (IQ4_NL, MXFP4, Q4_0; Q8_0 .. Q5_1 in "block_chain"): columns n .. n+3 at
+            once instead, one <4 x float> chain (see column_quads)
         k-quants: for n in [n0, n1), for each leftover row:
             for b in blocks of K:
                 per row: isum = sum over the block's chunks of lane_scale * dot8  (exact int32 lanes)
@@ -24,14 +27,19 @@ Owns: the loops and the order of summation. One kernel per (weight type, K, vari
                          acc  = fma(d_w * d_x, float(isum), acc)                  (8 float lanes)
                          accm = accm + m * s_x           (Q4_1/Q5_1)
                          accm = fma(-(dmin * d_x), float(sum_j min_j * bsum_j), accm)   (Q5_K)
-                "scalar" order (Q2_K, Q4_K, IQ4_NL, MXFP4: ggml's repacked gemvs):
+                "scalar" order (Q2_K, Q4_K, IQ4_NL, MXFP4: ggml's repacked gemvs; orders.py's
+                "block_chain", which Q8_0, Q4_1, Q5_0, Q5_1, Q3_K, Q5_K, Q6_K, IQ4_XS also build
+                when `order` asks for it):
                          acc  = fma(float(sum of isum lanes), d_w * d_x, acc)     (one float)
-                         accm = fma(float(sum_j min_j * bsum_j), dmin * d_x, accm)      (Q2_K, Q4_K)
+                         accm = fma(float(sum_j min_j * bsum_j), dmin * d_x, accm)      (Q2_K, Q4_K, Q5_K)
+                         accm = fma(m_w, s_x, accm)                               (Q4_1, Q5_1)
             lanes:  y[r, n] = ((acc0+acc4) + (acc2+acc6)) + ((acc1+acc5) + (acc3+acc7)) + accm
-            scalar: y[r, n] = acc - accm  (acc without a minimum)
+            scalar: y[r, n] = acc - accm (Q2_K, Q4_K, Q5_K), acc + accm (Q4_1, Q5_1), acc (the others)
 
 These are `kinetic.ir.numerics.matmul`'s float operations in its order (the kernels llama.cpp runs
-for a decode row on x86), so every kernel gives the reference bit for bit. Table-coded weights
+for a decode row on x86; `order="block_chain"` on the "lanes" types: the reference's block_chain), so
+every kernel gives the reference bit for bit. The order is a parameter of the render (`order`, the
+layout's `dot_order`); None is the type's ggml order, whose kernels are unchanged by it. Table-coded weights
 (IQ4_NL, IQ4_XS, MXFP4) are looked up per block (`vpshufb`), signed ones multiplied through
 |w| and x with w's sign where pmaddubsw takes them.
 In a tile the per-row float operations run as 8-row vectors (d_w * d_x for 8 rows in one multiply,
@@ -53,12 +61,17 @@ one row: decoding, the integer dot, the minimum terms), matmul_rows_ir (rows alo
 matmul_tiles_ir (tiles of T rows), matmul_wide_ir (512-bit tiles of T rows x 4 columns of the block-32
 lanes types on VNNI: the same per-lane operations, two columns per vector), matmul_q{2..6}k_lanes_ir
 (Q2_K .. Q6_K on VNNI: 16 rows as the lanes of 512-bit vectors; their shared loops in
-matmul_k_lanes_ir), matmul_columns_ir (rows alone of block-32
+matmul_k_lanes_ir), matmul_b32_lanes_ir (Q8_0 .. Q5_1 in "block_chain" on VNNI, 16 rows as lanes on
+those loops), matmul_k_chain_ir (Q3_K, Q5_K, Q6_K, IQ4_XS in "block_chain", likewise), matmul_columns_ir (rows alone of block-32
 types, two or four columns at a time); the block layouts are quant_blocks'.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from kinetic.codegen.cpu import matmul_b32_lanes_ir as b32_ir
+from kinetic.codegen.cpu import matmul_k_chain_ir as k_chain_ir
 from kinetic.codegen.cpu import matmul_k_lanes_ir as lanes_ir
 from kinetic.codegen.cpu import matmul_q2k_lanes_ir as q2k_ir
 from kinetic.codegen.cpu import matmul_q3k_lanes_ir as q3k_ir
@@ -72,7 +85,7 @@ from kinetic.codegen.cpu.matmul_columns_ir import column_pairs, column_quads, pa
 from kinetic.codegen.cpu.matmul_rows_ir import single_rows
 from kinetic.codegen.cpu.matmul_tiles_ir import GROUP, row_tiles
 from kinetic.codegen.cpu.quant_blocks import LAYOUTS, Layout
-from kinetic.codegen.cpu.target import DECLARATIONS
+from kinetic.codegen.cpu.target import DECLARATIONS, kernel_orders
 
 FLOAT_DECLARATIONS = [
     "declare <8 x float> @llvm.fma.v8f32(<8 x float>, <8 x float>, <8 x float>)",
@@ -103,20 +116,39 @@ PARAMS = [
 ]
 
 
-LANE_TILES = (q2k_ir.TILES, q3k_ir.TILES, q4k_ir.TILES, q5k_ir.TILES, q6k_ir.TILES)  # K-quants: 16 rows in lanes, VNNI
+# 16 rows in lanes, VNNI: K-quants, and the block-32 types in the "block_chain" order
+LANE_TILES = (q2k_ir.TILES, q3k_ir.TILES, q4k_ir.TILES, q5k_ir.TILES, q6k_ir.TILES, *b32_ir.TILES, *k_chain_ir.TILES)
 SMALL_TILES = (4, 2)  # leftover rows below a tile (a verification pass's few rows) still share each decoded block
 
 
+# kinetic/ir/orders.py's names of the quantized orders -> the float order the kernels build
+BUILT_ORDERS = {"lanes8": "lanes", "block_chain": "scalar"}
+
+
+def ordered_layout(wtype, order: str | None = None) -> Layout:
+    """The layout of `wtype` building `order` (orders.py's name; None or "": the type's ggml order);
+    ValueError where the type's kernels do not follow it (target.kernel_orders)."""
+    layout = LAYOUTS[wtype]
+    if not order or BUILT_ORDERS.get(order) == layout.float_order:
+        return layout
+    if order not in BUILT_ORDERS or order not in kernel_orders(layout.wtype):
+        raise ValueError(f"no {layout.wtype.name} matmul kernel follows the order {order!r}")
+    return replace(layout, dot_order=BUILT_ORDERS[order])
+
+
 def kernel_name(layout: Layout, k: int, variant: str, tile: int, wide: bool = False) -> str:
-    return f"kin_mm_{layout.wtype.name.lower()}_k{k}_{variant}_t{tile}{'w' if wide else ''}"
+    chain = "_chain" if layout.dot_order is not None else ""  # an order other than the type's ggml order
+    return f"kin_mm_{layout.wtype.name.lower()}_k{k}_{variant}_t{tile}{'w' if wide else ''}{chain}"
 
 
-def render_matmul(wtype, k: int, variant: str, tile: int, *, wide: bool = True) -> tuple[str, str]:
+def render_matmul(wtype, k: int, variant: str, tile: int, *, wide: bool = True,
+                  order: str | None = None) -> tuple[str, str]:
     """(module IR text, function name) for one specialized kernel. `wide`: full tiles of the types
     matmul_wide_ir serves run there (R = tile rows by four columns, 512-bit), Q2_K's .. Q6_K's tiles
-    of 16 rows in matmul_q{2..6}k_lanes_ir; False keeps them on matmul_tiles_ir (the same bits;
-    for comparisons)."""
-    layout = LAYOUTS[wtype]
+    of 16 rows in matmul_q{2..6}k_lanes_ir (and Q8_0's .. Q5_1's in the "block_chain" order in
+    matmul_b32_lanes_ir); False keeps them on matmul_tiles_ir (the same bits; for comparisons).
+    `order`: the reduction order (kinetic/ir/orders.py's name), None for the type's ggml order."""
+    layout = ordered_layout(wtype, order)
     if k % layout.block:
         raise ValueError(f"{wtype.name} needs K a multiple of {layout.block}, got {k}")
     lanes16 = next((t for t in LANE_TILES if wide and t.applies(layout, variant, tile, k)), None)

@@ -82,11 +82,12 @@ def lane_scratch(fn: Function, k: int, block_bytes: int, meta: int, pairs: int) 
 
 
 def lane_applies(wtype) -> Callable[[Layout, str, int, int], bool]:
-    """The rule for one type's lane tiles: that type on VNNI, for the default tile and above (smaller
-    tiles keep matmul_tiles_ir's rows), K up to MAX_K (the stack scratch stays under 1 MB)."""
+    """The rule for one type's lane tiles: that type in its ggml order on VNNI, for the default tile and
+    above (smaller tiles keep matmul_tiles_ir's rows), K up to MAX_K (the stack scratch stays under 1 MB)."""
 
     def applies(layout: Layout, variant: str, tile: int, k: int) -> bool:
-        return layout.wtype is wtype and variant == "vnni" and tile >= 8 and k <= MAX_K
+        return (layout.wtype is wtype and layout.dot_order is None and variant == "vnni" and tile >= 8
+                and k <= MAX_K)
 
     return applies
 
@@ -240,23 +241,23 @@ def fma16(fn: Function, a: str, b: str, c: str) -> str:
     return fn.v(f"call <16 x float> @llvm.fma.v16f32(<16 x float> {a}, <16 x float> {b}, <16 x float> {c})")
 
 
-def chunk_columns(k: int, block_bytes: int, decoded_bytes: int) -> int:
+def chunk_columns(k: int, block_bytes: int, decoded_bytes: int, block: int = SUPER) -> int:
     """Columns per chunk: about CHUNK_BYTES of weights, their decoded copy (`decoded_bytes` per column
-    and super-block) at most DECODED_BYTES, a multiple of COLUMNS."""
-    nsb = k // SUPER
+    and block of `block` values) at most DECODED_BYTES, a multiple of COLUMNS."""
+    nsb = k // block
     cols = min(CHUNK_BYTES // (nsb * block_bytes), DECODED_BYTES // (nsb * decoded_bytes))
     return max(COLUMNS, cols // COLUMNS * COLUMNS)
 
 
-def quad_at(fn: Function, k: int, slot: str, s: str) -> str:
-    """i64: where a chunk's decoded scratch keeps super-block s of quad `slot`'s first column, in
-    columns' entries ([slot][super-block][column])."""
-    block = fn.v(f"add i64 {fn.v(f'mul i64 {slot}, {k // SUPER}')}, {s}")
-    return fn.v(f"mul i64 {block}, {COLUMNS}")
+def quad_at(fn: Function, k: int, slot: str, s: str, block: int = SUPER) -> str:
+    """i64: where a chunk's decoded scratch keeps (super-)block s of quad `slot`'s first column, in
+    columns' entries ([slot][block][column]; blocks of `block` values)."""
+    at = fn.v(f"add i64 {fn.v(f'mul i64 {slot}, {k // block}')}, {s}")
+    return fn.v(f"mul i64 {at}, {COLUMNS}")
 
 
 def decode_quad(fn: Function, k: int, cols: list[str], slot: str, *, block_bytes: int, quants: str, meta: str,
-                meta_words: int, decode_column: Callable[[str, str, str], None]) -> None:
+                meta_words: int, decode_column: Callable[[str, str, str], None], block: int = SUPER) -> None:
     """Every super-block of the quad's columns into a chunk's scratch ([slot][super-block][column]:
     256 quant bytes in `quants`, meta_words i32 in `meta` each), through decode_column(block,
     quants, meta): a loop of its own, so that the tile loops read the scratch through broadcast
@@ -264,13 +265,13 @@ def decode_quad(fn: Function, k: int, cols: list[str], slot: str, *, block_bytes
 
     def body(s: str, _c: list[str]) -> list[str]:
         for c, col in enumerate(cols):
-            at = fn.v(f"add i64 {quad_at(fn, k, slot, s)}, {c}")
+            at = fn.v(f"add i64 {quad_at(fn, k, slot, s, block)}, {c}")
             decode_column(fn.gep(col, fn.v(f"mul i64 {s}, {block_bytes}")),
-                          fn.gep(quants, fn.v(f"mul i64 {at}, {SUPER}")),
+                          fn.gep(quants, fn.v(f"mul i64 {at}, {block}")),
                           fn.gep(meta, fn.v(f"mul i64 {at}, {meta_words}"), "i32"))
         return []
 
-    fn.loop(0, k // SUPER, [], body)
+    fn.loop(0, k // block, [], body)
 
 
 def _quad_columns(fn: Function, q: str, c1: str) -> list[str]:
@@ -285,12 +286,12 @@ def _quad_columns(fn: Function, q: str, c1: str) -> list[str]:
 
 def lane_tiles(fn: Function, k: int, block_bytes: int, chunk: int, *, lay_out: Callable[[str], None],
                decode_quad: Callable[[list[str], str], None], quad_results: Callable[[str], list[str]],
-               start: str = "0") -> str:
+               start: str = "0", block: int = SUPER) -> str:
     """All full tiles of 16 rows from row `start` on over [n0, n1); returns the first leftover row.
     Per chunk of `chunk` columns: decode_quad(the quad's weight rows, its slot q / 4 in the chunk) for
     every quad, once; then per tile lay_out(first row), and per quad quad_results(slot) gives one
     <16 x float> per column (lane i = row first + i)."""
-    rb = k // SUPER * block_bytes
+    rb = k // block * block_bytes
     tiles = fn.v(f"udiv i64 {fn.v(f'sub i64 %m, {start}')}, {ROWS}")
 
     def slot(c0: str, q: str) -> str:

@@ -124,14 +124,15 @@ def _transpose_scales(fn: Function, src: str, per_row: int, first_row: str, t: i
     fn.loop(0, per_row, [], body)
 
 
-# ---- tiles of block-32 "scalar" types (IQ4_NL, MXFP4): rows in lanes ---------------------------------
+# ---- tiles of block-32 "scalar" types (IQ4_NL, MXFP4, Q4_0; Q8_0 .. Q5_1 in block_chain): rows in lanes
 #
 # The gemv order needs each row's whole-block integer total before its fma. Reducing 8 rows' dot8
 # lanes by a transpose tree costs more than the dots; instead the tile's activations are laid out
 # once per tile (and column chunk) with row r's bytes 4g..4g+3 of block b in dword r of vector g
 # (`_interleave`), so that dot8(broadcast of weight dword g, vector g), summed over g, leaves row r's
 # total in lane r: 8 vpdpbusd per block for 8 rows and no reduction. Offset types start from
-# -offset * (row r's block sum) in lane r, computed with the layout.
+# -offset * (row r's block sum) in lane r, computed with the layout. Q4_1's and Q5_1's minimum:
+# accm = fma(m_w, s_x, accm) on 8 rows' s_x, added to acc at the end.
 
 def transpose8(fn: Function, vecs: list[str]) -> list[str]:
     """8 <8 x i32> rows -> 8 columns (a butterfly of shuffles: at stage `bit`, lanes with that bit set
@@ -182,12 +183,16 @@ def _interleave(fn: Function, layout: Layout, variant: str, k: int, first: str, 
 
 
 def _tile_block_interleaved(fn: Function, layout: Layout, variant: str, k: int, groups: int, wrow: str, b: str,
-                            dxt: str, xi: str, xcorr: str | None, accs: list[str]) -> list[str]:
-    """One block for the tile's rows as lanes: acc = fma(float(row totals), d_w * d_x, acc) per group."""
+                            dxt: str, st: str | None, xi: str, xcorr: str | None, accs: list[str]) -> list[str]:
+    """One block for the tile's rows as lanes: acc = fma(float(row totals), d_w * d_x, acc) per group
+    (then Q4_1's, Q5_1's accm = fma(m_w, s_x, accm) per group)."""
     nb = k // 32
     blk = decode_block(fn, layout, variant, fn.gep(wrow, fn.v(f"mul i64 {b}, {layout.block_bytes}")))
     (chunk,) = blk.chunks
-    w32 = fn.v(f"bitcast <32 x i8> {chunk.w} to <8 x i32>")
+    w, signed = chunk.w, chunk.signed
+    if signed and xcorr is not None:  # Q8_0 on VNNI: its bytes read unsigned (+ 128), taken back by xcorr
+        w, signed = fn.v(f"xor <32 x i8> {w}, {splat('i8', -128)}"), False
+    w32 = fn.v(f"bitcast <32 x i8> {w} to <8 x i32>")
     wg = []
     for g in range(8):
         splat_g = fn.v(f"shufflevector <8 x i32> {w32}, <8 x i32> poison, {const_vec('i32', [g] * 8)}")
@@ -204,12 +209,18 @@ def _tile_block_interleaved(fn: Function, layout: Layout, variant: str, k: int, 
             if half == 0 and xcorr is not None:
                 acc = fn.load("<8 x i32>", fn.gep(xcorr, fn.v(f"mul i64 {at}, 8"), "i32"), 32)
             for g in range(half, 8, 2):
-                acc = dot8_acc(fn, variant, acc, wg[g], xg[g], chunk.signed)
+                acc = dot8_acc(fn, variant, acc, wg[g], xg[g], signed)
             chains.append(acc)
         total = fn.v(f"sitofp <8 x i32> {fn.v(f'add <8 x i32> {chains[0]}, {chains[1]}')} to <8 x float>")
         base = fn.v(f"add i64 {fn.v(f'mul i64 {b}, {GROUP * groups}')}, {GROUP * grp}")
         dxv = fn.load("<8 x float>", fn.gep(dxt, base, "float"), 32)
         new.append(fma8(fn, total, fn.v(f"fmul <8 x float> {d8}, {dxv}"), accs[grp]))
+    if layout.has_min:
+        m8 = fn.splat_value(8, "float", blk.min_scale)
+        for grp in range(groups):
+            base = fn.v(f"add i64 {fn.v(f'mul i64 {b}, {GROUP * groups}')}, {GROUP * grp}")
+            sxv = fn.load("<8 x float>", fn.gep(st, base, "float"), 32)
+            new.append(fma8(fn, m8, sxv, accs[groups + grp]))
     return new
 
 
@@ -249,7 +260,7 @@ def row_tiles(fn: Function, layout: Layout, variant: str, k: int, tile: int, dxt
 
                 def step(b: str, accs: list[str]) -> list[str]:
                     if inter is not None:
-                        return _tile_block_interleaved(fn, layout, variant, k, groups, wrow, b, dxt, *inter, accs)
+                        return _tile_block_interleaved(fn, layout, variant, k, groups, wrow, b, dxt, st, *inter, accs)
                     return _tile_block(fn, layout, variant, rows, groups, wrow, b, dxt, st, accs)
 
                 finals = fn.loop(0, nb, carried, step)
@@ -257,9 +268,9 @@ def row_tiles(fn: Function, layout: Layout, variant: str, k: int, tile: int, dxt
                     g, lane = divmod(i, GROUP)
                     if scalar:
                         y = fn.v(f"extractelement <8 x float> {finals[g]}, i64 {lane}")
-                        if layout.has_min:
+                        if layout.has_min:  # K-quants: acc - accm; Q4_1, Q5_1: acc + accm
                             mm = fn.v(f"extractelement <8 x float> {finals[groups + g]}, i64 {lane}")
-                            y = fn.v(f"fsub float {y}, {mm}")
+                            y = fn.v(f"{'fadd' if layout.activation == 'q8_1' else 'fsub'} float {y}, {mm}")
                     else:
                         y = hsum(fn, finals[i])
                         if layout.has_min:

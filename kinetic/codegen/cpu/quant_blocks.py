@@ -62,6 +62,9 @@ class Layout:
     decode_pair: Callable[[Function, str, str], PairBlock] | None = None
     # Q4_K: the super-block as 512-bit vectors (`WideBlock`), for VNNI's single-row path
     decode_wide: Callable[[Function, str], WideBlock] | None = None
+    # the float order a kernel builds ("lanes" or "scalar"), chosen by matmul_ir.render_matmul's
+    # `order`; None: the type's ggml order (QUANT_TYPES dot_order)
+    dot_order: str | None = None
 
     @property
     def facts(self) -> QuantType:
@@ -89,7 +92,7 @@ class Layout:
     def float_order(self) -> str:
         """How the float side sums (matmul_ir): "lanes" keeps 8 float lanes per row; "scalar" sums the
         block's int32 lanes first and keeps one float accumulator (ggml's repacked gemvs)."""
-        return self.facts.dot_order
+        return self.dot_order or self.facts.dot_order
 
 
 LAYOUTS: dict[Q, Layout] = {

@@ -7,7 +7,7 @@ step_ops.run_op) both use these names, so no column number is typed anywhere els
 
 One int64 row per instruction, TAPE_WIDTH wide:
 
-    column   OP     FLAGS   2 .. 14                          WIDTH           UNIT
+    column   OP     FLAGS   2 .. 15                          WIDTH           UNIT
              code   FLAG_*  the op's arguments (below)       a row-local op's split: columns
                                                              WIDTH floats wide, in UNIT units
 
@@ -24,8 +24,8 @@ step_drive.SOURCES_HASH cover this file, so a change here recompiles the driver
 from __future__ import annotations
 
 OP, FLAGS = 0, 1  # the op code; its flags
-WIDTH, UNIT = 15, 16  # a row-local op's row width in floats and its column split unit (0: none)
-TAPE_WIDTH = 17
+WIDTH, UNIT = 16, 17  # a row-local op's row width in floats and its column split unit (0: none)
+TAPE_WIDTH = 18
 FLOAT_WIDTH = 4
 
 # ---- op codes (column OP) ------------------------------------------------------------------------
@@ -69,6 +69,7 @@ FLAG_COLUMNS = 4  # a pass of fewer rows than threads: row-local ops split colum
 FLAG_STEAL = 8  # the op's phase may be stolen: a share whose holder is off its core is run again (step_sync.py)
 FLAG_COMMIT = 16  # in such a phase, an op with a side effect outside the arena (a KV store): run only by the
 #                   share's one counted run, after its other ops (step_drive.drive)
+FLAG_SPLIT_ROWS = 32  # a matmul of the row-split plan (tape_plan.py): a share is rows, every column, not columns
 
 # ---- each op's argument columns --------------------------------------------------------------------
 # rms_norm: y = x * scale of its group (* weight, repeated every WEIGHT_SIZE floats; WEIGHT -1: none)
@@ -78,18 +79,21 @@ RMS_EPS = 0  # float column
 # values Q, block scales D, extras E (E_ROW bytes a row); BLOCK values a block
 QUANT_X, QUANT_WIDTH, QUANT_KERNEL, QUANT_Q, QUANT_D, QUANT_E, QUANT_BLOCK, QUANT_E_ROW = range(2, 10)
 # the generated matmul KERNEL on WEIGHT (bytes as stored) and quantized activations Q / D / E into Y,
-# N output columns
-MATMUL_KERNEL, MATMUL_WEIGHT, MATMUL_Q, MATMUL_D, MATMUL_E, MATMUL_Y, MATMUL_N = range(2, 9)
+# N output columns; Q_ROW / D_ROW / E_ROW the bytes between two rows of Q / D / E (a share of rows
+# starts that many rows in: FLAG_SPLIT_ROWS)
+(MATMUL_KERNEL, MATMUL_WEIGHT, MATMUL_Q, MATMUL_D, MATMUL_E, MATMUL_Y, MATMUL_N, MATMUL_Q_ROW, MATMUL_D_ROW,
+ MATMUL_E_ROW) = range(2, 12)
 # rotary of X into Y by the pass's COS / SIN tables
 ROPE_X, ROPE_Y, ROPE_N_HEAD, ROPE_HEAD_DIM, ROPE_N_ROT, ROPE_NEOX, ROPE_COS, ROPE_SIN = range(2, 10)
 # keys K and values V (WIDTH floats a row) into LAYER's f16 cache, in place
 KV_K, KV_V, KV_WIDTH, KV_LAYER = range(2, 6)
 # attention of queries Q into Y over LAYER's cache; SCORE_KERNEL / SOFTMAX_KERNEL generated (0: the
 # numba path), HEADS query heads an item; SCALE_BITS / CAP_BITS the floats' f32 bits; TILE_KERNEL the
-# generated tile kernel of passes of several rows (attention_tile_ir; 0: none)
+# generated tile kernel of passes of several rows (attention_tile_ir; 0: none); F32_ACC 1 where the
+# value accumulator is f32 (order "key_chain_f16_acc32": the numba path's; the kernels are rendered so)
 (ATTEND_Q, ATTEND_Y, ATTEND_LAYER, ATTEND_N_HEAD, ATTEND_N_KV_HEAD, ATTEND_HEAD_DIM, ATTEND_WINDOW,
  ATTEND_SCORE_KERNEL, ATTEND_SOFTMAX_KERNEL, ATTEND_HEADS, ATTEND_SCALE_BITS, ATTEND_CAP_BITS,
- ATTEND_TILE_KERNEL) = range(2, 15)
+ ATTEND_TILE_KERNEL, ATTEND_F32_ACC) = range(2, 16)
 ATTEND_SCALE, ATTEND_CAP = 0, 1  # float columns
 # embedding rows of TABLE (ROW_BYTES a row, format KIND) by token into Y
 EMBED_TABLE, EMBED_ROW_BYTES, EMBED_Y, EMBED_WIDTH, EMBED_KIND = range(2, 7)
@@ -123,10 +127,10 @@ MOE_PARAMS, MOE_X, MOE_IDS, MOE_Q, MOE_D, MOE_E, MOE_Y, MOE_SCRATCH = range(2, 1
 ARGUMENTS = {  # the columns each op's row fills (the lowering fills exactly these)
     OP_RMS_NORM: range(RMS_X, RMS_WEIGHT_SIZE + 1),
     OP_QUANT: range(QUANT_X, QUANT_E_ROW + 1),
-    OP_MATMUL: range(MATMUL_KERNEL, MATMUL_N + 1),
+    OP_MATMUL: range(MATMUL_KERNEL, MATMUL_E_ROW + 1),
     OP_ROPE: range(ROPE_X, ROPE_SIN + 1),
     OP_KV_STORE: range(KV_K, KV_LAYER + 1),
-    OP_ATTEND: range(ATTEND_Q, ATTEND_TILE_KERNEL + 1),
+    OP_ATTEND: range(ATTEND_Q, ATTEND_F32_ACC + 1),
     OP_EMBED: range(EMBED_TABLE, EMBED_KIND + 1),
     OP_ROPE_TABLE: range(TABLE_ANGLES, TABLE_SINF + 1),
     OP_TAKE_ROWS: range(TAKE_X, TAKE_WIDTH + 1),

@@ -26,6 +26,7 @@ from gguf import GGMLQuantizationType as Q
 from kinetic.codegen.cpu.llvm_ir import Function, const_vec, splat
 from kinetic.codegen.runner import Capabilities
 from kinetic.ir.ops import Op
+from kinetic.ir.orders import weight_order
 from kinetic.passes.device_fusion import Fusions
 
 # Types whose kernels sum in exactly the reference's order (the kernels llama.cpp runs for a decode
@@ -38,13 +39,26 @@ BIT_EXACT = frozenset({Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q2_K, Q.Q3_K, Q
 # the exact and float weight types, the reference between segments for the rest ("dequant_matvec");
 # attention over an f32 cache ("key_chain_f32") is the op-by-op executor's
 REDUCTION_ORDERS = frozenset({"lanes8", "block_chain", "lanes64", "bf16_pairs", "dequant_matvec", "f64_sum",
-                              "key_chain_f16", "mean_var_f64"})
+                              "key_chain_f16", "key_chain_f16_acc32", "mean_var_f64"})
+# BIT_EXACT types whose generated matmul kernel also follows the fast numerics mode's "block_chain"
+# (kinetic/ir/orders.py) where their ggml order is "lanes8" (matmul_ir.render_matmul's `order`)
+FAST_CHAIN_KERNELS: frozenset[Q] = frozenset({Q.Q8_0, Q.Q5_0, Q.Q4_1, Q.Q5_1, Q.Q6_K, Q.Q5_K, Q.Q3_K, Q.IQ4_XS})
+
+
+def kernel_orders(wtype: Q) -> frozenset[str]:
+    """The orders the CPU's generated matmul kernel for `wtype` (q8 activations) follows: its ggml order,
+    and "block_chain" for FAST_CHAIN_KERNELS. A matmul in any other order is not given to the kernel
+    (lowering._refuse_matmul, executor.CpuInterpreter run it as the reference defines it)."""
+    return frozenset({weight_order(wtype)} | ({"block_chain"} if wtype in FAST_CHAIN_KERNELS else set()))
+
+
 # the device phase makes one quantize node per (row, format) before the q8 matmuls of the exact types
 # (their kernels read it); nothing else: each other op is one tape instruction of its own
 FUSIONS = Fusions(quantized_matmuls=BIT_EXACT)
 # the fused ops of the IR that lowering.LOWERINGS has rows for (a test keeps the two in step)
 CAPABILITIES = Capabilities("cpu", fused_ops=frozenset({Op.SWIGLU, Op.GEGLU, Op.QUANTIZE}), max_rows=None,
-                            fusions=FUSIONS, reduction_orders=REDUCTION_ORDERS, max_sequences=None)
+                            fusions=FUSIONS, reduction_orders=REDUCTION_ORDERS, max_sequences=None,
+                            numerics=frozenset({"ggml", "fast"}))  # fast: kernel_orders per type, else the reference
 
 VARIANTS = ("vnni", "avx2", "generic")
 

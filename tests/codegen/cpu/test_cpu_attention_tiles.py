@@ -1,7 +1,9 @@
-"""The prompt attention tiles (step_attention.attend_tiles on attention_tile_ir's kernel) give every
-row bit for bit what `numerics.attention_online` gives it alone: any row count (tiles full, partial,
-several), GQA groups, head dims 64 to 256, softcap, sliding windows, several sequences in one pass,
-draft-tree rows, committed positions out of order, rows that see nothing, any split into shares."""
+"""The prompt attention tiles (step_attention.attend_tiles on attention_tile_ir's kernel, rendered
+for the order's accumulator) give every row bit for bit what `numerics.attention_online` gives it
+alone: any row count (tiles full, partial, several), GQA groups, head dims 64 to 512, softcap,
+sliding windows, several sequences in one pass, draft-tree rows, committed positions out of order,
+rows that see nothing, any split into shares; in both orders of an f16 cache (ggml's f16
+accumulator, "key_chain_f16_acc32"'s f32 one)."""
 
 from __future__ import annotations
 
@@ -15,7 +17,9 @@ from kinetic.codegen.cpu.attention_tile_ir import render_tile
 from kinetic.codegen.cpu.jit import default_jit
 from kinetic.codegen.cpu.step_attention import TILE_LANES, attend, attend_tiles, row_span, tile_heads
 from kinetic.ir import numerics
+from kinetic.ir.numerics.attention import f16_cache_accumulator
 
+ORDERS = ["key_chain_f16", "key_chain_f16_acc32"]
 pytestmark = pytest.mark.skipif(numerics._LIBM is None, reason="the C library cannot be loaded")
 
 
@@ -85,7 +89,7 @@ class Pass:
                              self.anc, tile_fn, *bits)
             else:  # through the dispatcher (the numba one-row path: no generated kernels)
                 attend(*args, scale, cap, window, share, shares, rows, self.positions, self.row_seq, self.slot_rows,
-                       self.clen, cpos_addr, self.anc, 0, 0, 1, tile_fn, *bits)
+                       self.clen, cpos_addr, self.anc, 0, 0, 1, tile_fn, *bits, f16_cache_accumulator(a) == "f32")
         return arena[rows * width :].reshape(rows, width)
 
 
@@ -96,11 +100,18 @@ def _scale_cap(a):
 
 
 def _tile_kernel(a, vector_expf=None) -> int:
-    return default_jit().address(*render_tile(a.head_dim, bool(a.softcap), vector_expf))
+    """The tile kernel of a's order (as step_kernels.attention_tile picks it)."""
+    return default_jit().address(*render_tile(a.head_dim, bool(a.softcap), vector_expf,
+                                              accumulator=f16_cache_accumulator(a)))
 
 
-def _attrs(n_head, n_kv_head, head_dim, softcap=0.0, scale=0.125):
-    return SimpleNamespace(n_head=n_head, n_kv_head=n_kv_head, head_dim=head_dim, scale=scale, softcap=softcap)
+def _attrs(n_head, n_kv_head, head_dim, softcap=0.0, scale=0.125, order="key_chain_f16"):
+    return SimpleNamespace(n_head=n_head, n_kv_head=n_kv_head, head_dim=head_dim, scale=scale, softcap=softcap,
+                           order=order)
+
+
+def _in_order(a, order: str):
+    return SimpleNamespace(**{**vars(a), "order": order})
 
 
 def _prompt(rng, a, rows, n_c):
@@ -109,7 +120,8 @@ def _prompt(rng, a, rows, n_c):
 
 
 SHAPES = [_attrs(9, 3, 64), _attrs(4, 1, 256), _attrs(8, 8, 64, softcap=30.0), _attrs(4, 2, 128, scale=0.0625),
-          _attrs(32, 1, 64), _attrs(6, 1, 192, softcap=50.0)]
+          _attrs(32, 1, 64), _attrs(6, 1, 192, softcap=50.0),
+          _attrs(2, 1, 512, scale=0.04)]  # head dim 512: a lane's accumulators in two groups
 
 
 def test_tile_lanes_match_the_kernel():
@@ -121,11 +133,12 @@ def test_tile_lanes_match_the_kernel():
         assert not any(group % g == 0 for g in range(heads + 1, TILE_LANES + 1))
 
 
+@pytest.mark.parametrize("order", ORDERS)
 @pytest.mark.parametrize("shape", range(len(SHAPES)))
-def test_every_row_count_gives_the_reference(shape):
+def test_every_row_count_gives_the_reference(shape, order):
     """Prompt chunks of 1..40 rows (one tile, partial tiles, rows across tile boundaries) after 0-90
     committed entries: each row's bits are the reference's for that row alone."""
-    a = SHAPES[shape]
+    a = _in_order(SHAPES[shape], order)
     rng = np.random.default_rng(10 + shape)
     tile_fn = _tile_kernel(a)
     counts = range(1, 41) if shape == 0 else (1, 2, 5, 6, 15, 16, 17, 33)
@@ -134,21 +147,23 @@ def test_every_row_count_gives_the_reference(shape):
         assert np.array_equal(_bits(p.run(0, tile_fn)), _bits(p.reference(0))), rows
 
 
+@pytest.mark.parametrize("order", ORDERS)
 @pytest.mark.parametrize("window", [1, 3, 17, 64])
 @pytest.mark.parametrize("shape", [0, 1, 2])
-def test_sliding_windows(shape, window):
+def test_sliding_windows(shape, window, order):
     """Sliding windows smaller and larger than the chunk, over committed entries and pass rows."""
-    a = SHAPES[shape]
+    a = _in_order(SHAPES[shape], order)
     rng = np.random.default_rng(window)
     p = _prompt(rng, a, 23, 50)
     assert np.array_equal(_bits(p.run(window, _tile_kernel(a))), _bits(p.reference(window)))
 
 
+@pytest.mark.parametrize("order", ORDERS)
 @pytest.mark.parametrize("shares", [1, 2, 3, 7])
-def test_several_sequences_in_one_pass(shares):
+def test_several_sequences_in_one_pass(shares, order):
     """Convoy's pass: rows of three sequences interleaved, each with its own cache length; any split
     into shares gives every row the reference's bits."""
-    a = SHAPES[0]
+    a = _in_order(SHAPES[0], order)
     rng = np.random.default_rng(3)
     row_seq = rng.permutation(np.repeat([0, 1, 2], [7, 1, 12]))
     n_c = [40, 3, 0]
@@ -163,11 +178,12 @@ def test_several_sequences_in_one_pass(shares):
     assert np.array_equal(_bits(p.run(0, _tile_kernel(a), shares)), _bits(p.reference(0)))
 
 
+@pytest.mark.parametrize("order", ORDERS)
 @pytest.mark.parametrize("window", [0, 4])
-def test_draft_tree_rows_see_their_paths(window):
+def test_draft_tree_rows_see_their_paths(window, order):
     """A draft tree's rows each see the committed entries and their own ancestors (not a run of the
     pass's rows): the per-key table gives every row its path's bits."""
-    a = SHAPES[0]
+    a = _in_order(SHAPES[0], order)
     rng = np.random.default_rng(5)
     parents = [-1, 0, 0, 1, 1, 2, 3, 3, 5, 6, 6, 4]
     depth = [0] * len(parents)
@@ -182,10 +198,11 @@ def test_draft_tree_rows_see_their_paths(window):
     assert np.array_equal(_bits(p.run(window, _tile_kernel(a))), _bits(p.reference(window)))
 
 
-def test_committed_positions_out_of_order_and_rows_that_see_nothing():
+@pytest.mark.parametrize("order", ORDERS)
+def test_committed_positions_out_of_order_and_rows_that_see_nothing(order):
     """Committed positions that are not ascending, half of them after the rows' (searched key by
     key), and a row whose window holds no entry (zeros), in one tile with ordinary rows."""
-    a = SHAPES[0]
+    a = _in_order(SHAPES[0], order)
     rng = np.random.default_rng(8)
     cpos = rng.permutation(np.arange(0, 80, 2))
     rows = 6
@@ -200,11 +217,12 @@ def test_committed_positions_out_of_order_and_rows_that_see_nothing():
     assert not got[2].any()
 
 
+@pytest.mark.parametrize("order", ORDERS)
 @pytest.mark.parametrize("vector_expf", [True, False], ids=["vector-expf", "libm-expf"])
-def test_long_rows_and_keys_scoring_minus_infinity(vector_expf):
+def test_long_rows_and_keys_scoring_minus_infinity(vector_expf, order):
     """Rows over 500-700 keys with keys scoring -inf after a finite maximum (weight 0) and large
     scores (new maxima rescale the accumulator), with glibc's expf vectorized and called."""
-    a = SHAPES[1]
+    a = _in_order(SHAPES[1], order)
     rng = np.random.default_rng(21)
     p = _prompt(rng, a, 9, 560)
     p.q = np.abs(p.q)
@@ -212,10 +230,11 @@ def test_long_rows_and_keys_scoring_minus_infinity(vector_expf):
     assert np.array_equal(_bits(p.run(0, _tile_kernel(a, vector_expf))), _bits(p.reference(0)))
 
 
-def test_rows_sharing_a_tile_do_not_change_a_row():
+@pytest.mark.parametrize("order", ORDERS)
+def test_rows_sharing_a_tile_do_not_change_a_row(order):
     """Batch invariance directly: a row's output alone (one-row tile) equals its output in tiles of
     2..16 rows, and the one-row dispatch path gives the same bits."""
-    a = SHAPES[3]
+    a = _in_order(SHAPES[3], order)
     rng = np.random.default_rng(4)
     full = _prompt(rng, a, 16, 20)
     tile_fn = _tile_kernel(a)
@@ -225,6 +244,16 @@ def test_rows_sharing_a_tile_do_not_change_a_row():
         part.keys, part.vals, part.q = full.keys, full.vals, full.q[:keep]
         assert np.array_equal(_bits(part.run(0, tile_fn)), _bits(together[:keep]))
     assert np.array_equal(_bits(full.run(0, tile_fn, tiles=False)), _bits(together))
+
+
+@pytest.mark.parametrize("head_dim", [64, 128, 192, 256, 320, 512, 1024])
+def test_accumulator_groups_cover_every_vector_once(head_dim):
+    """The tile's second phase holds every (lane, 16-value part) accumulator in exactly one group,
+    and no group more than GROUP_FLOATS floats."""
+    groups = attention_tile_ir._groups(head_dim, attention_tile_ir.GROUP_FLOATS)
+    held = [(lane, part) for lanes, parts in groups for lane in lanes for part in parts]
+    assert sorted(held) == [(lane, part) for lane in range(TILE_LANES) for part in range(head_dim // 16)]
+    assert all(len(lanes) * len(parts) * 16 <= attention_tile_ir.GROUP_FLOATS for lanes, parts in groups)
 
 
 def test_a_row_span_is_its_visible_run():
@@ -247,5 +276,21 @@ def test_a_row_span_is_its_visible_run():
 
 
 def test_head_dims_off_the_chunk_are_not_rendered():
+    """Head dims off the 64 grid, and accumulators of no order, are refused."""
     with pytest.raises(ValueError):
         render_tile(96, False)
+    with pytest.raises(ValueError):
+        render_tile(96, False, accumulator="f32")
+    with pytest.raises(ValueError):
+        render_tile(64, False, accumulator="bf16")
+
+
+def test_the_orders_differ_where_the_accumulator_rounds():
+    """The two orders are different computations (the f32 accumulator is not rounded to f16): over
+    a prompt their kernels' outputs differ somewhere, so the tests above compare each kernel with its
+    own order's reference."""
+    rng = np.random.default_rng(6)
+    p = _prompt(rng, _in_order(SHAPES[0], ORDERS[0]), 16, 40)
+    ggml = p.run(0, _tile_kernel(p.a))
+    p.a = _in_order(p.a, ORDERS[1])
+    assert not np.array_equal(_bits(p.run(0, _tile_kernel(p.a))), _bits(ggml))
