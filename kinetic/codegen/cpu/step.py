@@ -18,7 +18,10 @@ consecutive row-local ops need no barrier between them; matmuls split output col
 splits (row, head) pairs, so a barrier separates them from what reads their output. Consecutive
 independent matmuls (q/k/v, gate/up, reading one quantize node) share one phase with no barrier
 between them, which is what concatenating their weights would buy, without copying them: scheduling,
-not a fusion (the graph keeps one node per matmul). Buffers are reused only across a barrier.
+not a fusion (the graph keeps one node per matmul). Buffers are reused only across a barrier. A
+pass of many rows a thread (a prompt chunk) runs the row split plan instead, where matmuls split
+the rows too, so only attention stands between barriers, and its phases are cut into more shares
+than threads (`_tape_for`, `_shares`; tape_plan.py has the three plans).
 
 Exactness: each op repeats the reference's floats for each row on its own (kinetic.ir.numerics), so
 the step gives the reference interpreter's logits bit for bit, for any batch, grouping or thread
@@ -46,6 +49,10 @@ from kinetic.ir.graph import Graph
 from kinetic.ir.interpreter import Interpreter, WeightSource
 from kinetic.ir.rows import KVView, PassResult, PassRows
 
+SPLIT_ROWS_FROM = 8  # rows a thread from which a pass runs the row split plan (below it a row share costs more
+#                     than a column share: measured for SmolLM2 Q4_1, 4 rows a thread 2.2x, 8 the same)
+SHARES_A_THREAD = 4  # a row split pass's shares a thread, at most (rows permitting)
+
 
 class CompiledStep:
     """Runs a graph's forward passes through one compiled tape; writes K/V into the caches in place.
@@ -63,6 +70,7 @@ class CompiledStep:
         self.gelu = numerics.gelu_table().astype(np.float32)
         self.layers = step_layers(graph)
         self.contention = Contention(self.threads)
+        self.split_rows_from = SPLIT_ROWS_FROM
         self._lock = threading.Lock()  # a step's buffers serve one pass at a time
         self._outputs = [(name, node_id, graph.node(node_id).type.shape[0] == "R") for name, node_id in graph.outputs]
         self._build(rows)
@@ -72,7 +80,7 @@ class CompiledStep:
         """The tape for passes of up to `rows` rows: lowered, barriers placed, buffers planned, encoded."""
         builder = TapeBuilder(self.graph, self.weights, self.reference, self.kernels, rows, self.threads)
         plan = lower_graph(builder)
-        align_columns(plan)
+        align_columns(plan, self.threads)
         place_barriers(plan)
         arenas = allocate(plan, [("v", node_id) for _name, node_id in self.graph.outputs])
         tapes = encode(plan, arenas)
@@ -82,7 +90,7 @@ class CompiledStep:
         self._vocab = builder.vocab  # rows of the embedding table the tape reads by token id
         self.arena, self.qarena = arenas.arena, arenas.qarena
         self.offsets, self.q_offsets = arenas.offsets, arenas.q_offsets
-        self.tape, self.column_tape, self.ftape = tapes.rows, tapes.columns, tapes.floats
+        self.tape, self.split_tape, self.column_tape, self.ftape = tapes.rows, tapes.split, tapes.columns, tapes.floats
         self.segments = tapes.segments
         self.cycles = np.zeros((len(plan.instrs), 2), np.int64)  # per op: cycles working, cycles waiting
         self.phase_counters = PhaseCounters(len(self.tape), self.threads)  # at most one phase per row
@@ -133,11 +141,13 @@ class CompiledStep:
         if n == 1 and self.steal is not None:
             return self._run_stealing(rows, caches, n_out, common[2:])
         threads = self.contention.threads_now()
+        tape_now = self._tape_for(n, threads)
+        shares = self._shares(n, threads) if tape_now is self.split_tape else threads
         begin, waited = cycle_count(), 0
         for seg in self.segments:
             if isinstance(seg, tuple):
-                tape_now = self.column_tape if n < threads else self.tape
-                waited += run_parallel(tape_now, self.ftape, seg, threads, common, self.phase_counters, self.cycles)
+                waited += run_parallel(tape_now, self.ftape, seg, threads, common, self.phase_counters, self.cycles,
+                                       shares=shares)
             else:
                 seg.python(self, n, n_out)
         if threads > 1:
@@ -145,6 +155,25 @@ class CompiledStep:
         outputs = {name: self.view(node_id, n_out if per_output else n).copy()
                    for name, node_id, per_output in self._outputs}
         return PassResult(outputs, {}, self.new_state)
+
+    def _tape_for(self, n: int, threads: int) -> np.ndarray:
+        """The plan a pass of n rows runs on `threads` threads (tape_plan.py): columns split below one
+        row a thread, row split from `split_rows_from` rows a thread and twice as many as threads
+        (the pass has a fifth of the barriers, but each thread reads every weight: the guard keeps
+        that traffic, threads times the weights, small beside the pass's work, rows times them),
+        rows split in between."""
+        if n < threads:
+            return self.column_tape
+        return self.split_tape if n >= max(self.split_rows_from, 2 * threads) * threads else self.tape
+
+    def _shares(self, n: int, threads: int) -> int:
+        """Shares of a row split pass's phases: `threads`, or where the rows allow, up to
+        SHARES_A_THREAD a thread of at least split_rows_from rows each, so a thread that another
+        process holds back leaves its unclaimed shares to the others (the shares are claimed as they
+        come, step_sync.claim), instead of holding every phase up."""
+        if threads == 1:
+            return 1
+        return max(threads, min(SHARES_A_THREAD * threads, n // self.split_rows_from))
 
     def _run_stealing(self, rows: PassRows, caches: KVView, n_out: int, tables: tuple) -> PassResult:
         """A one-row pass on every thread through the stealing tapes (step_steal.py), whatever the

@@ -18,7 +18,7 @@ from kinetic.codegen.cpu.step_sync import LATE, claim, commit, committed, enter,
 # numba's cache checks only this file's stamp, not those of the modules whose code it compiles in;
 # this hash of them (kept current by tests/codegen/cpu/test_cpu_step.py) changes this file whenever
 # they change, so a stale cache is never loaded.
-SOURCES_HASH = "a27602555836b4fa"
+SOURCES_HASH = "a574ffd61f06e9e7"
 
 
 @njit(cache=True, nogil=True, error_model="numpy", inline="always")
@@ -58,16 +58,18 @@ def _share_and_commit(int_rows, float_rows, first, last, share, nt, a, a_addr, n
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def drive(int_rows, float_rows, start, end, tid, nt, a, a_addr, n_rows, n_out, out_rows, tokens, positions, row_slot,
-          row_cidx, slot_rows, anc, kv_addr, clen, cpos_addr, gelu, sync_addr, sync_stride, epoch, waits, active,
-          prof):
+def drive(int_rows, float_rows, start, end, tid, nt, shares, a, a_addr, n_rows, n_out, out_rows, tokens, positions,
+          row_slot, row_cidx, slot_rows, anc, kv_addr, clen, cpos_addr, gelu, sync_addr, sync_stride, epoch, waits,
+          active, prof):
     """Run the tape's rows start..end (int_rows, float_rows: columns as tape.py names them) as one of
     `nt` threads (thread 0 the caller). The tape is cut into phases at its barrier flags; a phase is
-    `nt` shares, each share every op of the phase for that share (so a row-local op reads what the
-    op before it wrote for the same share), and any thread runs any share it claims first
-    (step_sync.claim): a thread another process keeps off its core holds nobody up unless it holds
-    an unfinished share, and in a phase flagged FLAG_STEAL not even then: a waiting thread runs an
-    overdue share again and the first run to finish counts (step_sync.py, "Stealing"). A thread goes
+    `shares` shares (`nt`, or more where a thread that is ahead should take over the work of one
+    that is behind: a phase may not be stolen then), each share every op of the phase for that
+    share (so a row-local op reads what the op before it wrote for the same share), and any thread
+    runs any share it claims first (step_sync.claim): a thread another process keeps off its core
+    holds nobody up unless it holds an unfinished share, and in a phase flagged FLAG_STEAL not even
+    then: a waiting thread runs an overdue share again and the first run to finish counts
+    (step_sync.py, "Stealing"). A thread goes
     on to the next phase once every share of this one is done (step_sync.wait_or_steal).
     `sync_addr`: the stretch's phase counters (`sync_stride` bytes a phase), tagged with `epoch`; a
     thread that finds another epoch there is late for a stretch that has ended and returns.
@@ -84,18 +86,18 @@ def drive(int_rows, float_rows, start, end, tid, nt, a, a_addr, n_rows, n_out, o
         counters = sync_addr + phase * sync_stride
         steal = int_rows[first][tape.FLAGS] & tape.FLAG_STEAL != 0
         enter(active)
-        share = claim(counters, epoch, nt)
+        share = claim(counters, epoch, shares)
         while share >= 0:
             began = stamp(counters, share) if steal else 0
-            _share_and_commit(int_rows, float_rows, first, last, share, nt, a, a_addr, n_rows, n_out, out_rows,
+            _share_and_commit(int_rows, float_rows, first, last, share, shares, a, a_addr, n_rows, n_out, out_rows,
                               tokens, positions, row_slot, row_cidx, slot_rows, anc, kv_addr, clen, cpos_addr, gelu,
                               tid, prof, counters, epoch, waits, steal, began)
-            share = claim(counters, epoch, nt)
+            share = claim(counters, epoch, shares)
         leave(active)
         if share == LATE:
             return waited
         while True:
-            share, wait = wait_or_steal(counters, epoch, nt, waits, steal, active)
+            share, wait = wait_or_steal(counters, epoch, shares, waits, steal, active)
             if tid == 0:
                 prof[last, 1] += wait
             waited += wait
@@ -103,7 +105,7 @@ def drive(int_rows, float_rows, start, end, tid, nt, a, a_addr, n_rows, n_out, o
                 return waited
             if share < 0:
                 break
-            _share_and_commit(int_rows, float_rows, first, last, share, nt, a, a_addr, n_rows, n_out, out_rows,
+            _share_and_commit(int_rows, float_rows, first, last, share, shares, a, a_addr, n_rows, n_out, out_rows,
                               tokens, positions, row_slot, row_cidx, slot_rows, anc, kv_addr, clen, cpos_addr, gelu,
                               tid, prof, counters, epoch, waits, steal, cycles())
             leave(active)

@@ -35,7 +35,7 @@ from kinetic.codegen.cpu.step_attention import attend
 # numba's cache checks only this file's stamp, not those of the modules whose code it compiles in;
 # this hash of them (kept current by tests/codegen/cpu/test_cpu_step.py) changes this file whenever
 # they change, so a stale cache is never loaded.
-SOURCES_HASH = "ee357a054cabdbb0"
+SOURCES_HASH = "2e8093facb6cd918"
 
 F32 = np.float32
 F64 = np.float64
@@ -270,7 +270,8 @@ def embed_rows(a, table, row_bytes, y, width, kind, tokens, r0, r1, c0, c1):
 def run_op(int_rows, float_rows, ip, share, shares, a, a_addr, n_rows, n_out, out_rows, tokens, positions, row_slot,
            row_cidx, slot_rows, anc, kv_addr, clen, cpos_addr, gelu):
     """Share `share` of `shares` of the tape's op `ip`: row-local ops a share of the rows (or of the
-    columns), matmuls of the output columns, attention every shares-th (row, head) item."""
+    columns), matmuls of the output columns (in units where the columns plan aligned them; of the
+    rows, every column, under FLAG_SPLIT_ROWS), attention every shares-th (row, head) item."""
     t = int_rows[ip]
     op = t[tape.OP]
     rows = n_out if t[tape.FLAGS] & tape.FLAG_OUTPUT_ROWS else n_rows
@@ -302,8 +303,13 @@ def run_op(int_rows, float_rows, ip, share, shares, a, a_addr, n_rows, n_out, ou
                             e + r * e_row + b0 * e_block, b1 - b0)
     elif op == tape.OP_MATMUL:
         n = t[tape.MATMUL_N]
-        n0, n1 = _share(n, share, shares)
-        if n1 > n0:
+        n0, n1 = (c0, c1) if t[tape.FLAGS] & tape.FLAG_COLUMNS and unit > 0 else _share(n, share, shares)
+        if t[tape.FLAGS] & tape.FLAG_SPLIT_ROWS:  # rows r0..r1, every column: the kernel from row r0 on
+            if r1 > r0:
+                call_kernel(t[tape.MATMUL_KERNEL], t[tape.MATMUL_WEIGHT], t[tape.MATMUL_Q] + r0 * t[tape.MATMUL_Q_ROW],
+                            t[tape.MATMUL_D] + r0 * t[tape.MATMUL_D_ROW], t[tape.MATMUL_E] + r0 * t[tape.MATMUL_E_ROW],
+                            a_addr + 4 * (t[tape.MATMUL_Y] + r0 * n), r1 - r0, 0, n, n)
+        elif n1 > n0:
             call_kernel(t[tape.MATMUL_KERNEL], t[tape.MATMUL_WEIGHT], t[tape.MATMUL_Q], t[tape.MATMUL_D],
                         t[tape.MATMUL_E], a_addr + 4 * t[tape.MATMUL_Y], rows, n0, n1, n)
     elif op == tape.OP_ROPE:
@@ -327,7 +333,7 @@ def run_op(int_rows, float_rows, ip, share, shares, a, a_addr, n_rows, n_out, ou
                n_kv, hd, F32(float_rows[ip, tape.ATTEND_SCALE]), F32(float_rows[ip, tape.ATTEND_CAP]),
                t[tape.ATTEND_WINDOW], share, shares, rows, positions, row_slot, slot_rows, clen, cpos_addr, anc,
                t[tape.ATTEND_SCORE_KERNEL], t[tape.ATTEND_SOFTMAX_KERNEL], heads, t[tape.ATTEND_TILE_KERNEL],
-               t[tape.ATTEND_SCALE_BITS], t[tape.ATTEND_CAP_BITS])
+               t[tape.ATTEND_SCALE_BITS], t[tape.ATTEND_CAP_BITS], t[tape.ATTEND_F32_ACC] != 0)
     elif op == tape.OP_EMBED:
         embed_rows(a, t[tape.EMBED_TABLE], t[tape.EMBED_ROW_BYTES], t[tape.EMBED_Y], t[tape.EMBED_WIDTH],
                    t[tape.EMBED_KIND], tokens, r0, r1, c0, c1)

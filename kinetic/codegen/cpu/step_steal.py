@@ -57,7 +57,7 @@ class StealTapes:
         plan = lower_graph(builder)
         if any(ins.python is not None for ins in plan.instrs):
             raise ValueError("a graph with Python instructions has no stealing tapes")
-        align_columns(plan)
+        align_columns(plan, builder.threads)
         place_barriers(plan)
         flags = np.array(steal_flags(plan), np.int64)
         self.plan = plan

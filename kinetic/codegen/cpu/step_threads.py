@@ -114,16 +114,18 @@ def _pool(n: int) -> list[queue.SimpleQueue]:
 
 
 def run_parallel(tape, ftape, seg: tuple[int, int], threads: int, common: tuple, counters: PhaseCounters,
-                 prof: np.ndarray, active: int = 0, keep: object = None) -> int:
+                 prof: np.ndarray, active: int = 0, keep: object = None, shares: int = 0) -> int:
     """Every thread runs tape[start:end]; when the calling thread returns, every share of it is done
     (a worker that arrives late leaves without touching anything, unless it was running a share of
     a phase that may be stolen: then it finishes that share, which repeats bits already in place, in
     the arena whose count of threads is at `active`). `keep`: what such a late share reads besides
     the tape and the arena (the pass's caches), held by each worker until it is done with the
-    stretch. Returns the cycles the calling thread waited at the ends of phases."""
+    stretch. `shares`: a phase's shares (0: one a thread; more only for a tape without stolen
+    phases). Returns the cycles the calling thread waited at the ends of phases."""
     start, end = seg
+    shares = shares or threads
     sync, epoch = counters.next_stretch()
     tail = (sync, 8 * counters.stride, epoch, WAITS, active, prof)
     for tid, inbox in enumerate(_pool(threads - 1), start=1):
-        inbox.put((keep, (tape, ftape, start, end, tid, threads) + common + tail))
-    return drive(tape, ftape, start, end, 0, threads, *common, *tail)
+        inbox.put((keep, (tape, ftape, start, end, tid, threads, shares) + common + tail))
+    return drive(tape, ftape, start, end, 0, threads, shares, *common, *tail)

@@ -4,13 +4,23 @@ Owns: the instruction record the lowering produces (`Instr`, with `Ref`s to buff
 collected in a `Plan`), and the three steps that turn a plan into what the driver runs: the barrier
 plan (`place_barriers`, after `align_columns`), the buffer plan (`allocate`: the liveness rules of
 one float32 arena and one byte arena, reused only across a barrier) and the encoding (`encode`: the
-rows split tape, the columns split tape, the float tape and the segments between Python ops). Does
+row split, rows split and columns split tapes, the float tape and the segments between Python ops). Does
 not own which node becomes which instructions (lowering.py), the row layout (tape.py), nor how
 buffers are chosen (kinetic/codegen/common/buffers.py, shared with Vulkan).
 
-Two plans of one tape: rows split (a pass of at least as many rows as threads: row-local ops split
-the rows) and columns split (fewer rows, e.g. decode: row-local ops split columns in UNIT units),
-which needs more barriers; buffers are planned on the first, whose barriers the second keeps.
+Three plans of one tape, the second and third each with the first's barriers and its own:
+
+* row split (a pass of many rows, e.g. a prompt chunk: matmuls too split the rows, each share every
+  column of its rows, so a layer's matmuls, norms, activations, rotary and KV stores run as one
+  phase and only attention, which reads other rows' keys, stands between barriers);
+* rows (a pass of at least as many rows as threads: row-local ops split the rows, matmuls their
+  output columns, so the weights are read once a pass however few rows it has);
+* columns (fewer rows, e.g. decode: row-local ops split columns in UNIT units, and so do the
+  matmuls whose readers all split that way, align_columns, so a residual add or an activation and
+  its quantization share their matmul's phase).
+
+Buffers are planned on the first (its phases), whose barriers the other two keep. Which plan a
+pass runs never changes a bit: every row is computed by the same kernels whatever share computes it.
 """
 
 from __future__ import annotations
@@ -48,9 +58,11 @@ class Instr:
     output_rows: bool = False
     python: object = None  # callable(step, n, n_out) for Python ops
     barrier: bool = False
-    phase: int = 0
-    # a row-local op's split across threads when a pass has fewer rows than threads: columns in
-    # units of `unit` floats of a row `width` wide; whole_row: it reads all of its input's row
+    phase: int = 0  # in the row split plan, whose phases the buffer plan follows
+    split_barrier: bool = False
+    # a row-local op's split across threads when a pass has fewer rows than threads (and a matmul's
+    # that align_columns gave one): columns in units of `unit` floats of a row `width` wide;
+    # whole_row: it reads all of its input's row
     width: int = 0
     unit: int = 0
     whole_row: bool = False
@@ -66,11 +78,15 @@ class Plan:
     constants: dict = field(default_factory=dict)  # key -> f32 values
 
 
-def align_columns(plan: Plan) -> None:
+def align_columns(plan: Plan, threads: int = 1) -> None:
     """Let an op that only feeds an activation quantization split its columns in the
     quantization's blocks, so the columns plan needs no barrier between them (the split of an
-    elementwise op or of an RMS norm over whole rows is free to choose)."""
+    elementwise op or of an RMS norm over whole rows is free to choose); then let a matmul whose
+    output only feeds ops of one column split (an activation, a residual add) split its output
+    columns the same way, where that split gives each of `threads` threads as many columns, so in
+    the columns plan those ops share the matmul's phase (it reads whole rows of its input)."""
     producer: dict = {}
+    readers: dict = {}
     for ins in plan.instrs:
         if ins.op == tape.OP_QUANT:
             src = producer.get(ins.reads[0])
@@ -78,41 +94,83 @@ def align_columns(plan: Plan) -> None:
                                         or (src.op == tape.OP_RMS_NORM and src.unit == 16))
             if free and src.width == ins.width and src.output_rows == ins.output_rows:
                 src.unit = ins.unit
+        for key in ins.reads:
+            readers.setdefault(key, []).append(ins)
         for key in ins.writes:
             producer[key] = ins
+    for ins in plan.instrs:
+        if ins.op == tape.OP_MATMUL and ins.python is None:
+            _align_matmul(ins, readers.get(ins.writes[0], []), threads)
+
+
+def _align_matmul(ins: Instr, readers: list[Instr], threads: int) -> None:
+    """Give the matmul `ins` its readers' column split (width, unit) where they all split its
+    output one way, in whole units, and that split gives every thread as many units (a split that
+    gave one thread more would cost the phase what it saves)."""
+    n = ins.args[tape.MATMUL_N]
+    units = {r.unit for r in readers}
+    if not readers or len(units) != 1 or not all(
+            r.row_local and not r.whole_row and r.width == n and r.output_rows == ins.output_rows for r in readers):
+        return
+    unit = units.pop()
+    if unit > 0 and n % unit == 0 and (n // unit) % threads == 0:
+        ins.width, ins.unit, ins.whole_row = n, unit, True
+
+
+SPLIT, ROWS, COLUMNS = "split", "rows", "columns"  # the plans; the last two keep the first's barriers
+SPLITS_ROWS = frozenset((tape.OP_MATMUL,))  # ops that split rows, not output columns, in the row split plan
 
 
 def place_barriers(plan: Plan) -> None:
     """Barriers: after an op whose output (or input) a later op of the same phase touches across
-    the threads' split; Python ops stand alone. Sets each instruction's phase (rows plan) and its
-    barrier and column_barrier flags."""
-    for columns in (False, True):
-        phase = 0
-        current: list[Instr] = []
-        for ins in plan.instrs:
-            clash = ins.python is not None or any(_clash(p, ins, columns) for p in current)
-            if clash and current:
-                if columns:
-                    current[-1].column_barrier = True
-                else:
-                    current[-1].barrier = True
-                    phase += 1
-                current = []
-            if not columns:
-                ins.phase = phase
-            current.append(ins)
+    the threads' split; Python ops stand alone. Sets each instruction's phase (row split plan) and
+    its split_barrier, barrier and column_barrier flags."""
+    split_ends = _barriers(plan.instrs, SPLIT, [False] * len(plan.instrs))
+    rows_ends = _barriers(plan.instrs, ROWS, split_ends)
+    column_ends = _barriers(plan.instrs, COLUMNS, split_ends)
+    for ins, split_end, rows_end, column_end in zip(plan.instrs, split_ends, rows_ends, column_ends, strict=True):
+        ins.split_barrier, ins.barrier, ins.column_barrier = split_end, rows_end, column_end
+    phase = 0
+    for ins in plan.instrs:
+        ins.phase = phase
+        phase += ins.split_barrier
 
 
-def _clash(p: Instr, ins: Instr, columns: bool) -> bool:
-    """Whether `ins` may not run in the same phase as the earlier `p`."""
+def _barriers(instrs: list[Instr], split: str, kept: list[bool]) -> list[bool]:
+    """Per instruction, whether a barrier follows it in the plan `split`: where `kept` has one (the
+    plan before it) and where the next op clashes with one of the phase so far."""
+    ends = [False] * len(instrs)
+    current: list[Instr] = []
+    for i, ins in enumerate(instrs):
+        clash = ins.python is not None or (i > 0 and kept[i - 1]) or any(_clash(p, ins, split) for p in current)
+        if clash and current:
+            ends[i - 1] = True
+            current = []
+        current.append(ins)
+    return ends
+
+
+def _row_local(ins: Instr, split: str) -> bool:
+    """Whether `ins` splits rows (or, in the columns plan, columns in units) in the plan `split`:
+    matmuls do in the row split plan (but those of the output rows, often one: an output layer
+    keeps its columns split), and in the columns plan those align_columns gave a unit."""
+    if ins.row_local:
+        return True
+    if ins.python is not None or ins.op not in SPLITS_ROWS:
+        return False
+    return (split == SPLIT and not ins.output_rows) or (split == COLUMNS and ins.unit > 0)
+
+
+def _clash(p: Instr, ins: Instr, split: str) -> bool:
+    """Whether `ins` may not run in the same phase as the earlier `p` in the plan `split`."""
     if p.python is not None:
         return True
     shared = (set(p.writes) & (set(ins.reads) | set(ins.writes))) | (set(p.reads) & set(ins.writes))
     if not shared:
         return False
-    if not (p.row_local and ins.row_local and p.output_rows == ins.output_rows):
+    if not (_row_local(p, split) and _row_local(ins, split) and p.output_rows == ins.output_rows):
         return True
-    if not columns:
+    if split != COLUMNS:
         return False
     same_split = p.unit == ins.unit and p.width == ins.width and p.unit > 0
     return not same_split or (ins.whole_row and bool(shared & set(ins.reads))) or (
@@ -207,6 +265,7 @@ def _aligned(n: int, align: int = ALIGN) -> int:
 @dataclass
 class Tapes:
     rows: np.ndarray  # int64 [n, TAPE_WIDTH]: the rows split plan
+    split: np.ndarray  # int64 [n, TAPE_WIDTH]: the row split plan (matmuls split rows; fewest barriers)
     columns: np.ndarray  # int64 [n, TAPE_WIDTH]: the columns split plan (same ops, its own barriers)
     floats: np.ndarray  # float64 [n, FLOAT_WIDTH]
     segments: list  # (start, end) of compiled runs, or a Python Instr
@@ -215,7 +274,7 @@ class Tapes:
 def encode(plan: Plan, arenas: Arenas) -> Tapes:
     """The tape rows: each instruction's arguments in its columns, Refs resolved to offsets and
     addresses."""
-    rows, column_rows, float_rows = [], [], []
+    rows, split_rows, column_rows, float_rows = [], [], [], []
     for ins in plan.instrs:
         if ins.python is None and set(ins.args) != set(tape.ARGUMENTS[ins.op]):
             raise AssertionError(f"tape op {tape.OP_NAMES[ins.op]}: columns {sorted(ins.args)}")
@@ -224,18 +283,22 @@ def encode(plan: Plan, arenas: Arenas) -> Tapes:
             row[column] = _resolve(value, arenas)
         row[tape.OP], row[tape.WIDTH], row[tape.UNIT] = ins.op, ins.width, ins.unit
         out_rows = tape.FLAG_OUTPUT_ROWS if ins.output_rows else 0
-        column_row = list(row)
+        column_row, split_row = list(row), list(row)
+        split_row[tape.FLAGS] = ((tape.FLAG_BARRIER if ins.split_barrier else 0) | out_rows
+                                 | (tape.FLAG_SPLIT_ROWS if _row_local(ins, SPLIT) and not ins.row_local else 0))
         row[tape.FLAGS] = (tape.FLAG_BARRIER if ins.barrier else 0) | out_rows
         column_row[tape.FLAGS] = (tape.FLAG_BARRIER if ins.column_barrier else 0) | out_rows | tape.FLAG_COLUMNS
         for column, value in (ins.column_args or {}).items():
             column_row[column] = value
         rows.append(row)
+        split_rows.append(split_row)
         column_rows.append(column_row)
         floats = [0.0] * tape.FLOAT_WIDTH
         for column, value in ins.floats.items():
             floats[column] = float(value)
         float_rows.append(floats)
     return Tapes(np.array(rows, np.int64).reshape(-1, tape.TAPE_WIDTH),
+                 np.array(split_rows, np.int64).reshape(-1, tape.TAPE_WIDTH),
                  np.array(column_rows, np.int64).reshape(-1, tape.TAPE_WIDTH),
                  np.array(float_rows, np.float64).reshape(-1, tape.FLOAT_WIDTH), _segments(plan.instrs))
 

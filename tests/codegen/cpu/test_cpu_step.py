@@ -88,7 +88,7 @@ def test_sliding_window_and_decode_equal_the_reference():
 
 def test_a_pass_larger_than_the_buffers_grows_them():
     gguf, graph = _graph(synthetic_path("llama"))
-    engine = _engine(gguf, graph, batch=3)
+    engine = _engine(gguf, graph, batch=3, shortlist=False)  # one runner (the full graph) runs every pass
     tokens = [t % 200 for t in PROMPT]
     got = _all_logits(engine, tokens)
     assert engine.runner.capacity >= len(tokens)
@@ -113,25 +113,36 @@ def test_real_models_thread_count_invariant(name):
 
 
 def test_plan_barriers_are_sound(synthetic):
-    """Independent matmuls share a phase; no op reads or writes, in its own phase, what another op of
-    that phase wrote across a different split."""
+    """Independent matmuls share a phase; in each plan (row split, rows, columns: tape_plan.py) no
+    op reads or writes, in its own phase, what another op of that phase wrote across a different
+    split: matmuls split rows, like row-local ops, in the row split plan, and in the columns plan
+    the columns in units (as their readers there) where they have one."""
     gguf, graph = synthetic
     step = _engine(gguf, graph).runner
     instrs = step.plan.instrs
-    # independent matmuls reading the same quantized input share a phase (no barrier between them)
-    phases_with_matmuls = {}
-    for ins in instrs:
-        if ins.op == tape.OP_MATMUL:
-            phases_with_matmuls.setdefault(ins.phase, []).append(ins)
-    assert max(len(v) for v in phases_with_matmuls.values()) >= 2
-    # an op never reads, in its own phase, what another op wrote across a different split
-    for i, a in enumerate(instrs):
-        for b in instrs[i + 1 :]:
-            if b.phase != a.phase:
-                break
-            shared = set(a.writes) & (set(b.reads) | set(b.writes)) or set(a.reads) & set(b.writes)
-            if shared:
-                assert a.row_local and b.row_local and a.output_rows == b.output_rows
+    for plan_tape, plan in ((step.split_tape, "split"), (step.tape, "rows"), (step.column_tape, "columns")):
+        phases = np.concatenate([[0], np.cumsum(plan_tape[:-1, tape.FLAGS] & tape.FLAG_BARRIER != 0)])
+        # independent matmuls reading the same quantized input share a phase (no barrier between them)
+        matmul_phases = phases[plan_tape[:, tape.OP] == tape.OP_MATMUL]
+        assert len(matmul_phases) > len(set(matmul_phases.tolist()))
+
+        def row_local(ins, plan=plan):
+            split = plan == "split" and not ins.output_rows
+            matmul = ins.op == tape.OP_MATMUL and (split or (plan == "columns" and ins.unit > 0))
+            return ins.row_local or matmul
+
+        for i, a in enumerate(instrs):
+            for j in range(i + 1, len(instrs)):
+                b = instrs[j]
+                if phases[j] != phases[i]:
+                    break
+                shared = set(a.writes) & (set(b.reads) | set(b.writes)) or set(a.reads) & set(b.writes)
+                if shared:
+                    assert row_local(a) and row_local(b) and a.output_rows == b.output_rows
+                    if plan == "columns":  # the same columns, and none of them read whole
+                        assert (a.unit, a.width) == (b.unit, b.width) and a.unit > 0
+                        assert not (b.whole_row and set(a.writes) & set(b.reads))
+                        assert not (a.whole_row and set(a.reads) & set(b.writes))
 
 
 def test_buffers_that_overlap_in_an_arena_are_never_live_in_one_phase(synthetic):
@@ -191,7 +202,8 @@ def test_passes_smaller_than_the_thread_count_split_columns(synthetic, threads):
     step = engine.runner
     rows_barriers = step.tape[:, tape.FLAGS] & tape.FLAG_BARRIER
     column_barriers = step.column_tape[:, tape.FLAGS] & tape.FLAG_BARRIER
-    assert np.all(column_barriers >= rows_barriers)  # the buffer plan relies on this
+    split_barriers = step.split_tape[:, tape.FLAGS] & tape.FLAG_BARRIER
+    assert np.all(column_barriers >= split_barriers) and np.all(rows_barriers >= split_barriers)  # the buffer plan's
 
 
 def test_numba_cache_keys_track_the_modules_compiled_in():

@@ -91,7 +91,7 @@ def test_compiled_tapes_leave_every_unnamed_column_zero():
     for family in ("llama", "gemma3"):
         gguf = open_gguf(synthetic_path(family))
         step = CompiledStep(compile_graph(gguf), GGUFWeights(gguf), threads=2, rows=4)
-        for tape_rows in (step.tape, step.column_tape):
+        for tape_rows in (step.tape, step.split_tape, step.column_tape):
             for row in tape_rows:
                 named = {tape.OP, tape.FLAGS, tape.WIDTH, tape.UNIT, *tape.ARGUMENTS.get(int(row[tape.OP]), ())}
                 assert not any(row[c] for c in range(tape.TAPE_WIDTH) if c not in named)
