@@ -42,6 +42,8 @@ class Function:
     name: str
     params: Sequence[tuple[str, str]]  # (type, name without %)
     ret: str = "void"
+    linkage: str = ""  # e.g. "internal": a helper only its module's functions call
+    attributes: str = ""  # function attributes, e.g. "noinline"
     lines: list[str] = field(default_factory=list)
     block: str = "entry"
     _count: int = 0
@@ -121,7 +123,9 @@ class Function:
     def render(self) -> str:
         params = ", ".join(f"{t} noalias %{n}" if t == "ptr" else f"{t} %{n}" for t, n in self.params)
         body = "\n".join(self.lines)
-        return f"define {self.ret} @{self.name}({params}) {{\nentry:\n{body}\n}}\n"
+        head = " ".join(x for x in ("define", self.linkage, self.ret) if x)
+        tail = f" {self.attributes}" if self.attributes else ""
+        return f"{head} @{self.name}({params}){tail} {{\nentry:\n{body}\n}}\n"
 
 
 def module(functions: Sequence[Function], declarations: Sequence[str]) -> str:
