@@ -14,7 +14,9 @@ compiled step (kinetic.codegen.cpu.step_ops) calls it for each share of the work
   share a KV head, through the one-row score and softmax kernels (attention_ir.py) or numba.
 
 Every rounding step is the reference's, in its order, and every row's chain is computed on its
-own, so a row's floats do not depend on the path, the tile or the share that computes it.
+own, so a row's floats do not depend on the path, the tile or the share that computes it. Both
+orders of an f16 cache: "key_chain_f16" (an f16 value accumulator) and "key_chain_f16_acc32" (an f32
+one); the generated kernels are rendered for the node's order, the numba path reads `f32_acc`.
 """
 
 from __future__ import annotations
@@ -80,10 +82,12 @@ def _visible(j, n_c, cpos, mine, anc, r, pos, positions, window):
 
 @njit(cache=True, error_model="numpy")
 def attend_items(a, q, y, kp, vp, kv_width, n_head, n_kv, hd, scale, cap, window, i0, i1, step, positions,
-                 row_slot, slot_rows, clen, cpos_addr, anc, score_fn, softmax_fn, heads, scale_bits, cap_bits):
+                 row_slot, slot_rows, clen, cpos_addr, anc, score_fn, softmax_fn, heads, scale_bits, cap_bits,
+                 f32_acc=False):
     """numerics.attention_online for items i0, i0 + step, ... below i1 over an f16 cache: an item is `heads` query heads
     of one row sharing a KV head (one head where there are no generated kernels). The keys a row
-    sees, in cache order; online softmax with the C library's expf; an f16 accumulator."""
+    sees, in cache order; online softmax with the C library's expf; an f16 accumulator (f32 where
+    f32_acc: the numba path's; the generated softmax kernel is rendered for its order)."""
     group = n_head // n_kv
     per_row = n_head // heads
     lanes = np.empty(64, np.float32)
@@ -142,13 +146,14 @@ def attend_items(a, q, y, kp, vp, kv_width, n_head, n_kv, hd, scale, cap, window
                     vs = _ONE
                     m = s
                     for i in range(hd):  # an f16 value times an f32 is exact in f64: the f32 product
-                        acc[i] = round_f16(acc[i] * ms)
+                        acc[i] = acc[i] * ms if f32_acc else round_f16(acc[i] * ms)
                 else:
                     ms = _ONE
                     vs = F32(math.exp(s - m))
                 v = vals[base: base + hd]
                 for i in range(hd):
-                    acc[i] = round_f16(fma32(f16_value(v[i]), vs, acc[i]))
+                    summed = fma32(f16_value(v[i]), vs, acc[i])
+                    acc[i] = summed if f32_acc else round_f16(summed)
                 ssum = fma32(ssum, ms, vs)
             inv = _ZERO if ssum == _ZERO else _ONE / ssum
             for i in range(hd):
@@ -308,13 +313,14 @@ def attend_tiles(a, q, y, kp, vp, kv_width, n_head, n_kv, hd, window, share, sha
 
 @njit(cache=True, error_model="numpy")
 def attend(a, q, y, kp, vp, kv_width, n_head, n_kv, hd, scale, cap, window, share, shares, rows, positions, row_slot,
-           slot_rows, clen, cpos_addr, anc, score_fn, softmax_fn, heads, tile_fn, scale_bits, cap_bits):
+           slot_rows, clen, cpos_addr, anc, score_fn, softmax_fn, heads, tile_fn, scale_bits, cap_bits, f32_acc):
     """Share `share` of `shares` of an attention op over `rows` pass rows: tiles where the tape
-    carries a tile kernel and the pass has several rows, else (row, heads) items taken in turn."""
+    carries a tile kernel and the pass has several rows, else (row, heads) items taken in turn.
+    f32_acc: the order's accumulator, for the numba path (the kernels are rendered for it)."""
     if tile_fn != 0 and rows > 1:
         attend_tiles(a, q, y, kp, vp, kv_width, n_head, n_kv, hd, window, share, shares, positions, slot_rows, clen,
                      cpos_addr, anc, tile_fn, scale_bits, cap_bits)
     else:  # every shares-th item: later rows of a prompt see more keys, so contiguous shares would not balance
         attend_items(a, q, y, kp, vp, kv_width, n_head, n_kv, hd, scale, cap, window, share, rows * (n_head // heads),
                      shares, positions, row_slot, slot_rows, clen, cpos_addr, anc, score_fn, softmax_fn, heads,
-                     scale_bits, cap_bits)
+                     scale_bits, cap_bits, f32_acc)
