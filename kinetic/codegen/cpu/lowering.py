@@ -17,9 +17,10 @@ compiled segments. Ops the table lacks or refuses send the whole graph to the op
 
 The one fusion the CPU declares is in the IR: the device phase gives the q8 matmuls of the exact
 weight types (target.BIT_EXACT) a `quantize` node, one per row and format shared by every matmul
-that reads it (kinetic/passes/device_fusion.py); its row here is one OP_QUANT, and a matmul reads
-the quantize node's bytes. F16 / BF16 matmuls still round a row once for all of them here (the IR's
-quantize formats are the q8 ones). That consecutive independent matmuls (q/k/v, gate/up) share one
+that reads it (kinetic/passes/device_fusion.py); its row is one OP_QUANT, and a matmul reads
+the quantize node's bytes. F16 / BF16 matmuls still round a row once for all of them (the IR's
+quantize formats are the q8 ones). The matmul and quantize rows are matmul_ops.py's; the MoE,
+recurrent and encoder ops' rows are in moe_ops.py, recurrent_ops.py and encoder_ops.py. That consecutive independent matmuls (q/k/v, gate/up) share one
 barrier phase is scheduling, not a fusion (tape_plan.place_barriers).
 """
 
@@ -33,18 +34,16 @@ from gguf import GGMLQuantizationType as Q
 
 from kinetic.codegen.common.orders import refused_order
 from kinetic.codegen.common.tables import RopeTables
-from kinetic.codegen.cpu import encoder_ops, float_matmul_ir, moe_ops, recurrent_ops, tape, target
-from kinetic.codegen.cpu.quant_blocks import LAYOUTS
+from kinetic.codegen.cpu import encoder_ops, matmul_ops, moe_ops, recurrent_ops, tape, target
 from kinetic.codegen.cpu.step_kernels import StepKernels
-from kinetic.codegen.cpu.tape_plan import Instr, Plan, Ref
-from kinetic.codegen.cpu.target import BIT_EXACT
+from kinetic.codegen.cpu.tape_plan import Instr, Plan, Ref, output_rows, row_width, value
 from kinetic.errors import KineticError
 from kinetic.ir import numerics
 from kinetic.ir import reference as ref
 from kinetic.ir.graph import Graph, Node
 from kinetic.ir.interpreter import Interpreter, WeightSource
 from kinetic.ir.numerics.attention import f16_cache_accumulator
-from kinetic.ir.ops import LEAVES, QUANTIZED_ROWS, Op
+from kinetic.ir.ops import LEAVES, Op
 from kinetic.ir.quants import dequantize_rows
 from kinetic.passes.pipeline import lower_for_device
 
@@ -53,7 +52,6 @@ EMBED_KINDS = {Q.Q8_0: tape.EMBED_Q8_0, Q.F16: tape.EMBED_F16, Q.F32: tape.EMBED
 ELEMENTWISE = {Op.ADD: tape.OP_ADD, Op.MUL: tape.OP_MUL, Op.SCALE: tape.OP_SCALE, Op.SILU: tape.OP_SILU,
                Op.GELU: tape.OP_GELU, Op.SOFTCAP: tape.OP_SOFTCAP, Op.SWIGLU: tape.OP_SWIGLU,
                Op.GEGLU: tape.OP_GEGLU}
-ROW_BYTES = (tape.MATMUL_Q_ROW, tape.MATMUL_D_ROW, tape.MATMUL_E_ROW)  # a matmul's input row strides
 
 
 class TapeBuilder:
@@ -86,16 +84,6 @@ class TapeBuilder:
 def step_layers(graph: Graph) -> list[int]:
     """The layers whose caches the graph reads, in order (the tape's layer indexes)."""
     return sorted({n.attrs.layer for n in graph.nodes if n.op is Op.STATE})
-
-
-def value(node: Node) -> Ref:
-    """The f32 arena buffer of a node's value."""
-    return Ref(("v", node.id))
-
-
-def quantized(node: Node) -> tuple:
-    """The byte-arena buffer key of a quantize node's rows."""
-    return ("q", node.inputs[0], node.attrs.format)
 
 
 @dataclass(frozen=True)
@@ -158,14 +146,6 @@ def _input_rows(b: TapeBuilder, node: Node) -> None:
     b.add_python(run, writes=(("v", node.id),))
 
 
-def _width(node: Node) -> int:
-    return node.type.shape[1] if len(node.type.shape) == 2 else 0
-
-
-def _output_rows(node: Node) -> bool:
-    return node.type.shape[0] == "R"
-
-
 def _rope_tables(b: TapeBuilder) -> None:
     """One instruction per distinct rotary table: each row's angles (numerics.rope_angles) and their
     cosines and sines through the C library's cosf / sinf. A plain or linearly scaled table is
@@ -198,7 +178,7 @@ def _rope_tables(b: TapeBuilder) -> None:
 # ---- the rows of the table ----------------------------------------------------------------------
 
 def _embed(b: TapeBuilder, node: Node, ins: list[Node]) -> None:
-    table, width = ins[0], _width(node)
+    table, width = ins[0], row_width(node)
     if ins[1].op is not Op.INPUT or ins[1].attrs.name != "tokens":  # positions, token types (encoder_ops)
         encoder_ops.embed_by_input(b, node, table, ins[1])
         return
@@ -213,97 +193,8 @@ def _embed(b: TapeBuilder, node: Node, ins: list[Node]) -> None:
           writes=(("v", node.id),), row_local=True, width=width, unit=32)
 
 
-def _matmul(b: TapeBuilder, node: Node, ins: list[Node]) -> None:
-    x, w = ins
-    if x.op is Op.QUANTIZE:
-        _quantized_matmul(b, node, x, w)
-    elif node.attrs.activations == "q8" and w.type.ggml_type in BIT_EXACT:
-        raise KineticError(f"matmul %{node.id} reads rows no quantize node made",
-                           "Lower the graph through device_graph (the CPU's device phase) first.")
-    elif node.attrs.activations == "q8" and w.type.ggml_type in float_matmul_ir.FLOAT_TYPES:
-        _float_matmul(b, node, x, w)
-    else:  # no bit-exact kernel: the reference, between compiled segments
-        b.add_python(_python_matmul(x, w, node), reads=(("v", x.id),), writes=(("v", node.id),))
-
-
-def _refuse_matmul(graph: Graph, node: Node) -> str | None:
-    wtype = graph.node(node.inputs[1]).type.ggml_type
-    reads_rows = graph.node(node.inputs[0]).op is Op.QUANTIZE
-    if reads_rows and wtype not in BIT_EXACT:
-        return f"a matmul of {wtype.name} weights reading quantized rows"
-    order = node.attrs.order
-    if node.attrs.activations == "q8" and wtype in BIT_EXACT and order and order not in target.kernel_orders(wtype):
-        return (f"matmul %{node.id} sums in order {order!r}, which the CPU's {wtype.name} kernel does not follow "
-                f"({', '.join(sorted(target.kernel_orders(wtype)))})")
-    return None
-
-
-def _quantize(b: TapeBuilder, node: Node, ins: list[Node]) -> None:
-    """x's rows in the format's blocks (int8 values, f32 scales, and block sums where the format has
-    them: Q8_1 per 32, Q8_K per 16), into the byte arena; row-local, split in whole blocks. An
-    in_producer flag (another device's launch plan) changes nothing here: the rows are the same."""
-    x, fmt = ins[0], node.attrs.format
-    k, qkey = _width(node), quantized(node)
-    block = QUANTIZED_ROWS[fmt]
-    q_row, d_row, e_row = _quantized_row_bytes(fmt, k)
-    b.plan.q_sizes[qkey] = (b.capacity * q_row, b.capacity * d_row, b.capacity * e_row)
-    b.add(tape.OP_QUANT, {
-        tape.QUANT_X: value(x), tape.QUANT_WIDTH: k, tape.QUANT_KERNEL: b.kernels.quantize(fmt),
-        tape.QUANT_Q: Ref(qkey, "q"), tape.QUANT_D: Ref(qkey, "d"), tape.QUANT_E: Ref(qkey, "e"),
-        tape.QUANT_BLOCK: block, tape.QUANT_E_ROW: e_row},
-        reads=(("v", x.id),), writes=(qkey,), row_local=True, output_rows=_output_rows(node), width=k, unit=block)
-
-
-def _quantized_row_bytes(fmt: str, k: int) -> tuple[int, int, int]:
-    """Bytes a row of k values takes in each part of a quantized buffer: values, block scales and
-    block sums (Q8_1 per 32, Q8_K per 16; other formats none)."""
-    return k, k // QUANTIZED_ROWS[fmt] * 4, {"q8_1": k // 32 * 4, "q8_k": k // 16 * 4}.get(fmt, 0)
-
-
-def _quantized_matmul(b: TapeBuilder, node: Node, x: Node, w: Node) -> None:
-    """The generated kernel on the weight as stored, reading the quantize node x's rows (in the
-    weight type's activation format: the verifier holds them to it), threads splitting its output
-    columns."""
-    layout = LAYOUTS[w.type.ggml_type]
-    k, out_rows, qkey = x.type.shape[1], _output_rows(node), quantized(x)
-    b.add(tape.OP_MATMUL, {
-        tape.MATMUL_KERNEL: b.kernels.matmul(layout.wtype, k, node.attrs.order),
-        tape.MATMUL_WEIGHT: b.address(np.asarray(b.weights.tensor(w.attrs.tensor))),
-        tape.MATMUL_Q: Ref(qkey, "q"), tape.MATMUL_D: Ref(qkey, "d"), tape.MATMUL_E: Ref(qkey, "e"),
-        tape.MATMUL_Y: value(node), tape.MATMUL_N: node.type.shape[1],
-        **dict(zip(ROW_BYTES, _quantized_row_bytes(x.attrs.format, k), strict=True))},
-        reads=(qkey,), writes=(("v", node.id),), output_rows=out_rows)
-
-
-def _float_matmul(b: TapeBuilder, node: Node, x: Node, w: Node) -> None:
-    """An F16/BF16/F32 matmul: x rounded once to what the kernel reads (row-local, shared by every
-    matmul of that input and type, as a quantization is; F32 reads x itself), then the kernel on
-    the weight as stored, threads splitting its columns."""
-    wtype, k, out_rows = w.type.ggml_type, x.type.shape[1], _output_rows(node)
-    source, reads, row_bytes = Ref(("v", x.id), "address"), (("v", x.id),), 4 * k
-    if wtype is not Q.F32:
-        fmt, row_bytes = wtype.name.lower(), k * float_matmul_ir.ACTIVATION_BYTES[wtype]
-        rkey = ("q", x.id, fmt)
-        if rkey not in b.rounded:
-            b.rounded.add(rkey)
-            b.plan.q_sizes[rkey] = (0, 0, b.capacity * row_bytes)
-            b.add(tape.OP_QUANT, {  # blocks of one value, written through e
-                tape.QUANT_X: value(x), tape.QUANT_WIDTH: k, tape.QUANT_KERNEL: b.kernels.round(fmt),
-                tape.QUANT_Q: Ref(rkey, "q"), tape.QUANT_D: Ref(rkey, "d"), tape.QUANT_E: Ref(rkey, "e"),
-                tape.QUANT_BLOCK: 1, tape.QUANT_E_ROW: row_bytes},
-                reads=reads, writes=(rkey,), row_local=True, output_rows=out_rows, width=k, unit=16)
-        source, reads = Ref(rkey, "e"), (rkey,)
-    b.add(tape.OP_MATMUL, {
-        tape.MATMUL_KERNEL: b.kernels.float_matmul(wtype, k),
-        tape.MATMUL_WEIGHT: b.address(np.asarray(b.weights.tensor(w.attrs.tensor))),
-        tape.MATMUL_Q: source, tape.MATMUL_D: 0, tape.MATMUL_E: 0,
-        tape.MATMUL_Y: value(node), tape.MATMUL_N: node.type.shape[1],
-        **dict(zip(ROW_BYTES, (row_bytes, 0, 0), strict=True))},
-        reads=reads, writes=(("v", node.id),), output_rows=out_rows)
-
-
 def _rms_norm(b: TapeBuilder, node: Node, ins: list[Node]) -> None:
-    a, width = node.attrs, _width(node)
+    a, width = node.attrs, row_width(node)
     weight, weight_size = -1, 0
     if len(ins) == 2:
         values = b.reference.weight(ins[1]).values.reshape(-1).astype(F32)
@@ -314,17 +205,17 @@ def _rms_norm(b: TapeBuilder, node: Node, ins: list[Node]) -> None:
         tape.RMS_X: value(ins[0]), tape.RMS_Y: value(node), tape.RMS_WIDTH: width,
         tape.RMS_GROUP: a.group or width, tape.RMS_WEIGHT: weight, tape.RMS_WEIGHT_SIZE: weight_size},
         floats={tape.RMS_EPS: F32(a.eps)}, reads=(("v", ins[0].id),), writes=(("v", node.id),), row_local=True,
-        output_rows=_output_rows(node), width=width, unit=16 if not a.group or a.group == width else a.group,
+        output_rows=output_rows(node), width=width, unit=16 if not a.group or a.group == width else a.group,
         whole_row=True)
 
 
 def _add_bias(b: TapeBuilder, node: Node, ins: list[Node]) -> None:
     """x + the bias on every row: the bias a constant of the arena, the add the elementwise kernel's."""
-    width, ckey = _width(node), ("c", ins[1].attrs.tensor)
+    width, ckey = row_width(node), ("c", ins[1].attrs.tensor)
     b.plan.constants[ckey] = b.reference.weight(ins[1]).values.reshape(-1).astype(F32)
     b.add(tape.OP_ADD_BIAS, {tape.BIAS_X: value(ins[0]), tape.BIAS_B: Ref(ckey), tape.BIAS_Y: value(node),
                              tape.BIAS_WIDTH: width},
-          reads=(("v", ins[0].id),), writes=(("v", node.id),), row_local=True, output_rows=_output_rows(node),
+          reads=(("v", ins[0].id),), writes=(("v", node.id),), row_local=True, output_rows=output_rows(node),
           width=width, unit=16)
 
 
@@ -342,7 +233,7 @@ def _rope(b: TapeBuilder, node: Node, ins: list[Node]) -> None:
         tape.ROPE_HEAD_DIM: a.head_dim, tape.ROPE_N_ROT: a.n_rot, tape.ROPE_NEOX: int(a.neox),
         tape.ROPE_COS: Ref(table + ("cos",)), tape.ROPE_SIN: Ref(table + ("sin",))},
         reads=(("v", ins[0].id), table + ("cos",), table + ("sin",)), writes=(("v", node.id),), row_local=True,
-        output_rows=_output_rows(node), width=a.n_head * a.head_dim, unit=a.head_dim)
+        output_rows=output_rows(node), width=a.n_head * a.head_dim, unit=a.head_dim)
 
 
 def _attention(b: TapeBuilder, node: Node, ins: list[Node]) -> None:
@@ -385,21 +276,21 @@ def _refuse_attention(graph: Graph, node: Node) -> str | None:
 
 
 def _take_rows(b: TapeBuilder, node: Node, ins: list[Node]) -> None:
-    b.add(tape.OP_TAKE_ROWS, {tape.TAKE_X: value(ins[0]), tape.TAKE_Y: value(node), tape.TAKE_WIDTH: _width(node)},
+    b.add(tape.OP_TAKE_ROWS, {tape.TAKE_X: value(ins[0]), tape.TAKE_Y: value(node), tape.TAKE_WIDTH: row_width(node)},
           reads=(("v", ins[0].id),), writes=(("v", node.id),), output_rows=True)
 
 
 def _columns(b: TapeBuilder, node: Node, ins: list[Node]) -> None:
     """A range of each row's values, copied (row-local: a column split covers the output's columns)."""
-    width = _width(node)
-    b.add(tape.OP_COLUMNS, {tape.COLS_X: value(ins[0]), tape.COLS_Y: value(node), tape.COLS_X_WIDTH: _width(ins[0]),
+    width = row_width(node)
+    b.add(tape.OP_COLUMNS, {tape.COLS_X: value(ins[0]), tape.COLS_Y: value(node), tape.COLS_X_WIDTH: row_width(ins[0]),
                             tape.COLS_START: node.attrs.start},
-          reads=(("v", ins[0].id),), writes=(("v", node.id),), row_local=True, output_rows=_output_rows(node),
+          reads=(("v", ins[0].id),), writes=(("v", node.id),), row_local=True, output_rows=output_rows(node),
           width=width, unit=16)
 
 
 def _elementwise(b: TapeBuilder, node: Node, ins: list[Node]) -> None:
-    a, width = node.attrs, _width(node)
+    a, width = node.attrs, row_width(node)
     floats = {}
     if node.op is Op.SCALE:
         floats = {tape.SCALE_FACTOR: F32(a.factor)}
@@ -408,13 +299,13 @@ def _elementwise(b: TapeBuilder, node: Node, ins: list[Node]) -> None:
     b.add(ELEMENTWISE[node.op], {tape.EW_X: value(ins[0]), tape.EW_B: value(ins[1]) if len(ins) == 2 else 0,
                                  tape.EW_Y: value(node), tape.EW_WIDTH: width},
           floats=floats, reads=tuple(("v", i.id) for i in ins), writes=(("v", node.id),), row_local=True,
-          output_rows=_output_rows(node), width=width, unit=16)
+          output_rows=output_rows(node), width=width, unit=16)
 
 
 LOWERINGS: dict[Op, OpLowering] = {
     Op.EMBED: OpLowering(_embed),
-    Op.MATMUL: OpLowering(_matmul, _refuse_matmul),
-    Op.QUANTIZE: OpLowering(_quantize),
+    Op.MATMUL: OpLowering(matmul_ops.matmul, matmul_ops.refuse_matmul),
+    Op.QUANTIZE: OpLowering(matmul_ops.quantize),
     Op.TAKE_ROWS: OpLowering(_take_rows),
     Op.COLUMNS: OpLowering(_columns),
     Op.RMS_NORM: OpLowering(_rms_norm, _refuse_rms_norm),
@@ -455,14 +346,6 @@ def _python_embed(table: Node, node: Node, weights: WeightSource):
     def run(step, n: int, n_out: int) -> None:
         rows = dequantize_rows(raw, table.type.ggml_type, step.pass_rows.tokens)
         step.view(node.id, n)[:] = rows.reshape(n, -1)
-
-    return run
-
-
-def _python_matmul(x: Node, weight: Node, node: Node):
-    def run(step, n: int, n_out: int) -> None:
-        rows = n_out if _output_rows(node) else n
-        step.view(node.id, rows)[:] = step.reference.matmul(step.view(x.id, rows), weight, node.attrs)
 
     return run
 

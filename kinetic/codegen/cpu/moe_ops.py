@@ -20,7 +20,7 @@ from gguf import GGMLQuantizationType as Q
 from kinetic.codegen.cpu import float_matmul_ir, moe_ir, moe_step, tape
 from kinetic.codegen.cpu.executor import CpuInterpreter
 from kinetic.codegen.cpu.quant_blocks import LAYOUTS
-from kinetic.codegen.cpu.tape_plan import Ref
+from kinetic.codegen.cpu.tape_plan import Ref, value
 from kinetic.codegen.cpu.target import BIT_EXACT
 from kinetic.ir import moe_reference as moe_ref
 from kinetic.ir.graph import Node
@@ -30,10 +30,6 @@ from kinetic.ir.reference import Evaluation
 ROUNDED_TYPES = (Q.F16, Q.BF16)  # float stacks whose kernels read rows rounded once (F32: the reference)
 
 
-def _value(node: Node) -> Ref:
-    return Ref(("v", node.id))
-
-
 def _row_kernel(b, node: Node, key: tuple, render, x: Node, second) -> None:
     """One OP_ROW_KERNEL: kernel(x, second, node's value) on whole rows. `second`: a node (its
     value), a constant's arena key, or None."""
@@ -41,11 +37,11 @@ def _row_kernel(b, node: Node, key: tuple, render, x: Node, second) -> None:
     reads = [("v", x.id)]
     if isinstance(second, Node):
         reads.append(("v", second.id))
-        second_ref = _value(second)
+        second_ref = value(second)
     else:
         second_ref = -1 if second is None else Ref(second)
-    b.add(tape.OP_ROW_KERNEL, {tape.ROWK_KERNEL: b.kernels.generated(key, render), tape.ROWK_X: _value(x),
-                               tape.ROWK_B: second_ref, tape.ROWK_Y: _value(node)},
+    b.add(tape.OP_ROW_KERNEL, {tape.ROWK_KERNEL: b.kernels.generated(key, render), tape.ROWK_X: value(x),
+                               tape.ROWK_B: second_ref, tape.ROWK_Y: value(node)},
           reads=tuple(reads), writes=(("v", node.id),), row_local=True, width=width, unit=width, whole_row=True)
 
 
@@ -112,7 +108,7 @@ def moe_matmul(b, node: Node, ins: list[Node]) -> None:
     if qkey not in b.plan.q_sizes:
         b.plan.q_sizes[qkey] = sizes
         params = moe_step.parameters(kernel=quantizer, **common)
-        b.add(tape.OP_MOE_QUANT, {tape.MOE_PARAMS: b.address(params), tape.MOE_X: _value(x), tape.MOE_IDS: _value(ids),
+        b.add(tape.OP_MOE_QUANT, {tape.MOE_PARAMS: b.address(params), tape.MOE_X: value(x), tape.MOE_IDS: value(ids),
                                   **grouped, tape.MOE_Y: 0, tape.MOE_SCRATCH: 0},
               reads=(("v", x.id), ("v", ids.id)), writes=(qkey,))
     raw = np.asarray(b.weights.tensor(w.attrs.tensor))
@@ -120,8 +116,8 @@ def moe_matmul(b, node: Node, ins: list[Node]) -> None:
     b.plan.f32_sizes[scratch] = places * n_out
     params = moe_step.parameters(kernel=kernel, weight=b.address(raw), expert_bytes=raw.nbytes // n_expert, n=n_out,
                                  **common)
-    b.add(tape.OP_MOE_MATMUL, {tape.MOE_PARAMS: b.address(params), tape.MOE_X: 0, tape.MOE_IDS: _value(ids),
-                               **grouped, tape.MOE_Y: _value(node), tape.MOE_SCRATCH: Ref(scratch)},
+    b.add(tape.OP_MOE_MATMUL, {tape.MOE_PARAMS: b.address(params), tape.MOE_X: 0, tape.MOE_IDS: value(ids),
+                               **grouped, tape.MOE_Y: value(node), tape.MOE_SCRATCH: Ref(scratch)},
           reads=(qkey, ("v", ids.id)), writes=(("v", node.id), scratch))
 
 

@@ -47,6 +47,26 @@ class Ref:
     part: str = ""
 
 
+def value(node) -> Ref:
+    """The f32 arena buffer of a node's value."""
+    return Ref(("v", node.id))
+
+
+def quantized(node) -> tuple:
+    """The byte-arena buffer key of a quantize node's rows."""
+    return ("q", node.inputs[0], node.attrs.format)
+
+
+def row_width(node) -> int:
+    """Values per row of a node's [rows, width] value (0 for other shapes)."""
+    return node.type.shape[1] if len(node.type.shape) == 2 else 0
+
+
+def output_rows(node) -> bool:
+    """Whether a node has one row per output row of the pass (shape ["R", ...]) instead of one per row."""
+    return node.type.shape[0] == "R"
+
+
 @dataclass(eq=False)
 class Instr:
     op: int  # a tape op code, or 0 for a Python op

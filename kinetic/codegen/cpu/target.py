@@ -48,7 +48,7 @@ FAST_CHAIN_KERNELS: frozenset[Q] = frozenset({Q.Q8_0, Q.Q5_0, Q.Q4_1, Q.Q5_1, Q.
 def kernel_orders(wtype: Q) -> frozenset[str]:
     """The orders the CPU's generated matmul kernel for `wtype` (q8 activations) follows: its ggml order,
     and "block_chain" for FAST_CHAIN_KERNELS. A matmul in any other order is not given to the kernel
-    (lowering._refuse_matmul, executor.CpuInterpreter run it as the reference defines it)."""
+    (matmul_ops.refuse_matmul, executor.CpuInterpreter run it as the reference defines it)."""
     return frozenset({weight_order(wtype)} | ({"block_chain"} if wtype in FAST_CHAIN_KERNELS else set()))
 
 
