@@ -1,10 +1,10 @@
 """Rows alone of block-32 types in the quantized matmul kernels (decode, and rows left below a tile):
-two or four weight rows at a time, so that their fma chains share vectors.
+two or eight weight rows at a time, so that their fma chains share vectors.
 
 Owns: `column_pairs` (two adjacent weight rows per vector, the "lanes" order) and `column_quads`
-(four columns as one <4 x float> chain, the "scalar" order of IQ4_NL, MXFP4 and Q4_0, and of Q8_0,
+(eight columns as one <8 x float> chain, the "scalar" order of IQ4_NL, MXFP4 and Q4_0, and of Q8_0,
 Q4_1, Q5_0 and Q5_1 in "block_chain", with Q4_1's and Q5_1's accm = fma(m_w, s_x, accm)), with their
-per-row scratch and software prefetch. The order is matmul_ir.py's, two or four rows per vector op.
+per-row scratch and software prefetch. The order is matmul_ir.py's, two or eight rows per vector op.
 """
 
 from __future__ import annotations
@@ -160,16 +160,26 @@ def column_pairs(fn: Function, layout: Layout, variant: str, k: int, first_row: 
 #
 # ggml's repacked gemv keeps one float per output column: per block, acc = fma(float(the block's
 # integer total), d_w * d_x, acc). A column alone would wait on that fma's latency every 32 values;
-# four columns run as one <4 x float> chain. Columns (n, n+1) and (n+2, n+3) are two PairBlocks; each
-# gives, after its two dot8s (the second accumulating onto the first), [n's 4 lanes | n+1's 4 lanes],
-# and two shuffle-add levels reduce both to the totals [n, n+2, n+1, n+3], against the scales
-# [d_n, d_n+2, d_n+1, d_n+3] * d_x. For offset types (MXFP4; IQ4_NL on VNNI) the first dot starts from
-# -offset * (the block's activation quad sums, lanes l and l+4 folded), so each column's total
-# includes its offset term exactly once (Q8_0 on VNNI: its bytes read as q + 128, offset 128). Q4_1's
-# and Q5_1's minimum is a second <4 x float> chain, accm = fma([m_n, m_n+2, m_n+1, m_n+3], s_x, accm),
-# added to acc at the end. Columns past the end repeat the last one (same bits stored).
+# four (or eight) columns run as one <4 x float> (<8 x float>) chain. Columns (n, n+1), (n+2, n+3), ..
+# are PairBlocks; each gives, after its two dot8s (the second accumulating onto the first), [n's 4
+# lanes | n+1's 4 lanes], and shuffle-add levels reduce them to the totals in the lane order
+# [n, n+2, n+1, n+3 (, n+4, n+6, n+5, n+7)], against the scales in the same order times d_x. For
+# offset types (MXFP4; IQ4_NL on VNNI) the first dot starts from -offset * (the block's activation
+# quad sums, lanes l and l+4 folded), so each column's total includes its offset term exactly once
+# (Q8_0 on VNNI: its bytes read as q + 128, offset 128). Q4_1's and Q5_1's minimum is a second
+# chain, accm = fma(m_w, s_x, accm), added to acc at the end. Columns past the end repeat the last one
+# (same bits stored). Eight columns share one scale conversion, one fma and the loop's work among twice
+# the columns of four (decode from memory 1.2-1.3x faster for Q4_1, Q8_0, Q4_0 and IQ4_NL: measured by
+# benchmarks/matmul_decode_ab.py); each column's float operations are the same at either width.
 
+QUAD_PREFETCH_BYTES = 16384  # how far ahead of the columns in flight their software prefetch reads
+QUAD_COLUMNS = 8  # columns a block step runs (4 or 8; the same bits: each column's operations are its own)
 QUAD_REDUCE = ([0, 1, 8, 9, 4, 5, 12, 13], [2, 3, 10, 11, 6, 7, 14, 15])
+
+
+def _lane_columns(width: int) -> list[int]:
+    """The column (from the first) each lane of the chain holds: [0, 2, 1, 3] per group of four."""
+    return [g + c for g in range(0, width, 4) for c in (0, 2, 1, 3)]
 
 
 def _fill_folded(fn: Function, layout: Layout, variant: str, k: int, r: str, dst: str) -> None:
@@ -206,57 +216,88 @@ def fma4(fn: Function, a: str, b: str, c: str) -> str:
     return fn.v(f"call <4 x float> @llvm.fma.v4f32(<4 x float> {a}, <4 x float> {b}, <4 x float> {c})")
 
 
+def _shuffle(fn: Function, ty: str, a: str, b: str, idx) -> str:
+    return fn.v(f"shufflevector {ty} {a}, {ty} {b}, {const_vec('i32', idx)}")
+
+
+def _concat(fn: Function, elem: str, parts: list[str], size: int) -> str:
+    """<len(parts) * size x elem>: the parts one after another (a balanced tree of shuffles)."""
+    while len(parts) > 1:
+        ty = f"<{size} x {elem}>"
+        parts = [_shuffle(fn, ty, parts[i], parts[i + 1], range(2 * size)) for i in range(0, len(parts), 2)]
+        size *= 2
+    return parts[0]
+
+
+def _totals(fn: Function, dots: list[str]) -> str:
+    """<width x float> of the integer totals in _lane_columns order, from the pairs' <8 x i32> dots."""
+    halves = []  # per pair of pairs: [n, n+2, n+1, n+3] with two lanes each
+    for v1, v2 in zip(dots[0::2], dots[1::2], strict=True):
+        s8 = [_shuffle(fn, "<8 x i32>", v1, v2, m) for m in QUAD_REDUCE]
+        halves.append(fn.v(f"add <8 x i32> {s8[0]}, {s8[1]}"))
+    if len(halves) == 1:  # four columns
+        t4 = [_shuffle(fn, "<8 x i32>", halves[0], "poison", m) for m in ([0, 2, 4, 6], [1, 3, 5, 7])]
+        return fn.v(f"sitofp <4 x i32> {fn.v(f'add <4 x i32> {t4[0]}, {t4[1]}')} to <4 x float>")
+    t8 = [_shuffle(fn, "<8 x i32>", halves[0], halves[1], range(j, 16, 2)) for j in (0, 1)]
+    return fn.v(f"sitofp <8 x i32> {fn.v(f'add <8 x i32> {t8[0]}, {t8[1]}')} to <8 x float>")
+
+
 def _quad_scales(fn: Function, layout: Layout, pbs: list, w: list[str]) -> tuple[str, str | None]:
-    """(d, m) of the quad's columns as <4 x float> in lane order [n, n+2, n+1, n+3]: d from the pair
-    decoders where they read it (the table types), else each block's f16 d at byte 0 (and Q4_1's,
-    Q5_1's m at byte 2; None for the types without a minimum)."""
-    order = const_vec("i32", [0, 2, 1, 3])
+    """(d, m) of the columns as <width x float> in _lane_columns order: d from the pair decoders where
+    they read it (the table types), else each block's f16 d at byte 0 (and Q4_1's, Q5_1's m at byte 2;
+    None for the types without a minimum)."""
+    width = len(w)
+    lanes = _lane_columns(width)
     if pbs[0].d is not None:
-        return fn.v(f"shufflevector <2 x float> {pbs[0].d}, <2 x float> {pbs[1].d}, {order}"), None
+        d = _concat(fn, "float", [pb.d for pb in pbs], 2)
+        return _shuffle(fn, f"<{width} x float>", d, "poison", lanes), None
     if not layout.has_min:
-        d4 = "poison"
-        for lane, col in enumerate((0, 2, 1, 3)):
-            d4 = fn.v(f"insertelement <4 x half> {d4}, half {fn.load('half', w[col])}, i64 {lane}")
-        return fn.v(f"fpext <4 x half> {d4} to <4 x float>"), None
-    pairs = [fn.load("<2 x half>", ptr) for ptr in w]  # [d, m] of each column
-    lo = fn.v(f"shufflevector <2 x half> {pairs[0]}, <2 x half> {pairs[1]}, {const_vec('i32', range(4))}")
-    hi = fn.v(f"shufflevector <2 x half> {pairs[2]}, <2 x half> {pairs[3]}, {const_vec('i32', range(4))}")
-    halves = fn.v(f"shufflevector <4 x half> {lo}, <4 x half> {hi}, {const_vec('i32', range(8))}")
-    all8 = fn.v(f"fpext <8 x half> {halves} to <8 x float>")
-    pick = [fn.v(f"shufflevector <8 x float> {all8}, <8 x float> poison, {const_vec('i32', idx)}")
-            for idx in ([0, 4, 2, 6], [1, 5, 3, 7])]
-    return pick[0], pick[1]
+        d = "poison"
+        for lane, col in enumerate(lanes):
+            d = fn.v(f"insertelement <{width} x half> {d}, half {fn.load('half', w[col])}, i64 {lane}")
+        return fn.v(f"fpext <{width} x half> {d} to <{width} x float>"), None
+    pairs = _concat(fn, "half", [fn.load("<2 x half>", w[col]) for col in lanes], 2)  # [d, m] a lane
+    both = fn.v(f"fpext <{2 * width} x half> {pairs} to <{2 * width} x float>")
+    ty = f"<{2 * width} x float>"
+    d, m = (_shuffle(fn, ty, both, "poison", range(j, 2 * width, 2)) for j in (0, 1))
+    return d, m
 
 
-def _prefetch_lines(layout: Layout) -> int:
-    """Cache lines prefetched a block: as many as the quad's four blocks span (Q8_0's 136 bytes: 3),
-    one for the types whose order is their ggml order (IQ4_NL, MXFP4, Q4_0: their kernels unchanged)."""
-    return -(-4 * layout.block_bytes // 64) if layout.dot_order is not None else 1
+def _prefetch_lines(layout: Layout, width: int) -> int:
+    """Cache lines prefetched a block step: as many as the columns' blocks span (Q8_0's 8 x 34 bytes: 5)."""
+    return -(-width * layout.block_bytes // 64)
+
+
+def _fma(fn: Function, width: int, a: str, b: str, c: str) -> str:
+    return fma4(fn, a, b, c) if width == 4 else fma8(fn, a, b, c)
 
 
 def column_quads(fn: Function, layout: Layout, variant: str, k: int, first_row: str, corr: str | None) -> None:
-    """Columns [n0, n1) for rows [first_row, m), four columns at a time (chunks as in `column_pairs`)."""
-    nb, bb, rb, offset, step = _column_step(fn, layout, variant, k, first_row, 4)
+    """Columns [n0, n1) for rows [first_row, m), QUAD_COLUMNS columns at a time (chunks as in
+    `column_pairs`)."""
+    width = QUAD_COLUMNS
+    nb, bb, rb, offset, step = _column_step(fn, layout, variant, k, first_row, width)
     dup16 = const_vec("i32", list(range(16)) * 2)
     dup4 = const_vec("i32", [0, 1, 2, 3] * 2)
-    ahead = -(-PREFETCH_BYTES // (4 * rb)) * 4 * rb
+    ahead = -(-QUAD_PREFETCH_BYTES // (width * rb)) * width * rb
+    vf = f"<{width} x float>"
 
     def quad(xrow: str, dxrow: str, sxrow: str | None, orow: str, p: str, c1: str) -> None:
         last = fn.v(f"sub i64 {c1}, 1")
         cols = [p]
-        for j in (1, 2, 3):
+        for j in range(1, width):
             q = fn.v(f"add i64 {p}, {j}")
             cols.append(fn.v(f"select i1 {fn.v(f'icmp slt i64 {q}, {c1}')}, i64 {q}, i64 {last}"))
         rows = [fn.gep("%w", fn.v(f"mul i64 {c}, {rb}")) for c in cols]
 
         def block(b: str, accs: list[str]) -> list[str]:
             at = fn.v(f"mul i64 {b}, {bb}")
-            if PREFETCH_BYTES:  # the four rows are one span: walk it four times as fast, whole quads ahead
-                ahead_at = fn.v(f"add i64 {fn.v(f'mul i64 {b}, {4 * bb}')}, {ahead}")
-                for line in range(_prefetch_lines(layout)):
+            if QUAD_PREFETCH_BYTES:  # the rows are one span: walk it `width` times as fast, whole steps ahead
+                ahead_at = fn.v(f"add i64 {fn.v(f'mul i64 {b}, {width * bb}')}, {ahead}")
+                for line in range(_prefetch_lines(layout, width)):
                     fn.prefetch(rows[0], ahead_at if not line else fn.v(f"add i64 {ahead_at}, {64 * line}"))
             w = [fn.gep(row, at) for row in rows]
-            pbs = [layout.decode_pair(fn, w[0], w[1]), layout.decode_pair(fn, w[2], w[3])]
+            pbs = [layout.decode_pair(fn, w[j], w[j + 1]) for j in range(0, width, 2)]
             xb = fn.gep(xrow, fn.v(f"mul i64 {b}, 32"))
             xl = fn.v(f"shufflevector <16 x i8> {fn.load('<16 x i8>', xb)}, <16 x i8> poison, {dup16}")
             xh = fn.v(f"shufflevector <16 x i8> {fn.load('<16 x i8>', fn.gep(xb, 16))}, <16 x i8> poison, {dup16}")
@@ -264,27 +305,22 @@ def column_quads(fn: Function, layout: Layout, variant: str, k: int, first_row: 
             if offset:
                 folded = fn.load("<4 x i32>", fn.gep(corr, fn.v(f"mul i64 {b}, 4"), "i32"), 16)
                 start = fn.v(f"shufflevector <4 x i32> {folded}, <4 x i32> poison, {dup4}")
-            v1, v2 = (_pair_dot(fn, variant, pb, xl, xh, start, offset) for pb in pbs)
-            s8 = [fn.v(f"shufflevector <8 x i32> {v1}, <8 x i32> {v2}, {const_vec('i32', m)}") for m in QUAD_REDUCE]
-            s = fn.v(f"add <8 x i32> {s8[0]}, {s8[1]}")
-            t4 = [fn.v(f"shufflevector <8 x i32> {s}, <8 x i32> poison, {const_vec('i32', m)}")
-                  for m in ([0, 2, 4, 6], [1, 3, 5, 7])]
-            totals = fn.v(f"sitofp <4 x i32> {fn.v(f'add <4 x i32> {t4[0]}, {t4[1]}')} to <4 x float>")
-            d4, m4 = _quad_scales(fn, layout, pbs, w)
+            totals = _totals(fn, [_pair_dot(fn, variant, pb, xl, xh, start, offset) for pb in pbs])
+            d, m = _quad_scales(fn, layout, pbs, w)
             dx = fn.load("float", fn.gep(dxrow, b, "float"), 4)
-            scale = fn.v(f"fmul <4 x float> {d4}, {fn.splat_value(4, 'float', dx)}")
-            new = [fma4(fn, totals, scale, accs[0])]
-            if m4 is not None:  # accm = fma(m_w, s_x, accm)
+            scale = fn.v(f"fmul {vf} {d}, {fn.splat_value(width, 'float', dx)}")
+            new = [_fma(fn, width, totals, scale, accs[0])]
+            if m is not None:  # accm = fma(m_w, s_x, accm)
                 sx = fn.load("float", fn.gep(sxrow, b, "float"), 4)
-                new.append(fma4(fn, m4, fn.splat_value(4, "float", sx), accs[1]))
+                new.append(_fma(fn, width, m, fn.splat_value(width, "float", sx), accs[1]))
             return new
 
-        carried = [("<4 x float>", "zeroinitializer")] * (2 if layout.has_min else 1)
+        carried = [(vf, "zeroinitializer")] * (2 if layout.has_min else 1)
         finals = fn.loop(0, nb, carried, block)
-        acc = finals[0] if len(finals) == 1 else fn.v(f"fadd <4 x float> {finals[0]}, {finals[1]}")
-        for lane, c in enumerate((cols[0], cols[2], cols[1], cols[3])):
-            y = fn.v(f"extractelement <4 x float> {acc}, i64 {lane}")
-            fn.store("float", y, fn.gep(orow, c, "float"), 4)
+        acc = finals[0] if len(finals) == 1 else fn.v(f"fadd {vf} {finals[0]}, {finals[1]}")
+        for lane, c in enumerate(_lane_columns(width)):
+            y = fn.v(f"extractelement {vf} {acc}, i64 {lane}")
+            fn.store("float", y, fn.gep(orow, cols[c], "float"), 4)
 
     def chunk(c0: str, c1: str) -> None:
         def row(r: str, _c2: list[str]) -> list[str]:
@@ -294,7 +330,7 @@ def column_quads(fn: Function, layout: Layout, variant: str, k: int, first_row: 
             dxrow = fn.gep("%xd", fn.v(f"mul i64 {r}, {nb}"), "float")
             sxrow = fn.gep("%xe", fn.v(f"mul i64 {r}, {nb}"), "float") if layout.has_min else None
             orow = fn.gep("%out", fn.v(f"mul i64 {r}, %ldo"), "float")
-            fn.loop(c0, c1, [], lambda p, _c3: quad(xrow, dxrow, sxrow, orow, p, c1) or [], step=4)
+            fn.loop(c0, c1, [], lambda p, _c3: quad(xrow, dxrow, sxrow, orow, p, c1) or [], step=width)
             return []
 
         fn.loop(first_row, "%m", [], row)

@@ -16,8 +16,8 @@ Owns: the loops and the order of summation. One kernel per (weight type, K, vari
         block-32 types: for each leftover row (column chunks of ~128 KB when several rows are left):
             for n, n+1 in column pairs of [n0, n1):     # two weight rows per vector, see column_pairs
                 for b in blocks of K: (per row as below)
-            "scalar" order (IQ4_NL, MXFP4, Q4_0; Q8_0 .. Q5_1 in "block_chain"): columns n .. n+3 at
-            once instead, one <4 x float> chain (see column_quads)
+            "scalar" order (IQ4_NL, MXFP4, Q4_0; Q8_0 .. Q5_1 in "block_chain"): columns n .. n+7 at
+            once instead, one <8 x float> chain (see column_quads)
         k-quants: for n in [n0, n1), for each leftover row:
             for b in blocks of K:
                 per row: isum = sum over the block's chunks of lane_scale * dot8  (exact int32 lanes)
@@ -50,7 +50,7 @@ accumulator chains; Q4_K alone on VNNI through 512-bit vectors; weights with an 
 the offset times the activations' sums of 4 precomputed once per row and used as vpdpbusd's starting
 value) is free.
 Decode (a row alone) of block-32 types runs two adjacent weight rows at once (`column_pairs`): one
-fma chain per row is latency-bound at 4 cycles per block, two rows' chains in one vector are not (four
+fma chain per row is latency-bound at 4 cycles per block, two rows' chains in one vector are not (eight
 for the scalar order, `column_quads`, whose tiles keep rows in lanes instead: `_interleave`).
 A row's float operations are the same sequence whatever T, M, [n0, n1) or the variant, so results
 are bit-identical across batch sizes, tilings, thread counts and variants. The reduction dimension is
@@ -62,8 +62,8 @@ matmul_tiles_ir (tiles of T rows), matmul_wide_ir (512-bit tiles of T rows x 4 c
 lanes types on VNNI: the same per-lane operations, two columns per vector), matmul_q{2..6}k_lanes_ir
 (Q2_K .. Q6_K on VNNI: 16 rows as the lanes of 512-bit vectors; their shared loops in
 matmul_k_lanes_ir), matmul_b32_lanes_ir (Q8_0 .. Q5_1 in "block_chain" on VNNI, 16 rows as lanes on
-those loops), matmul_k_chain_ir (Q3_K, Q5_K, Q6_K, IQ4_XS in "block_chain", likewise), matmul_columns_ir (rows alone of block-32
-types, two or four columns at a time); the block layouts are quant_blocks'.
+those loops), matmul_k_chain_ir (Q3_K, Q5_K, Q6_K, IQ4_XS in "block_chain", likewise),
+matmul_columns_ir (rows alone of block-32 types, two or eight columns at a time); the block layouts are quant_blocks'.
 """
 
 from __future__ import annotations

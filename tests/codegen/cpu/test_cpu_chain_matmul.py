@@ -59,6 +59,18 @@ def test_a_prompt_of_512_rows_over_threads_equals_the_reference(jit, wtype):
                      f"{threads} threads")
 
 
+@pytest.mark.parametrize("wtype", CHAIN, ids=lambda t: t.name)
+def test_one_row_over_column_ranges_of_any_width_equals_the_reference(jit, wtype):
+    """One row (decode: eight columns a block step) over N = 1 .. 23 columns split over 1, 2 and 3
+    threads (ranges shorter than, equal to and past eight) gives the reference's bits for every output."""
+    for n in (1, 5, 8, 9, 16, 23):
+        x, w = _case(wtype, n, 96, 1, seed=4)
+        want = _reference(x, w, wtype)
+        for threads in (1, 2, 3):
+            got = quantized_matmul(x, w, wtype, jit=jit, threads=threads, order="block_chain")
+            _assert_bits(got, want, f"N={n} threads={threads}")
+
+
 @pytest.mark.parametrize("wtype", [Q.Q8_0, Q.Q4_1], ids=lambda t: t.name)
 def test_a_long_row_equals_the_reference(jit, wtype):
     """K = 8192 (256 blocks in one chain, Gemma's and larger models' FFN widths), 17 rows."""
