@@ -4,8 +4,10 @@
 For every raw and chat case of both real models, feeds the golden prompt ids, generates greedily as
 many tokens as llama.cpp did, and prints per case how many agree before the first divergence and
 whether that divergence is a near-tie (top-2 within 0.1 nats). Exit 1 if any case fails.
+--numerics picks the numerics mode (kinetic/ir/orders.py: "ggml", llama.cpp's decode-path orders, or
+"fast"); without it, the default mode.
 
-    python scripts/conformance.py [--model smollm2-135m|gemma3-270m] [--f32]
+    python scripts/conformance.py [--model smollm2-135m|gemma3-270m] [--f32] [--numerics ggml|fast]
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 
 import kinetic
 from kinetic.frontend.blocks import Options
+from kinetic.ir.orders import NUMERICS
 from kinetic.runtime.conformance import compare
 
 GOLDEN = Path(__file__).resolve().parent.parent / "tests" / "data" / "golden"
@@ -25,7 +28,9 @@ FILES = {"smollm2-135m": "smollm2-135m-instruct-q4_1.json", "gemma3-270m": "gemm
 
 
 def run_model(name: str, options: Options) -> bool:
-    engine = kinetic.Model(name, options=options).engine
+    model = kinetic.Model(name, options=options)
+    print(f"{name}: numerics {model.options.numerics}", flush=True)
+    engine = model.engine
     golden = json.loads((GOLDEN / FILES[name]).read_text())
     all_ok = True
     for kind in ("raw", "chat"):
@@ -48,8 +53,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", choices=sorted(FILES), action="append")
     parser.add_argument("--f32", action="store_true", help="float activations instead of ggml's 8-bit ones")
+    parser.add_argument("--numerics", choices=NUMERICS, help="the numerics mode (default: the engine's default)")
     args = parser.parse_args()
-    options = Options(activations="f32" if args.f32 else "q8")
+    options = Options(activations="f32" if args.f32 else "q8", numerics=args.numerics)
     ok = all([run_model(m, options) for m in (args.model or sorted(FILES, reverse=True))])
     return 0 if ok else 1
 

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 
 from kinetic import hub
+from kinetic.frontend.blocks import Options
+from kinetic.ir.orders import DEFAULT_NUMERICS, NUMERICS
 
 _WARM_DIR = tempfile.mkdtemp(prefix="kinetic-warm-tests-")
 os.environ["KINETIC_WARM_DIR"] = _WARM_DIR  # set on import: before any fixture starts a process
@@ -25,6 +27,22 @@ def pytest_unconfigure(config) -> None:
 
 DATA = Path(__file__).parent / "data"
 GOLDEN = DATA / "golden"
+
+# Tests whose expected values are llama.cpp's decode-path bits (stored logits, perplexity to every
+# digit, golden hashes) pin ggml's numerics mode instead of relying on the default, which may become
+# "fast" on the CPU (kinetic/ir/orders.py DEFAULT_NUMERICS): GGML_OPTIONS for a Model or compile, and
+# GGML_FLAG for a command line.
+GGML_OPTIONS = Options(numerics="ggml")
+GGML_FLAG = ("--numerics", "ggml")
+# every numerics mode, for the checks that must hold in each (conformance up to near-ties)
+ALL_NUMERICS = NUMERICS
+# The identity gates (batch = alone, drafted = plain, warm = cold, convoy = alone) must hold in every
+# numerics mode. Their tests run in the default mode; each adds a case or two in OTHER_NUMERICS, the
+# modes the default leaves out, so the suite covers every mode before and after the default changes.
+OTHER_NUMERICS = tuple(mode for mode in NUMERICS if mode != DEFAULT_NUMERICS)
+# synthetic files for those extra cases: every block-32 weight type with F16/BF16 (llama), MoE expert
+# matmuls (qwen3moe), sliding-window attention (gemma4)
+NUMERICS_SYNTHETIC = ("llama", "qwen3moe", "gemma4")
 
 GOLDEN_FILES = {
     "smollm2-135m": "smollm2-135m-instruct-q4_1.json",

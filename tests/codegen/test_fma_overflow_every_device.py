@@ -18,7 +18,7 @@ from gguf import GGMLQuantizationType as Q
 from kinetic import devices
 from kinetic.ir.rows import PassRows
 from kinetic.ir.text import parse_graph
-from kinetic.passes import run_pipeline
+from kinetic.passes import PassOptions, run_pipeline
 from kinetic.runtime.engine import Engine
 from tests.codegen.test_batch_invariance_matrix import DEVICES, VOCAB, Case, RandomWeights
 
@@ -50,7 +50,7 @@ def _rows(device: str, tokens: list[int]) -> np.ndarray:
     d = devices.DEVICES[device]
     if d.unavailable():
         pytest.skip(f"{device}: {d.unavailable()}")
-    graph = run_pipeline(parse_graph(CASE.text()))
+    graph = run_pipeline(parse_graph(CASE.text()), PassOptions(numerics=CASE.numerics))  # the case's mode
     if d.unsupported(graph):
         pytest.skip(f"{device} has no kernel for this case: {d.unsupported(graph)}")
     engine = Engine(graph, _overflowing_weights(), n_ctx=32, batch=8, device=device, threads=1)

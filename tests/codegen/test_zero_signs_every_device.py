@@ -16,7 +16,7 @@ import pytest
 from kinetic import devices
 from kinetic.ir.rows import PassRows
 from kinetic.ir.text import parse_graph
-from kinetic.passes import run_pipeline
+from kinetic.passes import PassOptions, run_pipeline
 from kinetic.runtime.engine import Engine
 from tests.codegen.test_batch_invariance_matrix import CASES, DEVICES, RandomWeights
 
@@ -57,7 +57,7 @@ def _rows(case_name: str, device: str) -> np.ndarray:
     if d.unavailable():
         pytest.skip(f"{device}: {d.unavailable()}")
     case = CASES[case_name]
-    graph = run_pipeline(parse_graph(case.text()))
+    graph = run_pipeline(parse_graph(case.text()), PassOptions(numerics=case.numerics))  # the case's mode
     if d.unsupported(graph):
         pytest.skip(f"{device} has no kernel for this case: {d.unsupported(graph)}")
     engine = Engine(graph, _zero_rows(RandomWeights(case)), n_ctx=32, batch=8, device=device, threads=1)

@@ -13,6 +13,7 @@ import pytest
 import kinetic
 from kinetic import devices
 from kinetic.errors import KineticError
+from kinetic.frontend.blocks import Options
 from kinetic.grammar import GrammarMatcher, TokenVocab, parse_gbnf
 from kinetic.ir.rows import PassRows
 from kinetic.runtime import scheduler as scheduler_module
@@ -21,6 +22,7 @@ from kinetic.runtime.engine import SeqRows
 from kinetic.runtime.generation import Finished, GenerationRequest, Piece
 from kinetic.runtime.sampling import SamplingSettings
 from kinetic.runtime.scheduler import Scheduler
+from tests.conftest import NUMERICS_SYNTHETIC, OTHER_NUMERICS
 from tests.device_checks import FixedCosts
 from tests.runtime.convoy_helpers import alone, answer_of, convoy, shared_passes
 from tests.synthetic import synthetic_files, synthetic_path
@@ -88,11 +90,18 @@ def test_gemma3_convoy_equals_alone(gemma):
     _gate(gemma, _requests(gemma, None) + more, slots=8, together=3)
 
 
-@pytest.mark.parametrize("name", synthetic_files())
-def test_synthetic_family_convoy_equals_alone(name):
-    """On every family's synthetic files (each shape), three requests of token ids sharing passes
-    each give their answer alone (greedy and seeded)."""
-    model = kinetic.Model(synthetic_path(name), n_ctx=64)
+@pytest.mark.parametrize("numerics", OTHER_NUMERICS)
+def test_smollm2_convoy_equals_alone_in_every_other_numerics_mode(smollm2_path, numerics):
+    """In each numerics mode the default leaves out (tests/conftest.py OTHER_NUMERICS), SmolLM2's
+    requests (greedy, seeded, drafted, a grammar, a two-chunk prompt) into 4 slots each give bit for
+    bit their answer alone, and passes were shared."""
+    model = kinetic.Model(smollm2_path, n_ctx=512, options=Options(numerics=numerics))
+    assert model.options.numerics == numerics
+    _gate(model, _requests(model, _grammar(model)), slots=4)
+
+
+def _synthetic_gate(name: str, options: Options | None = None) -> None:
+    model = kinetic.Model(synthetic_path(name), n_ctx=64, options=options)
     n_vocab = model.engine.n_vocab
     rng = np.random.default_rng(0)
     prompts = [tuple(int(t) for t in rng.integers(1, min(n_vocab, 200), size=n)) for n in (5, 17, 9)]
@@ -100,6 +109,21 @@ def test_synthetic_family_convoy_equals_alone(name):
                 GenerationRequest(prompts[1], _seeded(2), max_tokens=5, ignore_eos=True),
                 GenerationRequest(prompts[2], _seeded(9), max_tokens=10, ignore_eos=True)]
     _gate(model, requests, slots=3)
+
+
+@pytest.mark.parametrize("name", synthetic_files())
+def test_synthetic_family_convoy_equals_alone(name):
+    """On every family's synthetic files (each shape), three requests of token ids sharing passes
+    each give their answer alone (greedy and seeded)."""
+    _synthetic_gate(name)
+
+
+@pytest.mark.parametrize("numerics", OTHER_NUMERICS)
+@pytest.mark.parametrize("name", NUMERICS_SYNTHETIC)
+def test_synthetic_convoy_equals_alone_in_every_other_numerics_mode(name, numerics):
+    """In each numerics mode the default leaves out, three requests sharing passes on a few synthetic
+    files (every block-32 weight type, MoE experts, sliding windows) each give their answer alone."""
+    _synthetic_gate(name, Options(numerics=numerics))
 
 
 @pytest.mark.parametrize("device", ["cpu", "reference", "vulkan", "cuda-emulated"])

@@ -18,6 +18,7 @@ from kinetic.ir.rows import PassRows
 from kinetic.runtime.engine import SeqRows
 from kinetic.runtime.generation import GenerationRequest
 from kinetic.runtime.sampling import SamplingSettings
+from tests.conftest import GGML_OPTIONS
 from tests.device_checks import PROMPT, REPEATING, FixedCosts, same_bits
 from tests.runtime.convoy_helpers import alone, convoy, shared_passes
 from tests.synthetic import SYNTHETIC, synthetic_files
@@ -149,7 +150,8 @@ def test_synthetic_convoy_equals_alone_on_device(name, device):
     passes each give their answer alone on that device."""
     _skip_unless_runs(device)
     path = SYNTHETIC / name / f"{name}.gguf"
-    model = kinetic.Model(path, n_ctx=64, device="reference")
+    # the graph the devices run: ggml's orders (CUDA and Vulkan follow no other), whatever the default
+    model = kinetic.Model(path, n_ctx=64, device="reference", options=GGML_OPTIONS)
     reason = devices.DEVICES[device].unsupported(model.engine.graph)
     if reason:
         pytest.skip(f"--device {device} cannot run {name}: {reason}")

@@ -14,6 +14,7 @@ import kinetic
 from kinetic import devices
 from kinetic.errors import KineticError
 from kinetic.runtime.embedding import ContextExceeded, normalize
+from tests.conftest import GGML_OPTIONS
 from tests.synthetic import SYNTHETIC, synthetic_files, synthetic_path
 
 FILES = synthetic_files(embeddings=True)
@@ -22,7 +23,10 @@ DEVICES = ("cpu", "cuda-emulated", "vulkan")
 
 @functools.cache
 def _model(name: str, device: str = "cpu") -> kinetic.Model:
-    return kinetic.Model(synthetic_path(name), n_ctx=64, device=device, threads=1, warm_start=False)
+    """In ggml's numerics mode whatever the default: the expected values are llama.cpp's, and every
+    device (CUDA and Vulkan follow ggml's orders only) then runs the graph the CPU runs."""
+    return kinetic.Model(synthetic_path(name), n_ctx=64, device=device, threads=1, warm_start=False,
+                         options=GGML_OPTIONS)
 
 
 def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -1,11 +1,15 @@
 """The engine's exactness contract on the real SmolLM2 model: batch = alone, tree rows = their path,
-several sequences = each alone, rollback = never having gone ahead."""
+several sequences = each alone, rollback = never having gone ahead. The `engine` fixture's graph is
+lowered without the pass pipeline, so its reductions take their ggml orders; `fast_engine` is the
+model compiled in the "fast" numerics mode (kinetic/ir/orders.py), where batch = alone must hold too."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+from kinetic.compiler import compile_graph
+from kinetic.frontend.blocks import Options
 from kinetic.frontend.gguf_file import open_gguf
 from kinetic.frontend.lower import lower
 from kinetic.ir.rows import PassRows
@@ -21,13 +25,28 @@ def engine(smollm2_path) -> Engine:
     return Engine(lower(gguf), GGUFWeights(gguf), n_ctx=128)
 
 
+@pytest.fixture(scope="module")
+def fast_engine(smollm2_path) -> Engine:
+    gguf = open_gguf(smollm2_path)
+    graph = compile_graph(gguf, Options(numerics="fast"))
+    assert {"block_chain", "key_chain_f16_acc32"} <= {getattr(n.attrs, "order", "") for n in graph.nodes}
+    return Engine(graph, GGUFWeights(gguf), n_ctx=128)
+
+
+@pytest.fixture(params=["engine", "fast_engine"])
+def any_engine(request) -> Engine:
+    """The engine in ggml's orders, then in the fast mode's."""
+    return request.getfixturevalue(request.param)
+
+
 def one_at_a_time(engine: Engine, tokens: list[int]) -> np.ndarray:
     seq = engine.new_sequence()
     return np.stack([engine.decode(seq, t) for t in tokens])
 
 
-def test_batch_equals_one_at_a_time(engine):
+def test_batch_equals_one_at_a_time(any_engine):
     """A prompt in one pass gives every row bit for bit the logits it gets one token at a time."""
+    engine = any_engine
     seq = engine.new_sequence()
     batched = engine.forward(PassRows.chain(PROMPT, 0, outputs="all"), {0: seq})
     alone = one_at_a_time(engine, PROMPT)
@@ -75,8 +94,9 @@ def test_tree_rows_equal_their_paths(engine):
     assert np.array_equal(tree[2], path_ac)
 
 
-def test_two_sequences_in_one_pass_equal_each_alone(engine):
+def test_two_sequences_in_one_pass_equal_each_alone(any_engine):
     """Rows of two users in one pass give each user what it gets alone."""
+    engine = any_engine
     s0, s1 = engine.new_sequence(), engine.new_sequence()
     first, second = PROMPT[:4], PROMPT[4:9]
     rows_0 = PassRows.chain(first, 0, seq=0, outputs="all")

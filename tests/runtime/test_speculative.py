@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import kinetic
+from kinetic.frontend.blocks import Options
 from kinetic.frontend.gguf_file import open_gguf
 from kinetic.frontend.lower import lower
 from kinetic.runtime.drafting import (
@@ -21,6 +22,7 @@ from kinetic.runtime.drafting import (
 from kinetic.runtime.engine import Engine
 from kinetic.runtime.speculative import GreedyPicker, SpeculativeDecoder, accept_draft, plain_decode
 from kinetic.runtime.weights import GGUFWeights
+from tests.conftest import NUMERICS_SYNTHETIC, OTHER_NUMERICS, model_path
 from tests.device_checks import FixedCosts
 from tests.synthetic import synthetic_path
 
@@ -348,3 +350,37 @@ def test_drafted_equals_plain_on_gemma(gemma, picker_factory):
     assert drafted == plain
     assert stats.drafted > 0
     assert seq.cache.length == len(prompt) + len(plain) - 1
+
+
+# -- drafted = plain in the numerics modes the default leaves out (tests/conftest.py OTHER_NUMERICS) -
+
+
+@pytest.mark.parametrize("numerics", OTHER_NUMERICS)
+@pytest.mark.parametrize("name", ["smollm2-135m", "gemma3-270m"])
+def test_drafted_equals_plain_on_real_models_in_every_other_numerics_mode(name, numerics):
+    """In each other numerics mode (the fast one's chained block-32 matmuls and f32 attention
+    accumulator), drafted greedy decoding with branching drafts and drafted seeded sampling give
+    plain decoding's tokens, guesses kept."""
+    model = kinetic.Model(model_path(name), n_ctx=256, options=Options(numerics=numerics))
+    assert model.options.numerics == numerics
+    for picker_factory in (GreedyPicker, lambda: InverseCdfPicker(0.7, seed=11)):
+        plain, drafted, stats, _ = _both(model.engine, model.tokenize(LOOP), 32, picker_factory, beta=0.02)
+        assert drafted == plain
+        assert stats.accepted > 0
+
+
+@pytest.mark.parametrize("numerics", OTHER_NUMERICS)
+@pytest.mark.parametrize("name", NUMERICS_SYNTHETIC)
+def test_drafted_equals_plain_on_synthetic_files_in_every_other_numerics_mode(name, numerics):
+    """In each other numerics mode, on synthetic files (every block-32 weight type, MoE experts,
+    sliding windows), drafted greedy decoding gives plain decoding's tokens, also when a repeated
+    request drafts (and keeps) guesses from the earlier one."""
+    engine = kinetic.Model(synthetic_path(name), n_ctx=96, options=Options(numerics=numerics), warm_start=False).engine
+    prompt = [5, 17, 29, 41, 53, 65, 7, 19]
+    plain = list(plain_decode(engine, engine.new_sequence(), prompt, 24, frozenset(), GreedyPicker()))
+    seen = NgramIndex(1 << 12, (4, 2))
+    first = list(SpeculativeDecoder(engine, seen=seen, costs=FixedCosts()).generate(engine.new_sequence(), prompt, 24))
+    assert first == plain
+    decoder = SpeculativeDecoder(engine, seen=seen, costs=FixedCosts())
+    assert list(decoder.generate(engine.new_sequence(), prompt + plain[:4], 20)) == plain[4:]
+    assert decoder.stats.accepted > 0

@@ -9,11 +9,12 @@ import numpy as np
 import pytest
 
 import kinetic
+from kinetic.frontend.blocks import Options
 from kinetic.runtime.engine import grid_chunks
 from kinetic.runtime.generation import GenerationRequest, Generator
 from kinetic.runtime.sampling import SamplingSettings
 from kinetic.runtime.warm import WarmStore, common_prefix, grid_floor
-from tests.conftest import model_path
+from tests.conftest import NUMERICS_SYNTHETIC, OTHER_NUMERICS, model_path
 from tests.runtime.convoy_helpers import alone
 from tests.synthetic import synthetic_files, synthetic_path
 
@@ -158,11 +159,36 @@ def _is_embedding(model) -> bool:
     return is_embedding_graph(model.graph)
 
 
+@pytest.mark.parametrize("numerics", OTHER_NUMERICS)
+def test_conversation_warm_equals_cold_in_every_other_numerics_mode(numerics):
+    """In each numerics mode the default leaves out (tests/conftest.py OTHER_NUMERICS), each turn of a
+    3-turn SmolLM2 conversation run warm gives bit for bit the cold tokens, greedy and seeded, and the
+    later turns reuse prompt tokens."""
+    model = kinetic.Model(model_path("smollm2-135m"), n_ctx=1024, threads=2, options=Options(numerics=numerics))
+    assert model.options.numerics == numerics
+    cold = _cold(model)
+    for settings in (lambda turn: GREEDY, lambda turn: _seeded(200 + turn)):
+        cached = _conversation(model, cold, settings, turns=3)
+        assert all(c > 0 for c in cached[1:]), cached
+
+
 @pytest.mark.parametrize("name", synthetic_files())
 def test_synthetic_file_warm_equals_cold(name):
     """On every synthetic file, a prompt extending an earlier one (its answer and more tokens) and a
     prompt sharing only part of it give the cold tokens when started warm, greedy and seeded."""
-    model = kinetic.Model(synthetic_path(name), n_ctx=96, batch=4)
+    _synthetic_warm_equals_cold(name)
+
+
+@pytest.mark.parametrize("numerics", OTHER_NUMERICS)
+@pytest.mark.parametrize("name", NUMERICS_SYNTHETIC)
+def test_synthetic_warm_equals_cold_in_every_other_numerics_mode(name, numerics):
+    """In each numerics mode the default leaves out, warm prompts on a few synthetic files (every
+    block-32 weight type, MoE experts, sliding windows) give the cold tokens, greedy and seeded."""
+    _synthetic_warm_equals_cold(name, Options(numerics=numerics))
+
+
+def _synthetic_warm_equals_cold(name: str, options: Options | None = None) -> None:
+    model = kinetic.Model(synthetic_path(name), n_ctx=96, batch=4, options=options)
     if _is_embedding(model):
         pytest.skip("an embedding model generates nothing")
     cold = _cold(model)

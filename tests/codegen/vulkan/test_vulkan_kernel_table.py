@@ -14,7 +14,7 @@ from kinetic.codegen.vulkan.kernels import CAPABILITIES, KERNELS, REDUCTION_ORDE
 from kinetic.ir.ops import ELEMENTWISE, LEAVES, OPS, Op
 from kinetic.ir.orders import ORDERS
 from kinetic.ir.text import parse_graph
-from kinetic.passes import run_pipeline
+from kinetic.passes import PassOptions, run_pipeline
 
 GRAPH = """
 %0 = input() {name="tokens"} : i32[T]
@@ -33,7 +33,8 @@ output logits = %9
 
 @pytest.fixture
 def graph():
-    return run_pipeline(parse_graph(GRAPH))
+    """In ggml's numerics mode whatever the default: Vulkan follows no other mode's orders."""
+    return run_pipeline(parse_graph(GRAPH), PassOptions(numerics="ggml"))
 
 
 def with_node(graph, node_id: int, **changes):
