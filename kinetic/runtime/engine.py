@@ -8,7 +8,8 @@ text: it works on token ids (the tokenizer lives in the frontend). The passes ru
 runner (kinetic/codegen/runner.py), opened through the device registry (kinetic/devices.py). For a
 model with a prediction block it also hands each sequence its kept rows' trunk hidden states
 (`Sequence.prediction`, kinetic/runtime/mtp.py). Does not own which sequences share a pass
-(kinetic/runtime/scheduler.py).
+(kinetic/runtime/scheduler.py) nor, with Shortlist, whether a pass runs the full graph or the graph
+cut before its output layer and the head (kinetic/runtime/output_layer.py).
 """
 
 from __future__ import annotations
@@ -24,9 +25,10 @@ from kinetic.codegen.runner import Capabilities, Runner, RunnerOptions
 from kinetic.ir.graph import Graph
 from kinetic.ir.interpreter import WeightSource
 from kinetic.ir.ops import Op
-from kinetic.ir.rows import PassRows
+from kinetic.ir.rows import PassResult, PassRows
 from kinetic.runtime.kv_cache import KVCache, SequenceCaches, check_cache_fits
 from kinetic.runtime.mtp import TRUNK_HIDDEN, PredictionTrack, has_prediction_block, with_trunk_hidden
+from kinetic.runtime.output_layer import OutputLayer
 from kinetic.runtime.recurrent import part_states, recurrent_shapes, state_rows
 
 if TYPE_CHECKING:
@@ -73,11 +75,15 @@ class Engine:
         self.prediction = has_prediction_block(graph)
         run_source = with_trunk_hidden(graph) if self.prediction else graph
         # Shortlist (docs/shortlist.md; False is --off shortlist): the runner runs the graph cut before
-        # its output layer and self.head scores that layer, in full or only the rows that can win
+        # its output layer and self.head scores that layer, in full or only the rows that can win; or
+        # self.output runs a pass through the full graph instead, whichever is faster (runtime/output_layer.py)
         self.head, self._run_graph = (_shortlist_head(run_source, weights, device, threads) if shortlist
                                       else (None, run_source))
-        self.runner: Runner = devices.open_runner(device, self._run_graph, weights,
-                                                  RunnerOptions(batch, threads, n_ctx, gpu_layers, matmul=matmul))
+        options = RunnerOptions(batch, threads, n_ctx, gpu_layers, matmul=matmul)
+        self.runner: Runner = devices.open_runner(device, self._run_graph, weights, options)
+        self.output = (OutputLayer(self.head, self.runner, self._run_graph, run_source,
+                                   lambda: devices.open_runner(device, run_source, weights, options))
+                       if self.head is not None else None)
         self.kv_width: dict[int, int] = {}
         self.kv_dtype = np.float16
         for node in graph.nodes:
@@ -110,6 +116,8 @@ class Engine:
     def close(self) -> None:
         """Free what the runner holds on its device; the engine runs no pass after this."""
         self.runner.close()
+        if self.output is not None:
+            self.output.close()
 
     def new_sequence(self) -> Sequence:
         check_cache_fits(self.n_ctx, sum(self.kv_width.values()), np.dtype(self.kv_dtype).itemsize)
@@ -127,8 +135,7 @@ class Engine:
         caches = SequenceCaches({sid: s.cache for sid, s in seqs.items()})
         if commit and self.recurrent_shapes:  # the runner returns only the states a commit keeps
             rows = state_rows(rows)
-        result = self.runner.run(self._run_graph, rows, caches)
-        self.passes += 1
+        result, logits = self._pass(rows, caches, [(len(rows.output_rows), top)])
         if commit and rows.chain_seq >= 0 and self.in_place:  # one sequence's chain: every row is its own
             s = seqs[rows.chain_seq]
             s.cache.commit_written(rows.positions)
@@ -139,21 +146,18 @@ class Engine:
             for sid, s in seqs.items():
                 self._commit(s, rows, np.flatnonzero(rows.seqs == sid), result.new_kv, result.new_state,
                              result.outputs)
-        return self._logits(result.outputs, top)
+        return logits
 
-    def _logits(self, outputs: dict, top: int) -> np.ndarray:
-        """A pass's logits, f32 [R, n_vocab]: the graph's, or Shortlist's head on its hidden rows."""
-        if self.head is None:
-            return outputs["logits"]
-        return self.head.logits(outputs["hidden"], top)
-
-    def _parts_logits(self, outputs: dict, parts: list[SeqRows]) -> np.ndarray:
-        """A merged pass's logits: each part's rows with its own Shortlist `top`."""
-        tops = {p.top for p in parts}
-        if self.head is None or len(tops) == 1:
-            return self._logits(outputs, tops.pop())
-        return np.concatenate([self._logits({"hidden": h}, p.top)
-                               for p, h in zip(parts, _split_outputs(outputs["hidden"], parts), strict=True)])
+    def _pass(self, rows: PassRows, caches: SequenceCaches,
+              tops: list[tuple[int, int]]) -> tuple[PassResult, np.ndarray]:
+        """One runner pass and its logits, f32 [len(rows.output_rows), n_vocab]: the graph's, or with
+        Shortlist the faster of the full graph and the cut graph with its head (runtime/output_layer.py).
+        `tops`: each part's (output rows, Shortlist top), in output row order."""
+        self.passes += 1
+        if self.output is not None:
+            return self.output.run(rows, caches, tops)
+        result = self.runner.run(self._run_graph, rows, caches)
+        return result, result.outputs["logits"]
 
     def _commit(self, seq: Sequence, rows: PassRows, mine: np.ndarray, new_kv: dict, new_state: dict,
                 outputs: dict) -> None:
@@ -184,9 +188,9 @@ class Engine:
         rows = _merged([p.rows for p in parts])
         if self.recurrent_shapes:  # a committing part keeps its last row's state, a held one every row's
             rows = state_rows(rows, held={i for i, p in enumerate(parts) if not p.commit})
-        result = self.runner.run(self._run_graph, rows, SequenceCaches({i: p.seq.cache for i, p in enumerate(parts)}))
-        self.passes += 1
-        logits = self._parts_logits(result.outputs, parts)  # f32 [sum of the parts' outputs, n_vocab], in part order
+        # logits f32 [sum of the parts' outputs, n_vocab], in part order
+        result, logits = self._pass(rows, SequenceCaches({i: p.seq.cache for i, p in enumerate(parts)}),
+                                    [(len(p.rows.output_rows), p.top) for p in parts])
         first_row = first_out = 0
         for part in parts:
             mine = np.arange(first_row, first_row + len(part.rows.tokens))
@@ -226,12 +230,11 @@ class Engine:
         keep() then commits the accepted path; the compiled step has already written every row in
         place at slot length + i."""
         seq.cache.check_room(len(rows.tokens))
-        result = self.runner.run(self._run_graph, rows, SequenceCaches({0: seq.cache}))
-        self.passes += 1
+        result, logits = self._pass(rows, SequenceCaches({0: seq.cache}), [(len(rows.output_rows), top)])
         seq.pending = (rows, result.new_kv, seq.cache.length)
         seq.cache.recurrent.hold(result.new_state)  # each row's state along its path, until keep()
         _hold_hidden(seq, result.outputs, rows, np.arange(len(rows.tokens)))
-        return self._logits(result.outputs, top)
+        return logits
 
     def keep(self, seq: Sequence, path: list[int]) -> None:
         """Commit rows `path` of the last verify() pass (root first, each row the parent of the next)
@@ -308,12 +311,6 @@ def _merged(tables: list[PassRows]) -> PassRows:
                                 for t, o in zip(tables, offsets, strict=True)]).astype(np.int32),
         output_rows=np.concatenate([t.output_rows + o for t, o in zip(tables, offsets, strict=True)]).astype(np.int32),
     )
-
-
-def _split_outputs(hidden: np.ndarray, parts: list[SeqRows]) -> list[np.ndarray]:
-    """A merged pass's hidden rows (f32 [sum of the parts' outputs, K]) cut into each part's."""
-    bounds = np.cumsum([0] + [len(p.rows.output_rows) for p in parts])
-    return [hidden[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
 
 
 def _shortlist_head(graph: Graph, weights: WeightSource, device: str, threads: int | None):

@@ -12,7 +12,7 @@ from gguf import dequantize
 
 from kinetic.codegen.cpu import shortlist_store
 from kinetic.codegen.cpu.matmul import quantize_activations
-from kinetic.codegen.cpu.shortlist import FasterOfTwo, OutputHead, eligible, lane_scorer
+from kinetic.codegen.cpu.shortlist import MORE_FIRST, OutputHead, eligible, lane_scorer
 from kinetic.codegen.cpu.shortlist_copy import lane_values, make_copy
 from kinetic.codegen.cpu.shortlist_store import copy_key, load_or_make
 from kinetic.grammar import GrammarMatcher, TokenVocab, parse_gbnf
@@ -20,6 +20,8 @@ from kinetic.ir.rows import PassRows
 from kinetic.model import Model
 from kinetic.runtime.engine import Engine
 from kinetic.runtime.generation import GenerationRequest
+from kinetic.runtime.kv_cache import SequenceCaches
+from kinetic.runtime.output_layer import FasterOfTwo
 from kinetic.runtime.sampling import SamplingSettings
 from kinetic.runtime.shortlist import rows_needed
 from kinetic.runtime.weights import GGUFWeights
@@ -59,8 +61,9 @@ def adversarial_layer(k: int = 256, one_block: bool = False) -> tuple[np.ndarray
     `one_block`, in the one 32-wide block where the copy scores that error highest, zero elsewhere),
     so the copy underrates it by the whole Cauchy-Schwarz bound of that block or row; row 0 is held
     by Q4_0 up to its scale's rounding (its copy scores it right) and scores three quarters of the way
-    from row 1's copy score to its true score. So row 0 looks best, row 1 is best, and only the full
-    bound sends row 1 to the exact kernel."""
+    from row 1's copy score to its true score; rows 2.. repeat row 0, so the decoys fill every row the
+    head scores exactly before it applies the bound (the k best-looking and MORE_FIRST more). So row 0
+    looks best, row 1 is best, and only the full bound sends row 1 to the exact kernel."""
     rng = np.random.default_rng(0)
     row = q8_rows(rng.integers(-127, 128, (1, k)), np.full((1, k // 32), 2.0**-6))
     error = (q8_values(row, k) - lane_values(make_copy(row, k), k))[0]
@@ -78,7 +81,7 @@ def adversarial_layer(k: int = 256, one_block: bool = False) -> tuple[np.ndarray
     p[np.arange(len(p)), np.abs(x.reshape(-1, 32)).argmin(axis=1)] = -8
     scale = np.float16(target / (15 * p.reshape(-1) @ x))
     decoy = q8_rows((15 * p).reshape(1, k), np.full((1, k // 32), scale))
-    return np.concatenate([decoy, row]), hidden
+    return np.concatenate([decoy, row, *[decoy] * MORE_FIRST]), hidden
 
 
 def test_the_bound_is_tight_and_halving_it_loses_the_best_row():
@@ -272,7 +275,7 @@ def pair(request, smollm2_path, gemma_path):
     path = smollm2_path if request.param == "smollm2" else gemma_path
     model = Model(path, n_ctx=1024, threads=2)
     assert model.engine.head is not None  # both real models tie a Q8_0 embedding as their output layer
-    model.engine.head.adaptive = False  # shortlist every time it may, even where the full layer is cheaper
+    model.engine.output.adaptive = False  # shortlist every time it may, even where the full layer is cheaper
     plain = Engine(model.graph, GGUFWeights(model.gguf), n_ctx=1024, threads=2, shortlist=False)
     return model, plain, GOLDEN[request.param]
 
@@ -303,12 +306,16 @@ def test_greedy_equals_the_full_layer_on_the_golden_prompts(pair):
 
 def test_top_k_rows_of_a_text_window_equal_the_full_layer(pair):
     """Every row of a 64-token window of the perplexity text: the shortlist's 40 best tokens and
-    their scores are the full layer's, and the full path through the head equals the graph's logits."""
+    their scores are the full layer's, and the full path through the head (on the cut graph's hidden
+    rows) and the engine's full-graph pass both equal the graph's logits."""
     model, plain, _ = pair
     tokens = model.tokenize(TEXT.read_text()[:2000], add_special=True, parse_special=False)[:64]
     rows = PassRows.chain(tokens, 0, outputs="all")
     full = plain.forward(rows, {0: plain.new_sequence()}, commit=False)
     assert np.array_equal(model.engine.forward(rows, {0: model.engine.new_sequence()}, commit=False), full)
+    engine = model.engine
+    hidden = engine.runner.run(engine._run_graph, rows, SequenceCaches({0: engine.new_sequence().cache}))
+    assert np.array_equal(engine.head.full(hidden.outputs["hidden"]), full)
     shortlisted = model.engine.forward(rows, {0: model.engine.new_sequence()}, commit=False, top=40)
     for got, want in zip(shortlisted, full, strict=True):
         ids = np.flatnonzero(np.isfinite(got))
@@ -336,7 +343,7 @@ def test_seeded_top_k_and_drafted_answers_equal_the_full_layer(pair, draft):
 
 
 def test_requests_that_need_every_logit_take_the_full_layer(pair):
-    """Penalties, log-probabilities and a grammar: the head scores every row (no shortlist call)."""
+    """Penalties, log-probabilities and a grammar: the full layer scores every row (no shortlist call)."""
     model, _, name = pair
     prompt = list(load_golden(name)["raw"][0]["prompt_ids"])
     vocab = TokenVocab.from_tokenizer(model.tokenizer)
@@ -363,7 +370,7 @@ def test_every_synthetic_file_with_a_q8_0_or_q6_k_output_layer_gives_the_full_la
             assert model.engine.head is None
             continue
         served += 1
-        model.engine.head.adaptive = False
+        model.engine.output.adaptive = False
         plain = Engine(model.graph, GGUFWeights(model.gguf), n_ctx=256, threads=2, shortlist=False)
         prompt = [1, 5, 9, 13, 17, 21]
         assert greedy_with_scores(model.engine, prompt, 8, 1) == greedy_with_scores(plain, prompt, 8, 0), arch

@@ -7,8 +7,9 @@ for the rows that can be among the k best and proves the others cannot, `logits(
 either for the engine; `eligible(graph)` and `cut_before_head(graph)` say which graphs have such a
 layer and give the graph that stops before it. Does not own the copies and their constants
 (shortlist_copy.py), how the scans share rows among threads (shortlist_scan.py), the row choice from
-the copy's scores (shortlist_rows.py), which requests may use it (kinetic/runtime/shortlist.py), nor
-the pass that produces the hidden rows (the compiled step of the cut graph).
+the copy's scores (shortlist_rows.py), which requests may use it (kinetic/runtime/shortlist.py),
+whether a pass uses it or runs the full graph (kinetic/runtime/output_layer.py), nor the pass that
+produces the hidden rows (the compiled step of the cut graph).
 
 The bound (docs/shortlist.md has the proof): the copy and the original read the same quantized
 activations x, so for a row w and its copy w', |S - A| = |(w - w').x| <= sum_b ||w_b - w'_b|| ||x_b||
@@ -23,7 +24,6 @@ every scan (the copy's, the full layer's, the exact rows') runs through shortlis
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass
 from functools import cache
 
@@ -34,7 +34,7 @@ from kinetic.codegen.cpu.matmul import quantize_activations
 from kinetic.codegen.cpu.shortlist_copy import COPIES, SLACK, CopyRows
 from kinetic.codegen.cpu.shortlist_kernel_ir import BLOCK, render_scorer
 from kinetic.codegen.cpu.shortlist_rows import best_rows, group_bounds, group_count, rows_reaching
-from kinetic.codegen.cpu.shortlist_scan import NO_GROUPS, Groups, LaneInputs, cpu_seconds, lane_places, scan_rows
+from kinetic.codegen.cpu.shortlist_scan import NO_GROUPS, Groups, LaneInputs, lane_places, scan_rows
 from kinetic.codegen.cpu.shortlist_store import load_or_make
 from kinetic.codegen.cpu.step_kernels import StepKernels
 from kinetic.codegen.cpu.target import host
@@ -42,6 +42,8 @@ from kinetic.ir.graph import Graph
 from kinetic.ir.ops import Op
 
 TINY = 2.0**-149  # the smallest f32 subnormal: the absolute error an underflowing product can add
+MORE_FIRST = 7  # rows scored exactly beyond the k best-looking ones: the floor is the k-th best of k + 7
+# exact scores, higher where the copy misranks (Gemma 3 greedy, 128 tokens: 12 % fewer rows pass it)
 
 
 def eligible(graph: Graph) -> str | None:
@@ -85,39 +87,12 @@ class Shortlisted:
     scores: np.ndarray
 
 
-class FasterOfTwo:
-    """Which of two exact ways to score a row is faster here, by measurement: each is tried PROBES
-    times, then the one whose fastest of its last PROBES times (seconds per row) is lower runs, and
-    the other is tried again every EXPLORE calls, so a change of load or of how many rows pass the
-    bound is followed. The fastest of a few, not their mean, and the caller measures CPU time (its own
-    thread's and the scan workers', shortlist_scan.cpu_seconds), not the clock: on a shared machine a
-    call that was descheduled says nothing about the way it ran, and the threads' shares of a scan
-    depend on which of them was on its core."""
-
-    PROBES = 8
-    EXPLORE = 16
-
-    def __init__(self):
-        self.recent = {True: deque(maxlen=self.PROBES), False: deque(maxlen=self.PROBES)}
-        self.calls = 0
-
-    def pick(self) -> bool:
-        self.calls += 1
-        for way in (True, False):
-            if len(self.recent[way]) < self.PROBES:
-                return way
-        faster = min(self.recent[True]) <= min(self.recent[False])
-        return (not faster) if self.calls % self.EXPLORE == 0 else faster
-
-    def record(self, way: bool, seconds: float) -> None:
-        self.recent[way].append(seconds)
-
-
 class OutputHead:
     """The output layer of one graph on the CPU: its raw weight, its copy (made on first use) and the
     kernels. `logits(hidden, top)` is what the engine calls after a pass of the graph cut before it."""
 
-    def __init__(self, raw: np.ndarray, dtype: str, k: int, *, threads: int, bound_scale: float = 1.0):
+    def __init__(self, raw: np.ndarray, dtype: str, k: int, *, threads: int, bound_scale: float = 1.0,
+                 order: str = ""):
         self.raw = raw.view(np.ndarray)  # u8 [N, row bytes], the file's rows (memory-mapped; a plain view: np.memmap's
         # indexing costs about twice as much per gather)
         self.dtype = dtype
@@ -132,7 +107,8 @@ class OutputHead:
         self.per_block: np.ndarray = np.zeros((raw.shape[0], 0), np.float32)  # f32 [N, K/32] or [N, 0]
         self.tiny = 4.0 * k * TINY
         kernels = StepKernels()
-        self._exact = kernels.matmul(self.kind.original, k)  # addresses: scan_rows calls them
+        # addresses: scan_rows calls them; the exact one sums in the output matmul's order (its node's)
+        self._exact = kernels.matmul(self.kind.original, k, order)
         if self.kind.copy is not None:
             self._approx = kernels.matmul(self.kind.copy, k)  # an address: scan_rows calls it
         else:
@@ -140,32 +116,22 @@ class OutputHead:
             self._places = lane_places(k // BLOCK)
         self.scored = 0  # rows scored exactly by shortlist(), summed over calls (the bench reports it)
         self.calls = 0
-        self.choice = FasterOfTwo()
-        self.adaptive = True  # False: shortlist whenever asked (tests), whatever it costs
 
     def logits(self, hidden: np.ndarray, top: int) -> np.ndarray:
         """Logits f32 [R, N] for hidden rows f32 [R, K]: every one (top 0), or for each row the exact
-        logits of every token that can be among its `top` best and -inf for the tokens proven not to.
-        Where the full layer has lately been faster per row (the `choice` rule), it is used instead:
-        the answer is the same either way."""
+        logits of every token that can be among its `top` best and -inf for the tokens proven not to
+        (a row whose bound cannot be used gets every logit)."""
         if top <= 0 or len(hidden) == 0:
             return self.full(hidden)
-        shortlisting = self.choice.pick() if self.adaptive else True
-        if shortlisting:
-            self._make_copy()  # once, and not timed: the choice compares the two ways' running costs
-        began = cpu_seconds()  # this thread's and the scan workers' CPU time: a descheduled call is not slower
-        if not shortlisting:
-            out = self.full(hidden)
-        else:
-            out = np.full((len(hidden), self.n), -np.inf, np.float32)
-            for r in range(len(hidden)):
-                found = self.shortlist(hidden[r], top)
-                if found is None:
-                    out[r] = self.full(hidden[r:r + 1])[0]
-                else:
-                    out[r, found.ids] = found.scores
-        self.choice.record(shortlisting, (cpu_seconds() - began) / len(hidden))
+        out = np.full((len(hidden), self.n), -np.inf, np.float32)
+        for r in range(len(hidden)):
+            if self.shortlist(hidden[r], top, out[r]) is None:
+                out[r] = self.full(hidden[r:r + 1])[0]
         return out
+
+    def prepare(self) -> None:
+        """Load or make the copy now (the engine does, so no timed pass includes it)."""
+        self._make_copy()
 
     def _run(self, kernel: int, weight: np.ndarray, acts, m: int, threads: int,
              out: np.ndarray | None = None, groups: Groups = NO_GROUPS) -> np.ndarray:
@@ -183,26 +149,28 @@ class OutputHead:
         acts = quantize_activations(hidden, self.kind.activations)
         return self._run(self._exact, self.raw, acts, len(hidden), self.threads)
 
-    def shortlist(self, hidden: np.ndarray, k: int) -> Shortlisted | None:
+    def shortlist(self, hidden: np.ndarray, k: int, out: np.ndarray | None = None) -> Shortlisted | None:
         """Exact logits of every row that can be among the k best of one hidden row (f32 [K]); the rows
-        left out are proven below k of those returned. None when the bound cannot be used (a hidden
-        value that is not finite)."""
+        left out are proven below k of those returned. Each is also written at its row in `out` (f32
+        [N], for the engine: -inf elsewhere), where given. None when the bound cannot be used (a
+        hidden value that is not finite)."""
         acts = quantize_activations(hidden[None, :], self.kind.activations)
         copy = self._approximate(acts)
         if not np.isfinite(copy.xnorm):
             return None
-        first = best_rows(copy.scores, max(1, min(k, self.n)), copy.groups.keys)
-        first_scores = self._exact_rows(acts, first)
-        floor = float(np.sort(first_scores)[-min(k, len(first))])
+        out = np.full(self.n, -np.inf, np.float32) if out is None else out
+        first = best_rows(copy.scores, max(1, min(k + MORE_FIRST, self.n)), copy.groups.keys)
+        self._exact_rows(acts, first, out)
+        floor = float(np.sort(out[first])[-min(k, len(first))])
         if not np.isfinite(floor):
             return None
         rest = rows_reaching(copy.scores, self.c, copy.xnorm, floor, self.tiny, self.per_block, copy.xblocks,
                              copy.groups.keys, self._group_c(), np.sort(first))
+        self._exact_rows(acts, rest, out)
         ids = np.concatenate([first, rest])
-        scores = np.concatenate([first_scores, self._exact_rows(acts, rest)])
         self.scored += len(ids)
         self.calls += 1
-        return Shortlisted(ids, scores)
+        return Shortlisted(ids, out[ids])
 
     def bounds(self, hidden: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """For one hidden row f32 [K]: the copy's scores f32 [N] and each row's bound f64 [N], the most
@@ -260,13 +228,14 @@ class OutputHead:
             if self.copy.per_block is not None:
                 self.per_block = (np.asarray(self.copy.per_block) * scale).astype(np.float32)
 
-    def _exact_rows(self, acts, ids: np.ndarray) -> np.ndarray:
-        """The exact kernel on some weight rows: each row's float operations are the same sequence
-        whatever rows share the call (matmul_ir), so each value is the full layer's."""
-        if len(ids) == 0:
-            return np.empty(0, np.float32)
-        rows = np.take(self.raw, ids, axis=0)
-        return self._run(self._exact, rows, acts, 1, self.threads)[0]  # one chunk or less: this thread alone
+    def _exact_rows(self, acts, ids: np.ndarray, out: np.ndarray) -> None:
+        """The exact kernel on some weight rows (i64 ids), each score written at its row of `out` (f32
+        [N]): each row's float operations are the same sequence whatever rows share the call (matmul_ir),
+        so each value is the full layer's. The rows are gathered first and scored in one call on this
+        thread (one chunk or less): a call per row where it lies costs twice as much (Gemma 3, greedy)."""
+        if len(ids):
+            rows = np.take(self.raw, ids, axis=0)
+            out[ids] = self._run(self._exact, rows, acts, 1, self.threads)[0]
 
 
 @cache
@@ -282,9 +251,10 @@ def open_head(graph: Graph, weights, *, threads: int, bound_scale: float = 1.0) 
     tensor = eligible(graph)
     if tensor is None:
         return None
-    weight = graph.node(graph.output("logits").inputs[1])
+    head = graph.output("logits")
+    weight = graph.node(head.inputs[1])
     k = weight.type.shape[1]
     if k % COPIES[weight.type.dtype].block:
         return None
     return OutputHead(np.asarray(weights.tensor(tensor)), weight.type.dtype, k, threads=threads,
-                      bound_scale=bound_scale)
+                      bound_scale=bound_scale, order=head.attrs.order)

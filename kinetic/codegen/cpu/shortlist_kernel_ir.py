@@ -35,6 +35,11 @@ from kinetic.codegen.cpu.llvm_ir import Function, module, splat
 BLOCK = 32
 STEPS = 8  # 4 elements of each block per step
 WIDTHS = (16, 8, 4)  # lanes (blocks) per group, widest first
+# Each row prefetches the codes PREFETCH_BYTES ahead (and the scales as far ahead in rows): Gemma 3's
+# 262,144 rows of 640, min of 40 scans under load, 2 threads 2.37 -> 1.76 ms, 1 thread 3.21 -> 2.65
+# (2,048 ahead: 2.21 and 3.24); the scan is bound by memory, and the hardware prefetcher alone kept
+# it at about 35 GB/s where the machine reads 45-50.
+PREFETCH_BYTES = 8192
 
 
 def groups(n_blocks: int) -> list[int]:
@@ -137,6 +142,9 @@ def render_scorer(n_blocks: int, variant: str) -> tuple[str, str]:
     def row(n: str, _carried: list[str]) -> list[str]:
         crow = fn.gep("%codes", fn.v(f"mul i64 {n}, {row_bytes}"))
         srow = fn.gep("%scales", fn.v(f"mul i64 {n}, {row_scales}"), "half")
+        for line in range(0, row_bytes, 64):
+            fn.prefetch(crow, PREFETCH_BYTES + line)
+        fn.prefetch(srow, PREFETCH_BYTES * 2 * row_scales // row_bytes)  # the same rows ahead (2-byte scales)
         total, first = None, 0
         for width in sizes:
             part = _group(fn, variant, crow, srow, first, width)
@@ -148,6 +156,7 @@ def render_scorer(n_blocks: int, variant: str) -> tuple[str, str]:
     fn.loop("%n0", "%n1", [], row)
     fn.do("ret void")
     declarations = [f"declare float @llvm.vector.reduce.fadd.v{w}f32(float, <{w} x float>)" for w in WIDTHS]
+    declarations.append("declare void @llvm.prefetch.p0(ptr, i32, i32, i32)")
     if variant == "vnni":
         declarations += [f"declare <{w} x i32> @llvm.x86.avx512.vpdpbusd.{32 * w}(<{w} x i32>, <{4 * w} x i8>, "
                          f"<{4 * w} x i8>)" for w in WIDTHS]

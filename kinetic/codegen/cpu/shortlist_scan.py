@@ -2,10 +2,10 @@
 
 Owns: `scan_rows(kernel, args, n, threads)`, running a generated row kernel (`kernel(*args, n0, n1,
 n)`, the lane scorer or a matmul) over rows [0, n) on the calling thread and `threads - 1` persistent
-workers (each chunk's group maxima summarized by the thread that scored it, shortlist_rows), the
-workers' CPU time (`cpu_seconds`), and `LaneInputs`, one row's activations put into the lane
-kernel's layout with their norms in one compiled call. Does not own the kernels
-(shortlist_kernel_ir.py, matmul_ir.py) nor what the scores are used for (shortlist.py).
+workers (each chunk's group maxima summarized by the thread that scored it, shortlist_rows), and
+`LaneInputs`, one row's activations put into the lane kernel's layout with their norms in one
+compiled call. Does not own the kernels (shortlist_kernel_ir.py, matmul_ir.py) nor what the scores
+are used for (shortlist.py).
 
 Why not the compiled step's own threads: they run the step's tape (step_threads.run_parallel), and
 the copy scan is not an op of the cut graph; these workers wait the same way (a blocking queue, then
@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import queue
 import threading
-import time
 from typing import NamedTuple
 
 import numpy as np
@@ -76,7 +75,6 @@ def _worker(inbox: queue.SimpleQueue) -> None:
 
 
 _workers: list[queue.SimpleQueue] = []
-_clocks: list[int] = []  # the workers' CPU-time clocks
 _lock = threading.Lock()
 
 
@@ -88,16 +86,7 @@ def _pool(n: int) -> list[queue.SimpleQueue]:
                                       name=f"kinetic-shortlist-{len(_workers) + 1}")
             thread.start()
             _workers.append(inbox)
-            if hasattr(time, "pthread_getcpuclockid"):
-                _clocks.append(time.pthread_getcpuclockid(thread.ident))
         return _workers[:n]
-
-
-def cpu_seconds() -> float:
-    """The CPU time of the calling thread and of every scan worker: what a scan costs, whichever
-    threads it ran on (a worker that was off its core leaves its chunks to the caller), and none of
-    the time a thread spent descheduled."""
-    return time.thread_time() + sum(time.clock_gettime(clock) for clock in _clocks)
 
 
 class Groups(NamedTuple):
