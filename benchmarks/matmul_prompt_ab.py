@@ -27,7 +27,8 @@ from kinetic.codegen.cpu.quant_blocks import LAYOUTS
 from kinetic.codegen.cpu.target import host, kernel_orders
 from kinetic.frontend.gguf_file import open_gguf
 
-CASES = [("smollm2-135m", "token_embd.weight"), ("smollm2-135m", "blk.0.ffn_gate.weight"), ("smollm2-135m", "blk.0.ffn_down.weight"),
+CASES = [("smollm2-135m", "token_embd.weight"), ("smollm2-135m", "blk.0.ffn_gate.weight"),
+         ("smollm2-135m", "blk.0.ffn_down.weight"),
          ("smollm2-135m", "blk.0.attn_q.weight"), ("gemma3-270m", "blk.0.ffn_gate.weight"),
          ("gemma3-270m", "blk.0.attn_v.weight"), ("gemma3-270m", "blk.1.attn_v.weight"),
          ("gemma3-270m", "blk.0.attn_output.weight"), ("gemma3-270m", "blk.0.ffn_down.weight"),

@@ -20,8 +20,9 @@ weight types (target.BIT_EXACT) a `quantize` node, one per row and format shared
 that reads it (kinetic/passes/device_fusion.py); its row is one OP_QUANT, and a matmul reads
 the quantize node's bytes. F16 / BF16 matmuls still round a row once for all of them (the IR's
 quantize formats are the q8 ones). The matmul and quantize rows are matmul_ops.py's; the MoE,
-recurrent and encoder ops' rows are in moe_ops.py, recurrent_ops.py and encoder_ops.py. That consecutive independent matmuls (q/k/v, gate/up) share one
-barrier phase is scheduling, not a fusion (tape_plan.place_barriers).
+recurrent and encoder ops' rows are in moe_ops.py, recurrent_ops.py and encoder_ops.py. That
+consecutive independent matmuls (q/k/v, gate/up) share one barrier phase is scheduling, not a fusion
+(tape_plan.place_barriers).
 """
 
 from __future__ import annotations

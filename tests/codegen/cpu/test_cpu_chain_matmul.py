@@ -203,8 +203,8 @@ def test_the_shortlist_head_scores_in_the_output_matmul_order():
     text = GRAPH.format(k=576, n=40, wtype="q8_0").replace(
         "%6 = take_rows(%5, %1) : f32[R,40]\noutput logits = %6", "output logits = %5")
     kernels = StepKernels()
-    for numerics, order in (("ggml", None), ("fast", "block_chain")):
-        graph = run_pipeline(parse_graph(text), PassOptions(numerics=numerics))
+    for mode, order in (("ggml", None), ("fast", "block_chain")):
+        graph = run_pipeline(parse_graph(text), PassOptions(numerics=mode))
         head = open_head(graph, _Weights(Q.Q8_0, 40, 576), threads=1)
-        assert head is not None and head._exact == kernels.matmul(Q.Q8_0, 576, order), numerics
+        assert head is not None and head._exact == kernels.matmul(Q.Q8_0, 576, order), mode
     assert kernels.matmul(Q.Q8_0, 576, "block_chain") != kernels.matmul(Q.Q8_0, 576)
