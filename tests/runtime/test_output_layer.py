@@ -12,6 +12,7 @@ from kinetic.model import Model
 from kinetic.runtime.engine import Engine, SeqRows
 from kinetic.runtime.output_layer import MANY_ROWS, FasterOfTwo
 from kinetic.runtime.weights import GGUFWeights
+from tests.runtime.decoding_helpers import greedy_with_scores
 
 PROMPT = [504, 3575, 282, 4649, 314, 7042, 30, 198, 198, 504]  # "The capital of France is Paris.\n\nThe"
 
@@ -22,18 +23,6 @@ def pair(smollm2_path):
     model = Model(smollm2_path, n_ctx=256, threads=2)
     plain = Engine(model.graph, GGUFWeights(model.gguf), n_ctx=256, threads=2, shortlist=False)
     return model.engine, plain
-
-
-def greedy(engine: Engine, steps: int, top: int) -> tuple[list[int], list[float]]:
-    seq = engine.new_sequence()
-    logits = engine.prefill(seq, PROMPT, top=top)
-    tokens, scores = [], []
-    for _ in range(steps):
-        token = int(np.argmax(logits))
-        tokens.append(token)
-        scores.append(float(logits[token]))
-        logits = engine.decode(seq, token, top=top)
-    return tokens, scores
 
 
 def test_a_pass_that_needs_every_logit_runs_the_full_graph(pair):
@@ -51,7 +40,8 @@ def test_both_ways_give_the_full_layers_greedy_tokens_and_scores(pair):
     Shortlist's head) gives the plain engine's tokens and scores bit for bit."""
     engine, plain = pair
     engine.output.choices.clear()
-    assert greedy(engine, 3 * FasterOfTwo.PROBES, 1) == greedy(plain, 3 * FasterOfTwo.PROBES, 0)
+    steps = 3 * FasterOfTwo.PROBES
+    assert greedy_with_scores(engine, PROMPT, steps, 1) == greedy_with_scores(plain, PROMPT, steps, 0)
     tried = engine.output.choices[1].recent
     assert len(tried[True]) == len(tried[False]) == FasterOfTwo.PROBES  # each way ran its probes
 

@@ -26,6 +26,7 @@ from kinetic.runtime.sampling import SamplingSettings
 from kinetic.runtime.shortlist import rows_needed
 from kinetic.runtime.weights import GGUFWeights
 from tests.conftest import load_golden
+from tests.runtime.decoding_helpers import greedy_with_scores
 from tests.synthetic import synthetic_files, synthetic_path
 
 TEXT = Path(__file__).parents[1] / "data" / "golden" / "apache-2.0.txt"
@@ -278,18 +279,6 @@ def pair(request, smollm2_path, gemma_path):
     model.engine.output.adaptive = False  # shortlist every time it may, even where the full layer is cheaper
     plain = Engine(model.graph, GGUFWeights(model.gguf), n_ctx=1024, threads=2, shortlist=False)
     return model, plain, GOLDEN[request.param]
-
-
-def greedy_with_scores(engine: Engine, prompt: list[int], steps: int, top: int) -> tuple[list[int], list[float]]:
-    seq = engine.new_sequence()
-    logits = engine.prefill(seq, prompt, top=top)
-    tokens, scores = [], []
-    for _ in range(steps):
-        token = int(np.argmax(logits))
-        tokens.append(token)
-        scores.append(float(logits[token]))
-        logits = engine.decode(seq, token, top=top)
-    return tokens, scores
 
 
 def test_greedy_equals_the_full_layer_on_the_golden_prompts(pair):

@@ -1,4 +1,5 @@
-"""Helpers for the CPU kernel tests: random weights in every layout, the reference and its tolerance."""
+"""Helpers for the CPU kernel tests: random weights in every layout, the reference and its tolerance,
+the bit-for-bit check, and the fast order's cases (random rows and weights, the block_chain reference)."""
 
 from __future__ import annotations
 
@@ -58,3 +59,21 @@ def assert_matches_reference(y: np.ndarray, x: np.ndarray, raw: np.ndarray, wtyp
     bound = 1e-5 * magnitude + 1e-30
     worst = np.unravel_index(np.argmax(err / bound), err.shape)
     assert np.all(err <= bound), f"{wtype.name}: at {worst} got {y[worst]}, reference {ref[worst]}"
+
+
+def assert_bits(got: np.ndarray, want: np.ndarray, what: str) -> None:
+    """Every output of `got` has the bits of `want`; the message names how many differ and the first."""
+    bad = np.argwhere(got.view(np.uint32) != want.view(np.uint32))
+    assert not len(bad), (f"{what}: {len(bad)} of {got.size} outputs differ, first at {tuple(bad[0])}: "
+                          f"{got[tuple(bad[0])]} vs {want[tuple(bad[0])]}")
+
+
+def chain_case(wtype: Q, n: int, k: int, m: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """(x f32 [m, k], a random `wtype` weight of n rows), seeded by the case."""
+    rng = np.random.default_rng([seed, n, k, m, int(wtype)])
+    return rng.standard_normal((m, k)).astype(np.float32), random_weight(rng, wtype, n, k)
+
+
+def chain_reference(x: np.ndarray, w: np.ndarray, wtype: Q) -> np.ndarray:
+    """numerics.matmul in the fast order "block_chain"."""
+    return numerics.matmul(x, numerics.DequantizedWeight(w, wtype), order="block_chain")

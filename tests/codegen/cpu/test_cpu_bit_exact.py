@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from cpu_kernel_helpers import HOST_VARIANTS, random_weight
+from cpu_kernel_helpers import HOST_VARIANTS, assert_bits, random_weight
 from gguf import GGMLQuantizationType as Q
 
 from kinetic import hub
@@ -28,11 +28,6 @@ REAL = [
 
 def reference(x: np.ndarray, raw: np.ndarray, wtype: Q) -> np.ndarray:
     return numerics.matmul(x, numerics.DequantizedWeight(raw, wtype))
-
-
-def assert_bits(got: np.ndarray, want: np.ndarray, msg: str) -> None:
-    differ = int(np.count_nonzero(got.view(np.uint32) != want.view(np.uint32)))
-    assert differ == 0, f"{msg}: {differ} of {got.size} outputs differ from the reference"
 
 
 def assert_all_schedules_equal_reference(x: np.ndarray, raw: np.ndarray, wtype: Q, jit) -> None:

@@ -6,32 +6,16 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from cpu_kernel_helpers import HOST_VARIANTS, random_weight, variant_params
+from cpu_kernel_helpers import HOST_VARIANTS, assert_bits, chain_case, chain_reference, random_weight, variant_params
 from gguf import GGMLQuantizationType as Q
 
 from kinetic.codegen.cpu.matmul import quantized_matmul
 from kinetic.codegen.cpu.matmul_ir import render_matmul
 from kinetic.codegen.cpu.target import host
-from kinetic.ir import numerics
 
 CHAIN = [Q.Q8_0, Q.Q4_1, Q.Q5_0, Q.Q5_1]
 ROWS = (1, 2, 3, 15, 16, 17, 33)  # decode, small tiles, a tile of 16 and one past it, two and one past
 BEST = host().best_variant()
-
-
-def _case(wtype: Q, n: int, k: int, m: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    rng = np.random.default_rng([seed, n, k, m, int(wtype)])
-    return rng.standard_normal((m, k)).astype(np.float32), random_weight(rng, wtype, n, k)
-
-
-def _reference(x: np.ndarray, w: np.ndarray, wtype: Q) -> np.ndarray:
-    return numerics.matmul(x, numerics.DequantizedWeight(w, wtype), order="block_chain")
-
-
-def _assert_bits(got: np.ndarray, want: np.ndarray, what: str) -> None:
-    bad = np.argwhere(got.view(np.uint32) != want.view(np.uint32))
-    assert not len(bad), f"{what}: {len(bad)} outputs differ, first at {tuple(bad[0])}: {got[tuple(bad[0])]} vs " \
-                         f"{want[tuple(bad[0])]}"
 
 
 @pytest.mark.parametrize("variant", variant_params)
@@ -41,21 +25,21 @@ def test_every_row_count_equals_the_reference_bit_for_bit(jit, wtype, variant):
     15, 16, 17, 33, every output is the reference's block_chain value, bit for bit."""
     ks = (32, 64, 576, 1536, 2048) if variant == BEST else (64, 576)
     for k in ks:
-        x, w = _case(wtype, 37, k, max(ROWS))
-        want = _reference(x, w, wtype)
+        x, w = chain_case(wtype, 37, k, max(ROWS))
+        want = chain_reference(x, w, wtype)
         for m in ROWS:
             got = quantized_matmul(x[:m], w, wtype, jit=jit, variant=variant, order="block_chain")
-            _assert_bits(got, want[:m], f"{variant} K={k} M={m}")
+            assert_bits(got, want[:m], f"{variant} K={k} M={m}")
 
 
 @pytest.mark.parametrize("wtype", CHAIN, ids=lambda t: t.name)
 def test_a_prompt_of_512_rows_over_threads_equals_the_reference(jit, wtype):
     """512 rows (32 lane tiles) of a weight with an odd column count, split over 1, 2 and 3 threads,
     give the reference's bits: the threads' column ranges and the chunks never change a value."""
-    x, w = _case(wtype, 301, 576, 512, seed=1)
-    want = _reference(x, w, wtype)
+    x, w = chain_case(wtype, 301, 576, 512, seed=1)
+    want = chain_reference(x, w, wtype)
     for threads in (1, 2, 3):
-        _assert_bits(quantized_matmul(x, w, wtype, jit=jit, threads=threads, order="block_chain"), want,
+        assert_bits(quantized_matmul(x, w, wtype, jit=jit, threads=threads, order="block_chain"), want,
                      f"{threads} threads")
 
 
@@ -64,30 +48,30 @@ def test_one_row_over_column_ranges_of_any_width_equals_the_reference(jit, wtype
     """One row (decode: eight columns a block step) over N = 1 .. 23 columns split over 1, 2 and 3
     threads (ranges shorter than, equal to and past eight) gives the reference's bits for every output."""
     for n in (1, 5, 8, 9, 16, 23):
-        x, w = _case(wtype, n, 96, 1, seed=4)
-        want = _reference(x, w, wtype)
+        x, w = chain_case(wtype, n, 96, 1, seed=4)
+        want = chain_reference(x, w, wtype)
         for threads in (1, 2, 3):
             got = quantized_matmul(x, w, wtype, jit=jit, threads=threads, order="block_chain")
-            _assert_bits(got, want, f"N={n} threads={threads}")
+            assert_bits(got, want, f"N={n} threads={threads}")
 
 
 @pytest.mark.parametrize("wtype", [Q.Q8_0, Q.Q4_1], ids=lambda t: t.name)
 def test_a_long_row_equals_the_reference(jit, wtype):
     """K = 8192 (256 blocks in one chain, Gemma's and larger models' FFN widths), 17 rows."""
-    x, w = _case(wtype, 9, 8192, 17, seed=2)
-    _assert_bits(quantized_matmul(x, w, wtype, jit=jit, order="block_chain"), _reference(x, w, wtype), "K=8192")
+    x, w = chain_case(wtype, 9, 8192, 17, seed=2)
+    assert_bits(quantized_matmul(x, w, wtype, jit=jit, order="block_chain"), chain_reference(x, w, wtype), "K=8192")
 
 
 @pytest.mark.parametrize("wtype", CHAIN, ids=lambda t: t.name)
 def test_tiles_and_the_narrow_path_give_the_same_bits(jit, wtype):
     """Tiles of 1, 4, 8 and 16 rows, with and without the 16-row lane tiles, give the same bits for
     every row: the tile is a speed choice (kinetic compile --tune) and never a value."""
-    x, w = _case(wtype, 45, 640, 37, seed=3)
+    x, w = chain_case(wtype, 45, 640, 37, seed=3)
     base = quantized_matmul(x, w, wtype, jit=jit, tile=1, order="block_chain")
     for tile in (4, 8, 16):
         for wide in (True, False):
             got = quantized_matmul(x, w, wtype, jit=jit, tile=tile, wide=wide, order="block_chain")
-            _assert_bits(got, base, f"tile {tile} wide {wide}")
+            assert_bits(got, base, f"tile {tile} wide {wide}")
 
 
 def test_extreme_blocks_equal_the_reference_in_every_variant(jit):
@@ -106,7 +90,7 @@ def test_extreme_blocks_equal_the_reference_in_every_variant(jit):
             blocks[n, :, quants_at[wtype]:] = value
         for variant in HOST_VARIANTS:
             got = quantized_matmul(x, w, wtype, jit=jit, variant=variant, order="block_chain")
-            _assert_bits(got, _reference(x, w, wtype), f"{wtype.name} {variant}")
+            assert_bits(got, chain_reference(x, w, wtype), f"{wtype.name} {variant}")
 
 
 def test_the_ggml_order_by_name_is_the_default_kernel():
@@ -171,7 +155,7 @@ def test_the_compiled_step_in_fast_numerics_is_the_reference(wtype):
             logits[device] = engine.forward(PassRows.chain(tokens, 0, outputs="all"), {0: engine.new_sequence()})
         finally:
             engine.close()
-    _assert_bits(logits["cpu"], logits["reference"], "cpu vs reference")
+    assert_bits(logits["cpu"], logits["reference"], "cpu vs reference")
 
 
 def test_the_op_by_op_executor_follows_the_node_order():
@@ -188,7 +172,7 @@ def test_the_op_by_op_executor_follows_the_node_order():
     weights = _Weights(Q.Q4_1, n, k)
     x = np.random.default_rng(7).standard_normal((5, k)).astype(np.float32)
     got = CpuInterpreter(weights).matmul(x, graph.node(node.inputs[1]), node.attrs)
-    _assert_bits(got, _reference(x, weights.tensor("w").reshape(n, -1), Q.Q4_1), "executor")
+    assert_bits(got, chain_reference(x, weights.tensor("w").reshape(n, -1), Q.Q4_1), "executor")
 
 
 def test_the_shortlist_head_scores_in_the_output_matmul_order():

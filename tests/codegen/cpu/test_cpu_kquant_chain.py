@@ -7,33 +7,17 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from cpu_kernel_helpers import HOST_VARIANTS, random_weight, variant_params
+from cpu_kernel_helpers import HOST_VARIANTS, assert_bits, chain_case, chain_reference, random_weight, variant_params
 from gguf import GGMLQuantizationType as Q
 
 from kinetic.codegen.cpu.matmul import quantized_matmul
 from kinetic.codegen.cpu.matmul_ir import render_matmul
 from kinetic.codegen.cpu.target import host, kernel_orders
-from kinetic.ir import numerics
 
 KQUANTS = [Q.Q6_K, Q.Q5_K, Q.Q3_K, Q.IQ4_XS]
 ROWS = (1, 2, 3, 15, 16, 17, 33, 40)  # decode, small tiles, a tile of 16 and past it, two and past
 BEST = host().best_variant()
 names = [t.name for t in KQUANTS]
-
-
-def _case(wtype: Q, n: int, k: int, m: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    rng = np.random.default_rng([seed, n, k, m, int(wtype)])
-    return rng.standard_normal((m, k)).astype(np.float32), random_weight(rng, wtype, n, k)
-
-
-def _reference(x: np.ndarray, w: np.ndarray, wtype: Q) -> np.ndarray:
-    return numerics.matmul(x, numerics.DequantizedWeight(w, wtype), order="block_chain")
-
-
-def _assert_bits(got: np.ndarray, want: np.ndarray, what: str) -> None:
-    bad = np.argwhere(got.view(np.uint32) != want.view(np.uint32))
-    assert not len(bad), f"{what}: {len(bad)} outputs differ, first at {tuple(bad[0])}: {got[tuple(bad[0])]} vs " \
-                         f"{want[tuple(bad[0])]}"
 
 
 @pytest.mark.parametrize("variant", variant_params)
@@ -43,41 +27,41 @@ def test_every_row_count_equals_the_reference_bit_for_bit(jit, wtype, variant):
     every output is the reference's block_chain value, bit for bit."""
     ks = (256, 768, 2048) if variant == BEST else (256, 768)
     for k in ks:
-        x, w = _case(wtype, 37, k, max(ROWS))
-        want = _reference(x, w, wtype)
+        x, w = chain_case(wtype, 37, k, max(ROWS))
+        want = chain_reference(x, w, wtype)
         for m in ROWS:
             got = quantized_matmul(x[:m], w, wtype, jit=jit, variant=variant, order="block_chain")
-            _assert_bits(got, want[:m], f"{variant} K={k} M={m}")
+            assert_bits(got, want[:m], f"{variant} K={k} M={m}")
 
 
 @pytest.mark.parametrize("wtype", KQUANTS, ids=names)
 def test_a_prompt_of_512_rows_over_threads_equals_the_reference(jit, wtype):
     """512 rows (32 lane tiles) of a weight with an odd column count, split over 1, 2 and 3 threads,
     give the reference's bits: the threads' column ranges and the chunks never change a value."""
-    x, w = _case(wtype, 67, 512, 512, seed=1)
-    want = _reference(x, w, wtype)
+    x, w = chain_case(wtype, 67, 512, 512, seed=1)
+    want = chain_reference(x, w, wtype)
     for threads in (1, 2, 3):
-        _assert_bits(quantized_matmul(x, w, wtype, jit=jit, threads=threads, order="block_chain"), want,
+        assert_bits(quantized_matmul(x, w, wtype, jit=jit, threads=threads, order="block_chain"), want,
                      f"{threads} threads")
 
 
 @pytest.mark.parametrize("wtype", [Q.Q6_K, Q.Q5_K], ids=["Q6_K", "Q5_K"])
 def test_a_long_row_equals_the_reference(jit, wtype):
     """K = 8192 (32 super-blocks in one chain: the FFN widths of larger models), 17 rows."""
-    x, w = _case(wtype, 9, 8192, 17, seed=2)
-    _assert_bits(quantized_matmul(x, w, wtype, jit=jit, order="block_chain"), _reference(x, w, wtype), "K=8192")
+    x, w = chain_case(wtype, 9, 8192, 17, seed=2)
+    assert_bits(quantized_matmul(x, w, wtype, jit=jit, order="block_chain"), chain_reference(x, w, wtype), "K=8192")
 
 
 @pytest.mark.parametrize("wtype", KQUANTS, ids=names)
 def test_tiles_and_the_narrow_path_give_the_same_bits(jit, wtype):
     """Tiles of 1, 4, 8 and 16 rows, with and without the 16-row lane tiles, give the same bits for
     every row: the tile is a speed choice (kinetic compile --tune) and never a value."""
-    x, w = _case(wtype, 45, 768, 37, seed=3)
+    x, w = chain_case(wtype, 45, 768, 37, seed=3)
     base = quantized_matmul(x, w, wtype, jit=jit, tile=1, order="block_chain")
     for tile in (4, 8, 16):
         for wide in (True, False):
             got = quantized_matmul(x, w, wtype, jit=jit, tile=tile, wide=wide, order="block_chain")
-            _assert_bits(got, base, f"tile {tile} wide {wide}")
+            assert_bits(got, base, f"tile {tile} wide {wide}")
 
 
 def test_extreme_blocks_equal_the_reference_in_every_variant(jit):
@@ -98,7 +82,7 @@ def test_extreme_blocks_equal_the_reference_in_every_variant(jit):
                 blocks[n, :, at : at + 2] = keep[n, :, at : at + 2]
         for variant in HOST_VARIANTS:
             got = quantized_matmul(x, w, wtype, jit=jit, variant=variant, order="block_chain")
-            _assert_bits(got, _reference(x, w, wtype), f"{wtype.name} {variant}")
+            assert_bits(got, chain_reference(x, w, wtype), f"{wtype.name} {variant}")
 
 
 @pytest.mark.parametrize("wtype", KQUANTS, ids=names)
@@ -115,8 +99,8 @@ def test_the_chain_is_a_kernel_of_its_own(wtype):
 def test_a_row_gives_the_same_bits_alone_as_in_a_prompt(jit, wtype):
     """Batch invariance: each of 40 rows computed alone (the decode path) equals its row of the
     40-row pass (lane tiles, then smaller tiles)."""
-    x, w = _case(wtype, 21, 1024, 40, seed=5)
+    x, w = chain_case(wtype, 21, 1024, 40, seed=5)
     batch = quantized_matmul(x, w, wtype, jit=jit, order="block_chain")
     for r in (0, 7, 16, 31, 39):
-        _assert_bits(quantized_matmul(x[r : r + 1], w, wtype, jit=jit, order="block_chain"), batch[r : r + 1],
+        assert_bits(quantized_matmul(x[r : r + 1], w, wtype, jit=jit, order="block_chain"), batch[r : r + 1],
                      f"row {r}")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from cpu_kernel_helpers import E8M0_FIELDS, F16_FIELDS, HOST_VARIANTS, random_weight
+from cpu_kernel_helpers import E8M0_FIELDS, F16_FIELDS, HOST_VARIANTS, assert_bits, random_weight
 from gguf import GGMLQuantizationType as Q
 
 from kinetic.codegen.cpu.matmul import quantized_matmul
@@ -24,11 +24,6 @@ ids = [t.name for t in TYPES]
 
 def _k(wtype: Q, k256: int, k32: int) -> int:
     return k256 if LAYOUTS[wtype].block == 256 else k32
-
-
-def _assert_bits(got: np.ndarray, want: np.ndarray, msg: str) -> None:
-    differ = int(np.count_nonzero(got.view(np.uint32) != want.view(np.uint32)))
-    assert differ == 0, f"{msg}: {differ} of {got.size} outputs differ from the reference"
 
 
 def _reference(x: np.ndarray, raw: np.ndarray, wtype: Q) -> np.ndarray:
@@ -52,7 +47,7 @@ def test_random_blocks_equal_reference_bit_for_bit(jit, wtype, n, k256, k32, m):
     want = _reference(x, raw, wtype)
     for tile, threads in SCHEDULES:
         got = quantized_matmul(x, raw, wtype, jit=jit, tile=tile, threads=threads)
-        _assert_bits(got, want, f"{wtype.name} {tile=} {threads=}")
+        assert_bits(got, want, f"{wtype.name} {tile=} {threads=}")
 
 
 def _extreme_weight(rng: np.random.Generator, wtype: Q, n: int, k: int) -> np.ndarray:
@@ -100,7 +95,7 @@ def test_extreme_blocks_equal_reference_in_every_variant(jit, wtype):
     for variant in HOST_VARIANTS:
         for tile, threads in [(8, 2), (1, 1)]:
             got = quantized_matmul(x, raw, wtype, jit=jit, variant=variant, tile=tile, threads=threads)
-            _assert_bits(got, want, f"{wtype.name} {variant} {tile=} {threads=}")
+            assert_bits(got, want, f"{wtype.name} {variant} {tile=} {threads=}")
 
 
 @pytest.mark.parametrize("wtype", TYPES, ids=ids)
@@ -115,7 +110,7 @@ def test_variants_equal_reference_at_awkward_shapes(jit, wtype):
         want = _reference(x, raw, wtype)
         for variant in HOST_VARIANTS:
             got = quantized_matmul(x, raw, wtype, jit=jit, variant=variant)
-            _assert_bits(got, want, f"{wtype.name} {variant} {n=}")
+            assert_bits(got, want, f"{wtype.name} {variant} {n=}")
 
 
 @pytest.mark.parametrize("wtype", TYPES, ids=ids)
@@ -130,8 +125,8 @@ def test_rows_alone_equal_rows_in_a_batch(jit, wtype):
     alone = np.concatenate([quantized_matmul(x[r : r + 1], raw, wtype, jit=jit) for r in range(19)])
     for threads in (1, 2, 3):
         got = quantized_matmul(x, raw, wtype, jit=jit, threads=threads)
-        _assert_bits(got, alone, f"{wtype.name} {threads=}")
-    _assert_bits(alone, _reference(x, raw, wtype), f"{wtype.name} reference")
+        assert_bits(got, alone, f"{wtype.name} {threads=}")
+    assert_bits(alone, _reference(x, raw, wtype), f"{wtype.name} reference")
 
 
 # -- the compiled step on a synthetic model with these weight types ------------------------------------
