@@ -3,14 +3,18 @@ and beside one busy process per core (issue 21: ">= 0.8 x its 1-thread speed on 
 and llama.cpp's llama-bench under the same load when it is found.
 
     python benchmarks/under_load.py [MODEL] [--tokens 64] [--threads 2] [--repeat 3] [--busy N]
-                                    [--llama-bench PATH] [--no-steal] [--loaded-only]
+                                    [--llama-bench PATH] [--no-steal] [--spin-until-overdue] [--loaded-only]
 
 Each measurement is greedy decode of --tokens tokens after a one-token prompt (engine.decode, no
 sampling, no drafting: the step and its threads alone), repeated --repeat times in rounds that
 alternate the configurations; medians are printed. The busy processes are `nice -n 0` Python loops,
 one per logical CPU unless --busy says otherwise, started before the loaded rounds and ended after.
 --no-steal adds the N-thread step with its one-row passes on the shared tape instead of the
-stealing one (kinetic/codegen/cpu/step_steal.py: before and after in the same rounds).
+stealing one (kinetic/codegen/cpu/step_steal.py: before and after in the same rounds);
+--spin-until-overdue adds it with the waits of stealing phases spinning until a share is overdue
+(the rule before naps, kinetic/codegen/cpu/step_sync.py "Naps"). Each figure comes with the
+process's CPU time per token: on a shared machine, where "quiet" is not, the work a token costs
+(and what waiting adds to it) is the figure that does not move with the others' load.
 """
 
 from __future__ import annotations
@@ -28,21 +32,37 @@ from pathlib import Path
 
 import numpy as np
 
+from kinetic.codegen.cpu import step_threads
 from kinetic.model import Model
 
 LLAMA_BENCH = Path.home() / ".cache/kinetic-ref/llama.cpp/build/bin/llama-bench"
 BUSY_LOOP = "while True: pass"
+SPIN_UNTIL_OVERDUE = 1 << 62  # step_threads.WAITS[5] for the rule before naps: never nap before a share is overdue
 
 
-def decode_speed(model: Model, tokens: int) -> float:
-    """Tokens per second of `tokens` greedy decode passes of one sequence."""
-    engine = model.engine
-    seq = engine.new_sequence()
-    logits = engine.prefill(seq, [1])
-    start = time.perf_counter()
-    for _ in range(tokens):
-        logits = engine.decode(seq, int(np.argmax(logits)))
-    return tokens / (time.perf_counter() - start)
+class Configuration:
+    """A Kinetic configuration measured: a model, and the spin of its stealing waits (None: the
+    engine's own)."""
+
+    def __init__(self, model: Model, steal_spin: int | None = None):
+        self.model, self.steal_spin = model, steal_spin
+
+    def decode(self, tokens: int) -> tuple[float, float]:
+        """(tokens per second, the process's CPU microseconds per token) of `tokens` greedy decode
+        passes of one sequence."""
+        own = int(step_threads.WAITS[5])
+        if self.steal_spin is not None:
+            step_threads.WAITS[5] = self.steal_spin
+        try:
+            engine = self.model.engine
+            seq = engine.new_sequence()
+            logits = engine.prefill(seq, [1])
+            start, cpu = time.perf_counter(), time.process_time()
+            for _ in range(tokens):
+                logits = engine.decode(seq, int(np.argmax(logits)))
+            return tokens / (time.perf_counter() - start), (time.process_time() - cpu) / tokens * 1e6
+        finally:
+            step_threads.WAITS[5] = own
 
 
 def llama_speed(bench: Path, model_path: str, threads: int, tokens: int) -> float | None:
@@ -66,49 +86,62 @@ def stop_busy(procs: list[subprocess.Popen]) -> None:
         p.wait()
 
 
-def configurations(args) -> dict[str, Model]:
-    """The Kinetic configurations measured, by label: 1 and N threads (and N without stealing)."""
-    models = {f"kinetic -t {t}": Model(args.model, n_ctx=512, threads=t) for t in sorted({1, args.threads})}
+def configurations(args) -> dict[str, Configuration]:
+    """The Kinetic configurations measured, by label: 1 and N threads (and N without stealing, or
+    with the spin before naps)."""
+    models = {f"kinetic -t {t}": Configuration(Model(args.model, n_ctx=512, threads=t))
+              for t in sorted({1, args.threads})}
     if args.no_steal and args.threads > 1:
         plain = Model(args.model, n_ctx=512, threads=args.threads)
         plain.engine.runner.steal = None  # one-row passes on the shared column tape, as before stealing
-        models[f"kinetic -t {args.threads} no-steal"] = plain
+        models[f"kinetic -t {args.threads} no-steal"] = Configuration(plain)
+    if args.spin_until_overdue and args.threads > 1:
+        models[f"kinetic -t {args.threads} spin-until-overdue"] = Configuration(
+            models[f"kinetic -t {args.threads}"].model, SPIN_UNTIL_OVERDUE)
     return models
 
 
-def measure(models: dict[str, Model], args, bench: Path | None, path: str) -> dict[str, list[float]]:
-    """One round per repeat, the configurations' order alternating; llama-bench last in each round."""
-    results: dict[str, list[float]] = {}
+def measure(models: dict[str, Configuration], args, bench: Path | None,
+            path: str) -> dict[str, list[tuple[float, float]]]:
+    """(t/s, CPU us a token) per round and configuration, one round per repeat, the configurations'
+    order alternating; llama-bench last in each round (its CPU time is not measured: nan)."""
+    results: dict[str, list[tuple[float, float]]] = {}
     for r in range(args.repeat):
         order = list(models) if r % 2 == 0 else list(reversed(models))
         for name in order:
-            results.setdefault(name, []).append(decode_speed(models[name], args.tokens))
+            results.setdefault(name, []).append(models[name].decode(args.tokens))
         if bench is not None:
             for t in sorted({1, args.threads}, reverse=r % 2 == 1):
                 speed = llama_speed(bench, path, t, args.tokens)
                 if speed is not None:
-                    results.setdefault(f"llama.cpp -t {t}", []).append(speed)
+                    results.setdefault(f"llama.cpp -t {t}", []).append((speed, float("nan")))
     return results
 
 
-def report(args, quiet: dict[str, list[float]], loaded: dict[str, list[float]], load: float) -> None:
-    """Medians; each loaded figure against the quiet and the loaded 1-thread ones. On a shared machine
-    "quiet" is not: the last column compares loaded figures only, the median of each round's ratio
-    (a round's configurations run within seconds of each other, so a load that drifts cancels out;
-    one thread beside N busy processes on N cores gets N / (N + 1) of a core, so the goal's 0.8 is
-    ~1.2 there on 2 cores)."""
+def _median(runs: list[tuple[float, float]], i: int) -> float:
+    return statistics.median(r[i] for r in runs) if runs else float("nan")
+
+
+def report(args, quiet: dict[str, list[tuple[float, float]]], loaded: dict[str, list[tuple[float, float]]],
+           load: float) -> None:
+    """Medians; each loaded figure against the quiet and the loaded 1-thread ones, and the CPU time
+    a token costs. On a shared machine "quiet" is not: the "same round" column compares loaded
+    figures only, the median of each round's ratio (a round's configurations run within seconds of
+    each other, so a load that drifts cancels out; one thread beside N busy processes on N cores
+    gets N / (N + 1) of a core, so the goal's 0.8 is ~1.2 there on 2 cores)."""
     print(f"{args.model}, {args.tokens} tokens, medians of {args.repeat}; {args.busy} busy processes, "
           f"load {load:.2f} while loaded")
-    print(f"{'':26s} {'quiet t/s':>10s} {'loaded t/s':>11s} {'loaded / quiet 1-thread':>24s} "
-          f"{'loaded / loaded 1-thread':>25s}")
+    print(f"{'':36s} {'quiet t/s':>9s} {'cpu us/t':>8s} {'loaded t/s':>10s} {'cpu us/t':>8s} "
+          f"{'/ quiet 1-thread':>16s} {'/ loaded 1-thread same round':>28s}")
     for name in loaded:
         one = name.split(" -t ")[0] + " -t 1"
-        lo = statistics.median(loaded[name])
-        q = statistics.median(quiet.get(name, [float("nan")]))
-        one_quiet = statistics.median(quiet.get(one, [float("nan")]))
-        rounds = [a / b for a, b in zip(loaded[name], loaded.get(one, []), strict=False)] or [float("nan")]
-        print(f"{name:26s} {q:10.1f} {lo:11.1f} {lo / one_quiet:24.2f} {statistics.median(rounds):25.2f}",
-              flush=True)
+        one_quiet = _median(quiet.get(one, []), 0)
+        pairs = zip(loaded[name], loaded.get(one, []), strict=False)
+        rounds = [a[0] / b[0] for a, b in pairs] or [float("nan")]
+        lo = _median(loaded[name], 0)
+        print(f"{name:36s} {_median(quiet.get(name, []), 0):9.1f} {_median(quiet.get(name, []), 1):8.0f} "
+              f"{lo:10.1f} {_median(loaded[name], 1):8.0f} {lo / one_quiet:16.2f} "
+              f"{statistics.median(rounds):28.2f}", flush=True)
 
 
 def main() -> None:
@@ -121,16 +154,18 @@ def main() -> None:
     found = str(LLAMA_BENCH) if LLAMA_BENCH.exists() else shutil.which("llama-bench")
     parser.add_argument("--llama-bench", default=found, help="llama-bench to compare [default: the built one]")
     parser.add_argument("--no-steal", action="store_true", help="also the N-thread step without stealing")
+    parser.add_argument("--spin-until-overdue", action="store_true",
+                        help="also the N-thread step whose stealing waits spin until a share is overdue (no naps)")
     parser.add_argument("--loaded-only", action="store_true", help="skip the quiet rounds")
     args = parser.parse_args()
     if args.llama_bench and not Path(args.llama_bench).is_file():
         parser.error(f"--llama-bench {args.llama_bench}: no such file (build llama.cpp as ../shared/llama-cpp.md "
                      "says, or pass --llama-bench '' to measure Kinetic alone)")
     models = configurations(args)
-    path = str(models["kinetic -t 1"].path)
+    path = str(models["kinetic -t 1"].model.path)
     bench = Path(args.llama_bench) if args.llama_bench else None
-    for m in models.values():
-        decode_speed(m, 8)  # warm-up: compile and load kernels
+    for configuration in models.values():
+        configuration.decode(8)  # warm-up: compile and load kernels
     quiet = {} if args.loaded_only else measure(models, args, bench, path)
     busy = start_busy(args.busy)
     try:
@@ -140,8 +175,8 @@ def main() -> None:
     finally:
         stop_busy(busy)
     report(args, quiet, loaded, load)
-    for name, model in models.items():
-        steal = getattr(model.engine.runner, "steal", None)
+    for name, configuration in models.items():
+        steal = getattr(configuration.model.engine.runner, "steal", None)
         if steal is not None:
             stolen, phases = steal.stolen_phases()
             print(f"{name}: {stolen} of {phases} one-row phases may be stolen; {steal.waits} passes waited "

@@ -1,7 +1,8 @@
 """Machine-level primitives for numba-compiled code: calls through addresses, atomics, f16 bits.
 
 Owns: the few numba intrinsics the compiled step needs and numba does not offer — calling a
-generated (llvmlite) kernel given its address, raw pointers from integer addresses, 64-bit atomics
+generated (llvmlite) kernel given its address, raw pointers from integer addresses, array views that
+hold no reference (`unowned`), 64-bit atomics
 (compare-and-swap included), the spin-wait hint and the futex call of the step's phase waits
 (step_ops.py), and IEEE f32 <-> f16 conversion (LLVM's fptrunc / fpext: round to nearest even,
 what numpy's astype(float16) does). Written by hand because numba has
@@ -49,6 +50,26 @@ def call_void(typingctx, addr):
         fn = builder.inttoptr(args[0], ir.FunctionType(ir.IntType(32), []).as_pointer())
         builder.call(fn, [])
         return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def unowned(typingctx, arr):
+    """The array `arr` as a view that holds no reference (its meminfo null), for arrays the caller
+    keeps alive while a compiled function runs. numba counts references to an array's memory with an
+    atomic increment and decrement around every view it makes (a tape row, a slice of the arena), and
+    the compiled step makes millions of them a second: on a null meminfo they are skipped (a test and
+    a branch). Not for an array the function returns or stores beyond the call."""
+    if not isinstance(arr, types.Array):
+        return None
+    sig = arr(arr)
+
+    def codegen(context, builder, signature, args):
+        view = context.make_array(signature.args[0])(context, builder, value=args[0])
+        view.meminfo = cgutils.get_null_value(view.meminfo.type)
+        view.parent = cgutils.get_null_value(view.parent.type)
+        return view._getvalue()
 
     return sig, codegen
 

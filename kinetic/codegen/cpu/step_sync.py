@@ -29,6 +29,15 @@ count the share done. The other run's writes repeat bits already there; when it 
 has, it writes only into that pass's arena, which no pass reuses until every thread has left it
 (`enter`/`leave` around every share, counted per arena; step_steal.StealTapes waits for zero).
 
+Naps (a wait in a phase that may be stolen): a short spin (STEAL_SPIN_CYCLES, ~10 us: a quiet
+machine's waits at a phase's end are a few us), then futex naps of ~20 us, each followed by a look
+for an overdue share. Spinning on until a share is overdue (as before) cost most on a busy machine:
+the thread waited for is then usually off its core, at times queued behind the spinner itself, and
+the spin holds the core it needs; a nap hands the core over, and the thread that ends the phase
+wakes the nappers. A thread's lateness after a nap holds nobody up: the other claims the shares it
+finds unclaimed. Measured beside one busy process per core: docs/benchmarks.md, "decode under
+load: naps".
+
 Layout, per phase (int64 words): claimed shares at 0 and done shares at 8 (both tagged with the
 stretch's epoch in the upper 32 bits, so a thread late for a stretch that has ended finds another
 epoch and leaves), sleepers (threads in a futex wait on the done word) at 16, the phase's usual
@@ -60,11 +69,13 @@ LATE = -2  # claim / wait_or_steal: the counters belong to a later stretch
 NONE_LEFT = -1  # claim: every share of the phase is taken; wait_or_steal: every share is done
 COUNT = (1 << 32) - 1
 SPIN_CYCLES = 60_000  # ~25 us at 2.5 GHz: longer than a quiet machine's waits, short beside a time slice
+STEAL_SPIN_CYCLES = 26_000  # ~10 us: a wait that may steal spins this long, then naps (waits[5]; "Naps" above)
 OVERDUE_FACTOR = 3  # a share is overdue once claimed this many usual share lengths ago ...
 OVERDUE_CYCLES = 50_000  # ... plus this (~20 us): a preempted holder is gone for a time slice (ms)
 WAKE_ALL = (1 << 31) - 1
 # waits: int64 [syscall() address or 0, futex's syscall number, a timespec's address (1 ms),
-#               sched_yield's address or 0, a short timespec's address (a nap while a share may be overdue)]
+#               sched_yield's address or 0, a short timespec's address (a nap while a share may be overdue),
+#               the cycles a wait that may steal spins before it naps (STEAL_SPIN_CYCLES)]
 
 
 def sync_words(threads: int) -> int:
@@ -171,16 +182,15 @@ def wait_or_steal(counters, epoch, shares, waits, steal, active):
     """Until every share of the phase is done: (NONE_LEFT, cycles waited); (LATE, cycles) if the
     stretch has ended (the counters carry a later epoch); with `steal`, (share, cycles) once a share
     is overdue and this thread has taken it over (entered into `active`: run it, then `leave`).
-    Spins SPIN_CYCLES (with `steal`, until a share could be overdue: a nap's wake-up comes late on
-    a busy machine), then sleeps on the done word (futex, 1 ms at a time, or a short nap with
-    `steal`), or yields where there is no futex."""
+    Spins SPIN_CYCLES (with `steal`, waits[5] cycles: "Naps" above), then sleeps on the done word
+    (futex, 1 ms at a time, or a short nap with `steal`), or yields where there is no futex."""
     done = counters + DONE
     tag = epoch << 32
     if atomic_load(done) == tag + shares:
         return NONE_LEFT, 0
     start = cycles()
     limit = overdue_after(counters) if steal else 0
-    spin = max(SPIN_CYCLES, limit + limit // 4) if steal else SPIN_CYCLES
+    spin = waits[5] if steal else SPIN_CYCLES
     while True:
         v = atomic_load(done)
         now = cycles()

@@ -25,7 +25,7 @@ import numpy as np
 
 from kinetic.codegen.cpu.native import FUTEX_TIMEOUT, futex_syscall, sched_yield_address
 from kinetic.codegen.cpu.step_drive import drive
-from kinetic.codegen.cpu.step_sync import SHARES, sync_words
+from kinetic.codegen.cpu.step_sync import SHARES, STEAL_SPIN_CYCLES, sync_words
 
 CONTENDED = 0.4  # a pass whose calling thread waited this share of its time at barriers was starved
 STARVED_PASSES = 4  # this many starved passes among the last 8 (a lasting load, not one hiccup) ...
@@ -64,8 +64,8 @@ class Contention:
 EPOCHS = 1 << 30  # epochs cycle through 1..EPOCHS (the counters' upper 32 bits)
 FUTEX_NAP = np.array([0, 20_000], np.int64)  # struct timespec: 20 us, a sleeper that may take over a share
 # what a waiting thread calls (step_sync.wait_or_steal): the futex, else sched_yield
-WAITS = np.array([*futex_syscall(), FUTEX_TIMEOUT.ctypes.data, sched_yield_address(), FUTEX_NAP.ctypes.data],
-                 np.int64)
+WAITS = np.array([*futex_syscall(), FUTEX_TIMEOUT.ctypes.data, sched_yield_address(), FUTEX_NAP.ctypes.data,
+                  STEAL_SPIN_CYCLES], np.int64)
 
 
 class PhaseCounters:
