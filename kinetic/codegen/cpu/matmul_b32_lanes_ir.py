@@ -2,10 +2,10 @@
 rows as the 16 lanes of 512-bit vectors, four weight columns per register tile.
 
 Owns: `TILES` (one `LaneTiles` per type: `applies`, the scratch, the tiles), the activations laid out
-once per tile and column chunk (`_lay_out_tile`), a column's block decoded once per column chunk
-(`_decode_column`) and a quad's block loop (`_block`). The tile, chunk and quad loops are
-matmul_k_lanes_ir's (`lane_tiles`, `decode_quad`, with blocks of 32). The float order is
-matmul_ir.py's "scalar" order extended to these types (orders.py's "block_chain"), one lane per row:
+once per tile and column chunk (`_lay_out_tile`), a quad's blocks decoded once per column chunk
+(`_decode_quad`) and a quad's block loop (`_block`). The tile, chunk and quad loops are
+matmul_k_lanes_ir's (`lane_tiles`, with blocks of 32). The float order is matmul_ir.py's "scalar"
+order extended to these types (orders.py's "block_chain"), one lane per row:
 
     isum = sum_i wq[i] * xq[i]                   exact int32 (Q5_0: q - 16, Q8_0: q, Q4_1 / Q5_1: q)
     acc  = fma(float(isum), d_w * d_x, acc)
@@ -15,14 +15,17 @@ Each lane's float operations are the single-row code's (matmul_columns_ir.column
 operands, so every output is bit for bit the row alone, whatever M, the tile or the threads' columns.
 
 The integer sums, without a reduction across lanes: each tile row's block b is laid out with its
-bytes 4g..4g+3 in dword r of vector g (8 vectors a block), flipped to x + 128 (vpdpbusd's unsigned
-operand). The quad's columns are decoded once per column chunk into a scratch (32 signed bytes a
-block: Q8_0's q, Q5_0's q - 16, Q4_1's and Q5_1's q), so that `vpdpbusd(acc, x_g, broadcast(weight
-dword g))` (the broadcast folded into the instruction: it is the signed operand) adds to lane r row
-r's dot of those 4 weights plus 128 times their sum: 8 per block and column for 16 rows, starting
-from -128 * (the column's block sum), decoded with it. Per block and column: 8 `vpdpbusd`, one
-broadcast, one add, one convert, one multiply, one or two fmas for 512 products (matmul_wide_ir's
-512-bit tiles spend 4 operations on 64).
+bytes 4g..4g+3 in dword r of vector g (8 vectors a block), as they are (signed). The quad's columns
+are decoded once per column chunk into a scratch as unsigned bytes u (Q4_1's and Q5_1's q, Q5_0's
+q = w + 16, Q8_0's w + 128: u = w + offset), so that `vpdpbusd(acc, broadcast(weight dword g), x_g)`
+(weights the unsigned operand, in a register) adds to lane r row r's dot of u with those 4 values:
+8 per block and column for 16 rows, starting from -offset * (the row's block sum), laid out with the
+tile once for every column. The weights' offset thus costs nothing per column, and a column's
+decode only unpacks its quants and scales (this matters most for a row split share of 16 rows,
+kinetic/codegen/cpu/step.py, where every call decodes every column for one tile: 44 % more time
+than 128 rows' tiles took a row when the decode also summed each column's weights). Per block and
+column: 8 broadcasts and `vpdpbusd`, one add, one convert, one multiply, one or two fmas for 512
+products (matmul_wide_ir's 512-bit tiles spend 4 operations on 64).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import partial
 
-from kinetic.codegen.cpu.llvm_ir import Function, splat
+from kinetic.codegen.cpu.llvm_ir import Function, const_vec, splat
 from kinetic.codegen.cpu.matmul_k_lanes_ir import (
     COLUMNS,
     MAX_K,
@@ -38,7 +41,6 @@ from kinetic.codegen.cpu.matmul_k_lanes_ir import (
     LaneTiles,
     bcast,
     chunk_columns,
-    decode_quad,
     dpbusd,
     fma16,
     lane_tiles,
@@ -47,20 +49,23 @@ from kinetic.codegen.cpu.matmul_k_lanes_ir import (
 )
 from kinetic.codegen.cpu.matmul_tiles_ir import transpose8
 from kinetic.codegen.cpu.quant_blocks import LAYOUTS, Layout
-from kinetic.codegen.cpu.target import FAST_CHAIN_KERNELS, dot8
+from kinetic.codegen.cpu.target import FAST_CHAIN_KERNELS
 
 BLOCK = 32
-META = 3  # i32 per decoded column and block: d and m (f32 bits), -128 * the block's weight sum
+META = 2  # i32 per decoded column and block: d and m (f32 bits)
 TYPES = tuple(sorted(t for t in FAST_CHAIN_KERNELS if LAYOUTS[t].block == BLOCK))  # Q8_0, Q4_1, Q5_0, Q5_1
 
 
 @dataclass(frozen=True)
 class Scratch:
     """The tile's stack scratch, allocated in the kernel's entry block: xi [block][g 0..7][16 rows]
-    i32 (the activation bytes + 128); dx, sx [block][16 rows] f32 (the rows' d and Q8_1 s); a chunk's
-    columns decoded [slot][block][column]: quants 32 bytes and meta (d, m, correction) each."""
+    i32 (the activation bytes); xcorr [block][16 rows] i32 (-offset * the row's block sum; None
+    without an offset); dx, sx [block][16 rows] f32 (the rows' d and Q8_1 s); a chunk's columns
+    decoded [slot][block][column]: quants 32 unsigned bytes each, and meta [slot][block] by field:
+    the quad's 4 d, then its 4 m."""
 
     xi: str
+    xcorr: str | None
     dx: str
     sx: str | None
     quants: str
@@ -80,7 +85,8 @@ def _scratch(layout: Layout, fn: Function, k: int) -> Scratch:
     nb = k // BLOCK
     slots = _chunk(layout, k) // COLUMNS
     sx = fn.v(f"alloca float, i64 {nb * ROWS}, align 64") if layout.has_min else None
-    return Scratch(fn.v(f"alloca i32, i64 {nb * 8 * ROWS}, align 64"),
+    xcorr = fn.v(f"alloca i32, i64 {nb * ROWS}, align 64") if layout.offset else None
+    return Scratch(fn.v(f"alloca i32, i64 {nb * 8 * ROWS}, align 64"), xcorr,
                    fn.v(f"alloca float, i64 {nb * ROWS}, align 64"), sx,
                    fn.v(f"alloca i8, i64 {slots * nb * COLUMNS * BLOCK}, align 64"),
                    fn.v(f"alloca i32, i64 {slots * nb * COLUMNS * META}, align 64"))
@@ -96,8 +102,8 @@ def _row_floats(fn: Function, src: str, k: int, first: str, b: str, dst: str) ->
     fn.store("<16 x float>", vector(fn, "float", values), fn.gep(dst, fn.v(f"mul i64 {b}, {ROWS}"), "float"), 64)
 
 
-def _lay_out_tile(fn: Function, k: int, first: str, sc: Scratch) -> None:
-    """xi, dx and sx of the tile's 16 rows, block by block: two 8x8 dword transposes a block."""
+def _lay_out_tile(layout: Layout, fn: Function, k: int, first: str, sc: Scratch) -> None:
+    """xi, xcorr, dx and sx of the tile's 16 rows, block by block: two 8x8 dword transposes a block."""
 
     def body(b: str, _c: list[str]) -> list[str]:
         for half in range(2):
@@ -105,11 +111,18 @@ def _lay_out_tile(fn: Function, k: int, first: str, sc: Scratch) -> None:
             for i in range(8):
                 r = fn.v(f"add i64 {first}, {8 * half + i}")
                 at = fn.v(f"add i64 {fn.v(f'mul i64 {r}, {k}')}, {fn.v(f'mul i64 {b}, {BLOCK}')}")
-                x = fn.v(f"xor <32 x i8> {fn.load('<32 x i8>', fn.gep('%xq', at))}, {splat('i8', -128)}")
-                rows.append(fn.v(f"bitcast <32 x i8> {x} to <8 x i32>"))
+                rows.append(fn.v(f"bitcast <32 x i8> {fn.load('<32 x i8>', fn.gep('%xq', at))} to <8 x i32>"))
+            sums = "zeroinitializer"  # lane i: row 8 * half + i's block sum, exact
             for g, col in enumerate(transpose8(fn, rows)):
                 at = fn.v(f"add i64 {fn.v(f'mul i64 {b}, {8 * ROWS}')}, {g * ROWS + 8 * half}")
                 fn.store("<8 x i32>", col, fn.gep(sc.xi, at, "i32"), 32)
+                x = fn.v(f"bitcast <8 x i32> {col} to <32 x i8>")
+                sums = fn.v(f"call <8 x i32> @llvm.x86.avx512.vpdpbusd.256(<8 x i32> {sums}, "
+                            f"<32 x i8> {splat('i8', 1)}, <32 x i8> {x})")
+            if sc.xcorr is not None:
+                at = fn.v(f"add i64 {fn.v(f'mul i64 {b}, {ROWS}')}, {8 * half}")
+                fn.store("<8 x i32>", fn.v(f"mul <8 x i32> {sums}, {splat('i32', -layout.offset)}"),
+                         fn.gep(sc.xcorr, at, "i32"), 32)
         _row_floats(fn, "%xd", k, first, b, sc.dx)
         if sc.sx is not None:
             _row_floats(fn, "%xe", k, first, b, sc.sx)
@@ -118,19 +131,47 @@ def _lay_out_tile(fn: Function, k: int, first: str, sc: Scratch) -> None:
     fn.loop(0, k // BLOCK, [], body)
 
 
-def _decode_column(layout: Layout, fn: Function, blk: str, quants: str, meta: str) -> None:
-    """One column's block: its 32 weights as signed bytes (Q5_0's offset taken off) to `quants`; d, m
-    and -128 * the weights' sum (what the activations' + 128 adds) to `meta`."""
-    decoded = layout.decode(fn, blk)
-    (chunk,) = decoded.chunks
-    w = chunk.w if chunk.signed else fn.v(f"sub <32 x i8> {chunk.w}, {splat('i8', layout.offset)}")
-    fn.store("<32 x i8>", w, quants, 32)
-    fn.store("float", decoded.d, fn.gep(meta, 0, "float"), 4)
-    if decoded.min_scale is not None:
-        fn.store("float", decoded.min_scale, fn.gep(meta, 1, "float"), 4)
-    sums = dot8(fn, "vnni", splat("i8", 1), w, False)  # sums of 4 weights (ones as the unsigned operand)
-    total = fn.v(f"call i32 @llvm.vector.reduce.add.v8i32(<8 x i32> {sums})")
-    fn.store("i32", fn.v(f"mul i32 {total}, -128"), fn.gep(meta, 2, "i32"), 4)
+def _decode_quad(layout: Layout, fn: Function, k: int, cols: list[str], slot: str, sc: Scratch) -> None:
+    """Every block of the quad's columns into the chunk's scratch, once per column chunk (a loop of
+    its own, so that the tile loops read the scratch through broadcast memory operands)."""
+
+    def body(b: str, _c: list[str]) -> list[str]:
+        first_col = quad_at(fn, k, slot, b, BLOCK)
+        blocks = [fn.gep(col, fn.v(f"mul i64 {b}, {layout.block_bytes}")) for col in cols]
+        _decode_quad_block(layout, fn, blocks, fn.gep(sc.quants, fn.v(f"mul i64 {first_col}, {BLOCK}")),
+                           fn.gep(sc.meta, fn.v(f"mul i64 {first_col}, {META}"), "i32"))
+        return []
+
+    fn.loop(0, k // BLOCK, [], body)
+
+
+def _decode_quad_block(layout: Layout, fn: Function, blocks: list[str], quants: str, meta: str) -> None:
+    """One block of the quad's 4 columns: column c's 32 weights as unsigned bytes w + offset (Q8_0's
+    signed bytes flipped, the others' quants as stored) to quants + 32c; meta by field (8 i32): the 4
+    columns' d, then their m (`_quad_scales`)."""
+    for c, blk in enumerate(blocks):
+        (chunk,) = layout.decode(fn, blk).chunks
+        w = fn.v(f"xor <32 x i8> {chunk.w}, {splat('i8', -128)}") if chunk.signed else chunk.w
+        fn.store("<32 x i8>", w, fn.gep(quants, c * BLOCK), 32)
+    _quad_scales(layout, fn, blocks, meta)
+
+
+def _quad_scales(layout: Layout, fn: Function, blocks: list[str], meta: str) -> None:
+    """The 4 columns' d (and m: Q4_1, Q5_1), the f16 values each block opens with, widened together
+    (one conversion a quad instead of one a column; widening is exact, the same floats the block
+    decoders give) and stored by field."""
+    words = 2 if layout.has_min else 1  # f16 values at the block's start
+    elem = f"i{16 * words}"
+    packed = "poison"
+    for c, blk in enumerate(blocks):
+        packed = fn.v(f"insertelement <{COLUMNS} x {elem}> {packed}, {elem} {fn.load(elem, blk, 2)}, i64 {c}")
+    n = COLUMNS * words
+    halves = fn.v(f"bitcast <{COLUMNS} x {elem}> {packed} to <{n} x half>")
+    floats = fn.v(f"fpext <{n} x half> {halves} to <{n} x float>")
+    if words == 2:  # d0 m0 d1 m1 .. -> d0 d1 d2 d3 m0 m1 m2 m3
+        by_field = const_vec("i32", [0, 2, 4, 6, 1, 3, 5, 7])
+        floats = fn.v(f"shufflevector <8 x float> {floats}, <8 x float> poison, {by_field}")
+    fn.store(f"<{n} x float>", floats, meta, 16)
 
 
 def _block(layout: Layout, fn: Function, k: int, sc: Scratch, slot: str, b: str, accs: list[str]) -> list[str]:
@@ -143,20 +184,23 @@ def _block(layout: Layout, fn: Function, k: int, sc: Scratch, slot: str, b: str,
           for g in range(8)]
     lanes = fn.v(f"mul i64 {b}, {ROWS}")
     dx = fn.load("<16 x float>", fn.gep(sc.dx, lanes, "float"), 64)
+    start = "zeroinitializer"
+    if sc.xcorr is not None:
+        start = fn.load("<16 x i32>", fn.gep(sc.xcorr, lanes, "i32"), 64)
     new_acc, new_min = [], []
     for c in range(COLUMNS):
-        # two independent integer chains, added (exact); the first starts from the column's correction
-        chains = [bcast(fn, fn.gep(meta, c * META + 2, "i32")), "zeroinitializer"]
+        # two independent integer chains, added (exact); the first starts from the rows' correction
+        chains = [start, "zeroinitializer"]
         for g in range(8):
             w = fn.v(f"bitcast <16 x i32> {bcast(fn, fn.gep(quants, c * BLOCK + 4 * g))} to <64 x i8>")
-            chains[g % 2] = dpbusd(fn, chains[g % 2], xs[g], w)
+            chains[g % 2] = dpbusd(fn, chains[g % 2], w, xs[g])
         isum = fn.v(f"sitofp <16 x i32> {fn.v(f'add <16 x i32> {chains[0]}, {chains[1]}')} to <16 x float>")
-        dd = fn.v(f"fmul <16 x float> {bcast(fn, fn.gep(meta, c * META, 'i32'), 'float')}, {dx}")
+        dd = fn.v(f"fmul <16 x float> {bcast(fn, fn.gep(meta, c, 'i32'), 'float')}, {dx}")
         new_acc.append(fma16(fn, isum, dd, accs[c]))
     if sc.sx is not None:
         sx = fn.load("<16 x float>", fn.gep(sc.sx, lanes, "float"), 64)
         for c in range(COLUMNS):
-            m = bcast(fn, fn.gep(meta, c * META + 1, "i32"), "float")
+            m = bcast(fn, fn.gep(meta, COLUMNS + c, "i32"), "float")
             new_min.append(fma16(fn, m, sx, accs[COLUMNS + c]))
     return new_acc + new_min
 
@@ -172,12 +216,9 @@ def _tiles(layout: Layout, fn: Function, k: int, sc: Scratch, start: str = "0") 
             return finals
         return [fn.v(f"fadd <16 x float> {finals[c]}, {finals[COLUMNS + c]}") for c in range(COLUMNS)]
 
-    def decode(cols: list[str], slot: str) -> None:
-        decode_quad(fn, k, cols, slot, block_bytes=layout.block_bytes, quants=sc.quants, meta=sc.meta,
-                    meta_words=META, decode_column=partial(_decode_column, layout, fn), block=BLOCK)
-
     return lane_tiles(fn, k, layout.block_bytes, _chunk(layout, k), lay_out=lambda first: _lay_out_tile(
-        fn, k, first, sc), decode_quad=decode, quad_results=results, start=start, block=BLOCK)
+        layout, fn, k, first, sc), decode_quad=partial(_decode_quad, layout, fn, k, sc=sc), quad_results=results,
+                      start=start, block=BLOCK)
 
 
 def _type_tiles(wtype) -> LaneTiles:

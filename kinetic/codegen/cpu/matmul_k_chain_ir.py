@@ -110,10 +110,7 @@ def _decode_column(layout: Layout, fn: Function, blk: str, quants: str, meta: st
         pairs = fn.v(f"call <16 x i16> @llvm.x86.avx2.pmadd.ub.sw(<32 x i8> {ones}, <32 x i8> {w})")
         sums = fn.v(f"call <8 x i32> @llvm.x86.avx2.pmadd.wd(<16 x i16> {pairs}, <16 x i16> {splat('i16', 1)})")
         start = fn.v(f"add <8 x i32> {start}, {fn.v(f'mul <8 x i32> {sums}, {chunk.lane_scale}')}")
-        for j in range(32 * c // SUB_BLOCK[layout.wtype], 32 * (c + 1) // SUB_BLOCK[layout.wtype]):
-            lane = j * SUB_BLOCK[layout.wtype] % 32 // 4  # the chunk's dword lane where sub-block j begins
-            scale = fn.v(f"extractelement <8 x i32> {chunk.lane_scale}, i64 {lane}")
-            fn.store("i32", scale, fn.gep(meta, j, "i32"), 4)
+    fn.store(f"<{m.subs} x i32>", _sub_block_scales(layout, fn, decoded.chunks), meta, 4)
     total = fn.v(f"call i32 @llvm.vector.reduce.add.v8i32(<8 x i32> {start})")
     fn.store("i32", fn.v(f"mul i32 {total}, -128"), fn.gep(meta, m.start, "i32"), 4)
     fn.store("float", decoded.d, fn.gep(meta, m.d, "i32"), 4)
@@ -121,6 +118,25 @@ def _decode_column(layout: Layout, fn: Function, blk: str, quants: str, meta: st
         mins = fn.v(f"shufflevector <16 x i32> {decoded.mins}, <16 x i32> poison, {const_vec('i32', range(0, 16, 2))}")
         fn.store("<8 x i16>", fn.v(f"trunc <8 x i32> {mins} to <8 x i16>"), fn.gep(meta, m.mins, "i32"), 4)
         fn.store("float", decoded.min_scale, fn.gep(meta, m.dmin, "i32"), 4)
+
+
+def _sub_block_scales(layout: Layout, fn: Function, chunks: list) -> str:
+    """<subs x i32>: sub-block j's scale at j, gathered by shuffles from the chunks' lane scales
+    (sub-block j's is lane (j * SUB_BLOCK % 32) / 4 of the chunk holding its first value), two
+    vectors at a time, instead of an extract and a store per sub-block."""
+    size = SUB_BLOCK[layout.wtype]
+    per_chunk = 32 // size  # sub-blocks a chunk of 32 values holds
+    vectors = [chunk.lane_scale for chunk in chunks]
+    wanted = [[t * size // 4 for t in range(per_chunk)]] * len(vectors)
+    width = 8
+    while len(vectors) > 1:
+        merged = []
+        for a, b, wa, wb in zip(vectors[0::2], vectors[1::2], wanted[0::2], wanted[1::2], strict=True):
+            mask = const_vec("i32", list(wa) + [width + i for i in wb])
+            merged.append(fn.v(f"shufflevector <{width} x i32> {a}, <{width} x i32> {b}, {mask}"))
+        width = len(wanted[0]) * 2
+        vectors, wanted = merged, [list(range(width))] * len(merged)
+    return vectors[0]
 
 
 def _super_block(layout: Layout, fn: Function, k: int, sc: Scratch, slot: str, s: str, accs: list[str]) -> list[str]:
