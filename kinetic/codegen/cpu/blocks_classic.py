@@ -241,3 +241,61 @@ def pair_q5(qh: int) -> Callable[[Function, str, str], PairBlock]:
         return PairBlock(*_pair_high_bits(fn, low, high, fn.gep(a, qh), fn.gep(c, qh)))
 
     return decode
+
+
+# byte j of the 64 [a's low | c's low | a's high | c's high] takes byte j // 8 of its row's qh:
+# elements 0..15 of a row from its qh bytes 0, 1, elements 16..31 from bytes 2, 3 ([a's qh | c's qh])
+_Q5_BYTES = [0] * 8 + [1] * 8 + [4] * 8 + [5] * 8 + [2] * 8 + [3] * 8 + [6] * 8 + [7] * 8
+_Q5_BITS = [1 << (j % 8) for j in range(64)]
+
+
+def _pair_high_bits_vector(fn: Function, low: str, high: str, qha: str, qhc: str) -> tuple[str, str]:
+    """_pair_high_bits with the masks made in vector registers: both rows' qh as 8 bytes, spread to
+    the 64 weights they belong to (one byte shuffle), tested against each weight's bit (one
+    `vptestmb`), then bit 4 set where the test holds (a masked byte add); the same bytes out,
+    without the scalar shifts and the two mask moves from general registers."""
+    both = fn.v(f"insertelement <2 x i32> poison, i32 {fn.load('i32', qha)}, i64 0")
+    both = fn.v(f"insertelement <2 x i32> {both}, i32 {fn.load('i32', qhc)}, i64 1")
+    spread = fn.v(f"shufflevector <8 x i8> {fn.v(f'bitcast <2 x i32> {both} to <8 x i8>')}, <8 x i8> poison, "
+                  f"{const_vec('i32', _Q5_BYTES)}")
+    return _spread_bits(fn, low, high, spread)
+
+
+def _spread_bits(fn: Function, low: str, high: str, spread: str) -> tuple[str, str]:
+    """low, high with bit 4 set in each byte whose qh bit is set: `spread` <64 x i8> holds, for byte
+    j of [low | high], the qh byte its bit j % 8 is in."""
+    bits = fn.v(f"and <64 x i8> {spread}, {bare(const_vec('i8', [b if b < 128 else b - 256 for b in _Q5_BITS]))}")
+    set_bits = fn.v(f"icmp ne <64 x i8> {bits}, zeroinitializer")
+    halves = []
+    for w, lanes in ((low, range(32)), (high, range(32, 64))):
+        mask = fn.v(f"shufflevector <64 x i1> {set_bits}, <64 x i1> poison, {const_vec('i32', lanes)}")
+        set4 = fn.v(f"add <32 x i8> {w}, {splat('i8', 16)}")  # bit 4 of a nibble is clear: + 16 sets it
+        halves.append(fn.v(f"select <32 x i1> {mask}, <32 x i8> {set4}, <32 x i8> {w}"))  # a masked vpaddb
+    return halves[0], halves[1]
+
+
+def pair_q5_0_heads(fn: Function, a: str, c: str) -> PairBlock:
+    """Q5_0 as pair_q5_vector(2) does, with each row's first 8 bytes (f16 d, then qh) read once: the
+    fifth bits spread from bytes 2..5 of each, and d handed to the kernel as [d_a, d_c] (PairBlock.d),
+    so the kernel reads no scale of its own. The same bytes and scales."""
+    heads = fn.v(f"insertelement <2 x i64> poison, i64 {fn.load('i64', a, 1)}, i64 0")
+    heads = fn.v(f"insertelement <2 x i64> {heads}, i64 {fn.load('i64', c, 1)}, i64 1")
+    raw = fn.v(f"bitcast <2 x i64> {heads} to <16 x i8>")
+    low, high = pair_nibbles(fn, fn.gep(a, 6), fn.gep(c, 6))
+    spread = fn.v(f"shufflevector <16 x i8> {raw}, <16 x i8> poison, "
+                  f"{const_vec('i32', [2 + i if i < 4 else 6 + i for i in _Q5_BYTES])}")
+    low, high = _spread_bits(fn, low, high, spread)
+    words = fn.v(f"bitcast <2 x i64> {heads} to <8 x half>")
+    d = fn.v(f"shufflevector <8 x half> {words}, <8 x half> poison, {const_vec('i32', [0, 4])}")
+    return PairBlock(low, high, d=fn.v(f"fpext <2 x half> {d} to <2 x float>"))
+
+
+def pair_q5_vector(qh: int) -> Callable[[Function, str, str], PairBlock]:
+    """pair_q5 with the fifth bits spread in vector registers (`_pair_high_bits_vector`): the same
+    PairBlock bytes. The block_chain order's quads use it (matmul_columns_ir.column_quads); the ggml
+    order's pairs keep pair_q5, whose kernels' IR stays unchanged."""
+    def decode(fn: Function, a: str, c: str) -> PairBlock:
+        low, high = pair_nibbles(fn, fn.gep(a, qh + 4), fn.gep(c, qh + 4))
+        return PairBlock(*_pair_high_bits_vector(fn, low, high, fn.gep(a, qh), fn.gep(c, qh)))
+
+    return decode

@@ -4,11 +4,15 @@ two or eight weight rows at a time, so that their fma chains share vectors.
 Owns: `column_pairs` (two adjacent weight rows per vector, the "lanes" order) and `column_quads`
 (eight columns as one <8 x float> chain, the "scalar" order of IQ4_NL, MXFP4 and Q4_0, and of Q8_0,
 Q4_1, Q5_0 and Q5_1 in "block_chain", with Q4_1's and Q5_1's accm = fma(m_w, s_x, accm)), with their
-per-row scratch and software prefetch. The order is matmul_ir.py's, two or eight rows per vector op.
+per-row scratch and software prefetch (in the block_chain order bounded by the call's columns and
+led in: CHAIN_PREFETCH_BYTES). The order is matmul_ir.py's, two or eight rows per vector op.
 """
 
 from __future__ import annotations
 
+from gguf import GGMLQuantizationType as Q
+
+from kinetic.codegen.cpu.blocks_classic import pair_q5_0_heads, pair_q5_vector
 from kinetic.codegen.cpu.llvm_ir import Function, const_vec, splat
 from kinetic.codegen.cpu.matmul_block_ir import (
     CHUNK_BYTES,
@@ -173,7 +177,23 @@ def column_pairs(fn: Function, layout: Layout, variant: str, k: int, first_row: 
 # benchmarks/matmul_decode_ab.py); each column's float operations are the same at either width.
 
 QUAD_PREFETCH_BYTES = 16384  # how far ahead of the columns in flight their software prefetch reads
+# The block_chain order's quads (an order other than the type's ggml order: the fast numerics mode;
+# the ggml order's quads keep their IR) differ in three ways, none in their float operations:
+# * their prefetch runs CHAIN_PREFETCH_BYTES ahead, stays inside the call's columns, and the call
+#   first prefetches that whole window (`_lead_in`). A decode step calls a kernel once per thread
+#   and weight, on that thread's share of the columns (SmolLM2's attn_k: 96 rows of 360 bytes),
+#   so a share's first 16 KB came in on demand misses and its prefetch ran 16 KB past its end into
+#   memory the thread never read. Measured on model-shaped tensors visited out of memory order, one
+#   thread's half shares (CPU time, `benchmarks/matmul_decode_ab.py --shares`; docs/cpu-kernels.md):
+#   Gemma's attn_k (Q5_0, N 256) went from 0.67x the ggml order's speed to 1.11x, its attn_v (Q8_0)
+#   from 0.78x to 1.10x, SmolLM2's attn_k (Q4_1, N 192) from 1.04x to 1.29x;
+# * whole quads address their eight rows from one base (`_quad_rows`), the last partial quad as before;
+# * on AVX-512 (the vnni variant), Q5_0's and Q5_1's fifth bits are spread in vector registers and
+#   Q5_0's d and qh read as one 8-byte load a row (QUAD_PAIRS; Gemma's q/k/gate/up 1.2x the ggml order).
+CHAIN_PREFETCH_BYTES = 8192
 QUAD_COLUMNS = 8  # columns a block step runs (4 or 8; the same bits: each column's operations are its own)
+# the block_chain quads' pair decoders where they differ from the layout's (the same bytes, fewer operations)
+QUAD_PAIRS = {Q.Q5_0: pair_q5_0_heads, Q.Q5_1: pair_q5_vector(4)}
 QUAD_REDUCE = ([0, 1, 8, 9, 4, 5, 12, 13], [2, 3, 10, 11, 6, 7, 14, 15])
 
 
@@ -268,6 +288,35 @@ def _prefetch_lines(layout: Layout, width: int) -> int:
     return -(-width * layout.block_bytes // 64)
 
 
+def _at_most(fn: Function, value: str, limit: str) -> str:
+    return fn.v(f"select i1 {fn.v(f'icmp slt i64 {value}, {limit}')}, i64 {value}, i64 {limit}")
+
+
+def _lead_in(fn: Function, c0: str, c1: str, rb: int, ahead: int) -> None:
+    """Prefetches of the first `ahead` bytes of columns [c0, c1) (all of them when fewer), one a
+    cache line, before the first quad: the quads' own prefetches run `ahead` bytes in front of them."""
+    start = fn.v(f"mul i64 {c0}, {rb}")
+    span = fn.v(f"mul i64 {fn.v(f'sub i64 {c1}, {c0}')}, {rb}")
+    end = _at_most(fn, span, str(ahead))
+    base = fn.gep("%w", start)
+    fn.loop(0, end, [], lambda at, _c: fn.prefetch(base, at) or [], step=64)
+
+
+def _quad_rows(fn: Function, p: str, c1: str, width: int, rb: int, whole: bool) -> tuple[list[str], list[str]]:
+    """The columns of the quad from p (i64 values) and their weight rows (pointers): p + j, or with
+    those at or past c1 replaced by c1 - 1; whole quads' rows as offsets from the first."""
+    if whole:
+        cols = [p] + [fn.v(f"add i64 {p}, {j}") for j in range(1, width)]
+        first = fn.gep("%w", fn.v(f"mul i64 {p}, {rb}"))
+        return cols, [first] + [fn.gep(first, j * rb) for j in range(1, width)]
+    last = fn.v(f"sub i64 {c1}, 1")
+    cols = [p]
+    for j in range(1, width):
+        q = fn.v(f"add i64 {p}, {j}")
+        cols.append(fn.v(f"select i1 {fn.v(f'icmp slt i64 {q}, {c1}')}, i64 {q}, i64 {last}"))
+    return cols, [fn.gep("%w", fn.v(f"mul i64 {c}, {rb}")) for c in cols]
+
+
 def _fma(fn: Function, width: int, a: str, b: str, c: str) -> str:
     return fma4(fn, a, b, c) if width == 4 else fma8(fn, a, b, c)
 
@@ -277,27 +326,33 @@ def column_quads(fn: Function, layout: Layout, variant: str, k: int, first_row: 
     `column_pairs`)."""
     width = QUAD_COLUMNS
     nb, bb, rb, offset, step = _column_step(fn, layout, variant, k, first_row, width)
+    chain = layout.dot_order is not None  # an order other than the type's ggml order (see CHAIN_PREFETCH_BYTES)
+    decode_pair = layout.decode_pair
+    if chain and variant == "vnni":
+        decode_pair = QUAD_PAIRS.get(layout.wtype, decode_pair)
     dup16 = const_vec("i32", list(range(16)) * 2)
     dup4 = const_vec("i32", [0, 1, 2, 3] * 2)
-    ahead = -(-QUAD_PREFETCH_BYTES // (width * rb)) * width * rb
+    ahead = -(-(CHAIN_PREFETCH_BYTES if chain else QUAD_PREFETCH_BYTES) // (width * rb)) * width * rb
     vf = f"<{width} x float>"
 
-    def quad(xrow: str, dxrow: str, sxrow: str | None, orow: str, p: str, c1: str) -> None:
-        last = fn.v(f"sub i64 {c1}, 1")
-        cols = [p]
-        for j in range(1, width):
-            q = fn.v(f"add i64 {p}, {j}")
-            cols.append(fn.v(f"select i1 {fn.v(f'icmp slt i64 {q}, {c1}')}, i64 {q}, i64 {last}"))
-        rows = [fn.gep("%w", fn.v(f"mul i64 {c}, {rb}")) for c in cols]
+    def quad(xrow: str, dxrow: str, sxrow: str | None, orow: str, p: str, c1: str, whole: bool = False) -> None:
+        """Columns p .. p + width - 1; `whole`: all below c1, so the rows are one base and constant
+        offsets (one register for eight rows), else those past c1 repeat the last."""
+        cols, rows = _quad_rows(fn, p, c1, width, rb, whole)
+        limit = None  # chain: the last byte of the call's columns, from this quad's first row
+        if chain:
+            cols_left = fn.v(f"sub i64 {c1}, {p}")
+            limit = fn.v(f"sub i64 {fn.v(f'mul i64 {cols_left}, {rb}')}, 1")
 
         def block(b: str, accs: list[str]) -> list[str]:
             at = fn.v(f"mul i64 {b}, {bb}")
             if QUAD_PREFETCH_BYTES:  # the rows are one span: walk it `width` times as fast, whole steps ahead
                 ahead_at = fn.v(f"add i64 {fn.v(f'mul i64 {b}, {width * bb}')}, {ahead}")
                 for line in range(_prefetch_lines(layout, width)):
-                    fn.prefetch(rows[0], ahead_at if not line else fn.v(f"add i64 {ahead_at}, {64 * line}"))
+                    off = ahead_at if not line else fn.v(f"add i64 {ahead_at}, {64 * line}")
+                    fn.prefetch(rows[0], _at_most(fn, off, limit) if chain else off)
             w = [fn.gep(row, at) for row in rows]
-            pbs = [layout.decode_pair(fn, w[j], w[j + 1]) for j in range(0, width, 2)]
+            pbs = [decode_pair(fn, w[j], w[j + 1]) for j in range(0, width, 2)]
             xb = fn.gep(xrow, fn.v(f"mul i64 {b}, 32"))
             xl = fn.v(f"shufflevector <16 x i8> {fn.load('<16 x i8>', xb)}, <16 x i8> poison, {dup16}")
             xh = fn.v(f"shufflevector <16 x i8> {fn.load('<16 x i8>', fn.gep(xb, 16))}, <16 x i8> poison, {dup16}")
@@ -323,6 +378,9 @@ def column_quads(fn: Function, layout: Layout, variant: str, k: int, first_row: 
             fn.store("float", y, fn.gep(orow, cols[c], "float"), 4)
 
     def chunk(c0: str, c1: str) -> None:
+        if chain:
+            _lead_in(fn, c0, c1, rb, ahead)
+
         def row(r: str, _c2: list[str]) -> list[str]:
             if offset:
                 _fill_folded(fn, layout, variant, k, r, corr)
@@ -330,7 +388,12 @@ def column_quads(fn: Function, layout: Layout, variant: str, k: int, first_row: 
             dxrow = fn.gep("%xd", fn.v(f"mul i64 {r}, {nb}"), "float")
             sxrow = fn.gep("%xe", fn.v(f"mul i64 {r}, {nb}"), "float") if layout.has_min else None
             orow = fn.gep("%out", fn.v(f"mul i64 {r}, %ldo"), "float")
-            fn.loop(c0, c1, [], lambda p, _c3: quad(xrow, dxrow, sxrow, orow, p, c1) or [], step=width)
+            start = c0
+            if chain:  # the whole quads, then the columns left (at most one quad, whose last repeat)
+                span = fn.v(f"sub i64 {c1}, {c0}")
+                start = fn.v(f"add i64 {c0}, {fn.v(f'and i64 {span}, {-width}')}")
+                fn.loop(c0, start, [], lambda p, _c3: quad(xrow, dxrow, sxrow, orow, p, c1, True) or [], step=width)
+            fn.loop(start, c1, [], lambda p, _c3: quad(xrow, dxrow, sxrow, orow, p, c1) or [], step=width)
             return []
 
         fn.loop(first_row, "%m", [], row)
