@@ -45,16 +45,19 @@ class LlamaBenchResult:
 
     @property
     def build(self) -> str:
-        return f"b{self.build_number} ({self.build_commit})"
+        return f"b{self.build_number} ({self.build_commit})" if self.build_commit else "(llama-bench not run)"
 
     @property
     def median(self) -> dict[str, float]:
         return {name: statistics.median(runs) for name, runs in self.samples.items() if runs}
 
 
-def merge_rounds(rounds: list[LlamaBenchResult]) -> LlamaBenchResult:
+def merge_rounds(rounds: list[LlamaBenchResult], engine: str = LLAMA_CPP) -> LlamaBenchResult:
     """One result from llama-bench's runs of several rounds: every sample kept, the best of all, the
-    mean of all (each round's mean stands for its samples when it printed none)."""
+    mean of all (each round's mean stands for its samples when it printed none). No rounds (-p 0 -n 0:
+    the edit test alone, nothing for llama-bench to run): no tests and no build."""
+    if not rounds:
+        return LlamaBenchResult(0, "", {}, {}, {}, engine)
     first = rounds[0]
     samples: dict[str, list[float]] = {}
     for r in rounds:

@@ -132,16 +132,17 @@ def _compare(args: argparse.Namespace, off: list[str], exe, ik) -> int:
     gpu = DEVICES[session.result.device].gpu  # llama.cpp on the same device: every layer on its GPU
     engines = [(exe, bench_llama.LLAMA_CPP)] + ([(ik, bench_llama.IK_LLAMA_CPP)] if ik else [])
     rounds: dict[str, list] = {name: [] for _, name in engines}
+    llama_bench_tests = args.n_prompt > 0 or args.n_gen > 0  # -p 0 -n 0: the edit test alone
     for _ in range(args.repetitions):
         session.time_round()
-        for program, name in engines:
+        for program, name in engines if llama_bench_tests else []:
             rounds[name].append(bench_llama.run_llama_bench(
                 program, session.result.path, threads=session.result.threads, repetitions=1,
                 n_prompt=args.n_prompt, n_gen=args.n_gen, gpu=gpu, engine=name,
             ))
     result = session.finish()
     theirs = bench_llama.merge_rounds(rounds[bench_llama.LLAMA_CPP])
-    fast = bench_llama.merge_rounds(rounds[bench_llama.IK_LLAMA_CPP]) if ik else None
+    fast = bench_llama.merge_rounds(rounds[bench_llama.IK_LLAMA_CPP], bench_llama.IK_LLAMA_CPP) if ik else None
     if not args.json:
         print(bench_report.table(result) + "\n", flush=True)
     edit = None

@@ -267,9 +267,10 @@ class ForcedDraft(DraftPolicy):
 class PassCosts:
     """What a pass of 1 + k rows costs relative to a plain decode step, as 1 + beta k. beta starts
     from PRIOR_BETA (SmolLM2, 2 threads of this project's CPU: docs/rad1.md), then is the median of
-    the decoder's recent drafted passes, each against the plain steps just before it, so one pass
-    slowed by another process does not swing it (a GPU's beta is near 0). Samples expire after
-    MAX_AGE seconds: a beta measured under a passing load would otherwise stop drafting for good,
+    the decoder's recent drafted passes, each against the plain steps just before it, so one odd pass
+    does not swing it (a GPU's beta is near 0). The decoder gives each pass's CPU time, not the
+    clock's (speculative.py), so another process's load does not make rows look dear. Samples expire
+    after MAX_AGE seconds: a beta measured in a passing state would otherwise stop drafting for good,
     since only drafted passes can measure it again."""
 
     PRIOR_BETA = 0.45

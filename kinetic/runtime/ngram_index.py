@@ -14,7 +14,9 @@ import threading
 
 import numpy as np
 
-CONTEXT_ORDERS = (4, 3, 2)  # n-gram lengths looked up, longest first (docs/rad1.md: measured)
+# n-gram lengths looked up, longest first (docs/rad1.md: measured). 8 finds the earlier occurrence a
+# repeated span continues from where 4 tokens are ambiguous (a loop whose halves differ in one token)
+CONTEXT_ORDERS = (8, 4, 3, 2)
 MAX_BRANCHES = 3  # distinct continuations per lookup
 MAX_CHAIN = 16  # earlier occurrences examined per lookup
 

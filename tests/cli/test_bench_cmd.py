@@ -365,6 +365,20 @@ def test_compare_runs_llama_server_edit(capsys, smollm2_path, fake_llama_bench):
         os.kill(pid, 0)  # stopped and reaped
 
 
+def test_compare_edit_alone_skips_llama_bench(capsys, smollm2_path, fake_llama_bench):
+    """-p 0 -n 0 --compare runs the edit test alone on both sides: llama-bench, which would have no
+    test to run (the real one then prints no JSON list), is not started, and the card says so."""
+    exe, log = fake_llama_bench
+    write_fake_server(exe.parent, ["```python\n", "def", " f", "():\n", "```"])
+    args = ["-p", "0", "-n", "0", "-t", "2", "-r", "1", "--edit-tokens", "8", "--compare", str(exe)]
+    code, out, _ = kinetic(capsys, "bench", str(smollm2_path), *args, "--json")
+    assert code == 0, out
+    assert not log.exists()  # llama-bench never ran
+    card = json.loads(out)
+    assert card["llama_cpp"]["build"] == "(llama-bench not run)" and card["llama_cpp"]["best_t_s"] == {}
+    assert [row["test"] for row in card["tests"]] == ["edit8"] and card["llama_cpp"]["edit"]["tokens"] == 6
+
+
 def test_llama_server_stopped_on_ctrl_c(monkeypatch, tmp_path):
     """Ctrl-C during the edit request still stops llama-server (the interrupt itself propagates)."""
     exe = write_fake_server(tmp_path, ["x"])
