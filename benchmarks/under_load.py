@@ -3,7 +3,8 @@ and beside one busy process per core (issue 21: ">= 0.8 x its 1-thread speed on 
 and llama.cpp's llama-bench under the same load when it is found.
 
     python benchmarks/under_load.py [MODEL] [--tokens 64] [--threads 2] [--repeat 3] [--busy N]
-                                    [--llama-bench PATH] [--no-steal] [--spin-until-overdue] [--loaded-only]
+                                    [--llama-bench PATH] [--no-steal] [--spin-until-overdue] [--python-workers]
+                                    [--split-small-phases] [--loaded-only]
 
 Each measurement is greedy decode of --tokens tokens after a one-token prompt (engine.decode, no
 sampling, no drafting: the step and its threads alone), repeated --repeat times in rounds that
@@ -12,7 +13,10 @@ one per logical CPU unless --busy says otherwise, started before the loaded roun
 --no-steal adds the N-thread step with its one-row passes on the shared tape instead of the
 stealing one (kinetic/codegen/cpu/step_steal.py: before and after in the same rounds);
 --spin-until-overdue adds it with the waits of stealing phases spinning until a share is overdue
-(the rule before naps, kinetic/codegen/cpu/step_sync.py "Naps"). Each figure comes with the
+(the rule before naps, kinetic/codegen/cpu/step_sync.py "Naps"); --python-workers adds it with the
+pool's workers as before compiled mailboxes (Python threads taking each stretch from a queue and
+calling drive: step_threads.Worker says what that cost); --split-small-phases adds it with every
+decode phase in one share a thread, small ops too (the rule before step_drive.phase_shares). Each figure comes with the
 process's CPU time per token: on a shared machine, where "quiet" is not, the work a token costs
 (and what waiting adds to it) is the figure that does not move with the others' load.
 """
@@ -23,16 +27,19 @@ import argparse
 import csv
 import io
 import os
+import queue
 import shutil
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import numpy as np
 
 from kinetic.codegen.cpu import step_threads
+from kinetic.codegen.cpu.step_drive import drive
 from kinetic.model import Model
 
 LLAMA_BENCH = Path.home() / ".cache/kinetic-ref/llama.cpp/build/bin/llama-bench"
@@ -40,19 +47,53 @@ BUSY_LOOP = "while True: pass"
 SPIN_UNTIL_OVERDUE = 1 << 62  # step_threads.WAITS[5] for the rule before naps: never nap before a share is overdue
 
 
-class Configuration:
-    """A Kinetic configuration measured: a model, and the spin of its stealing waits (None: the
-    engine's own)."""
+class QueueWorker:
+    """A pool worker as before compiled mailboxes (step_threads.Worker): a Python thread that takes
+    each stretch from a queue and calls drive, taking the GIL after every stretch and before the next."""
 
-    def __init__(self, model: Model, steal_spin: int | None = None):
-        self.model, self.steal_spin = model, steal_spin
+    def __init__(self):
+        self.inbox: queue.SimpleQueue = queue.SimpleQueue()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            _keep, dispatch = self.inbox.get()
+            drive(*dispatch)
+
+    def put(self, item: tuple) -> None:
+        self.inbox.put(item)
+
+
+class QueuePool:
+    """step_threads._pool's stand-in for --python-workers."""
+
+    def __init__(self):
+        self.workers: list[QueueWorker] = []
+
+    def __call__(self, n: int) -> list[QueueWorker]:
+        while len(self.workers) < n:
+            self.workers.append(QueueWorker())
+        return self.workers[:n]
+
+
+class Configuration:
+    """A Kinetic configuration measured: a model, the spin of its stealing waits (None: the engine's
+    own) and its worker pool (None: the engine's own)."""
+
+    def __init__(self, model: Model, steal_spin: int | None = None, pool: QueuePool | None = None,
+                 split_small: bool = False):
+        self.model, self.steal_spin, self.pool, self.split_small = model, steal_spin, pool, split_small
 
     def decode(self, tokens: int) -> tuple[float, float]:
         """(tokens per second, the process's CPU microseconds per token) of `tokens` greedy decode
         passes of one sequence."""
-        own = int(step_threads.WAITS[5])
+        own, own_pool = int(step_threads.WAITS[5]), step_threads._pool
         if self.steal_spin is not None:
             step_threads.WAITS[5] = self.steal_spin
+        if self.pool is not None:
+            step_threads._pool = self.pool
+        if self.split_small:
+            step_threads.WAITS[6] = 0
         try:
             engine = self.model.engine
             seq = engine.new_sequence()
@@ -62,7 +103,7 @@ class Configuration:
                 logits = engine.decode(seq, int(np.argmax(logits)))
             return tokens / (time.perf_counter() - start), (time.process_time() - cpu) / tokens * 1e6
         finally:
-            step_threads.WAITS[5] = own
+            step_threads.WAITS[5], step_threads.WAITS[6], step_threads._pool = own, 1, own_pool
 
 
 def llama_speed(bench: Path, model_path: str, threads: int, tokens: int) -> float | None:
@@ -98,6 +139,12 @@ def configurations(args) -> dict[str, Configuration]:
     if args.spin_until_overdue and args.threads > 1:
         models[f"kinetic -t {args.threads} spin-until-overdue"] = Configuration(
             models[f"kinetic -t {args.threads}"].model, SPIN_UNTIL_OVERDUE)
+    if args.python_workers and args.threads > 1:
+        models[f"kinetic -t {args.threads} python-workers"] = Configuration(
+            models[f"kinetic -t {args.threads}"].model, pool=QueuePool())
+    if args.split_small_phases and args.threads > 1:
+        models[f"kinetic -t {args.threads} split-small-phases"] = Configuration(
+            models[f"kinetic -t {args.threads}"].model, split_small=True)
     return models
 
 
@@ -156,6 +203,10 @@ def main() -> None:
     parser.add_argument("--no-steal", action="store_true", help="also the N-thread step without stealing")
     parser.add_argument("--spin-until-overdue", action="store_true",
                         help="also the N-thread step whose stealing waits spin until a share is overdue (no naps)")
+    parser.add_argument("--python-workers", action="store_true",
+                        help="also the N-thread step with the pool's workers in Python, taking stretches from a queue")
+    parser.add_argument("--split-small-phases", action="store_true",
+                        help="also the N-thread step with decode phases of small ops split among the threads")
     parser.add_argument("--loaded-only", action="store_true", help="skip the quiet rounds")
     args = parser.parse_args()
     if args.llama_bench and not Path(args.llama_bench).is_file():

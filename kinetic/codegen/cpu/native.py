@@ -92,6 +92,8 @@ i32_ptr = _pointer_intrinsic(types.int32)
 i8_ptr = _pointer_intrinsic(types.int8)
 f32_ptr = _pointer_intrinsic(types.float32)
 i64_ptr = _pointer_intrinsic(types.int64)
+u8_ptr = _pointer_intrinsic(types.uint8)
+f64_ptr = _pointer_intrinsic(types.float64)
 
 
 @intrinsic

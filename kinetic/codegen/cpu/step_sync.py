@@ -75,7 +75,8 @@ OVERDUE_CYCLES = 50_000  # ... plus this (~20 us): a preempted holder is gone fo
 WAKE_ALL = (1 << 31) - 1
 # waits: int64 [syscall() address or 0, futex's syscall number, a timespec's address (1 ms),
 #               sched_yield's address or 0, a short timespec's address (a nap while a share may be overdue),
-#               the cycles a wait that may steal spins before it naps (STEAL_SPIN_CYCLES)]
+#               the cycles a wait that may steal spins before it naps (STEAL_SPIN_CYCLES),
+#               1 where a decode phase of small ops is one share (step_drive.phase_shares)]
 
 
 def sync_words(threads: int) -> int:

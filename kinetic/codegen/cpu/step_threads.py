@@ -1,11 +1,12 @@
 """The compiled step's threads: one persistent pool of workers per process, and when to use them.
 
-Owns: `available_cpus` (the default thread count), `run_parallel` (every thread runs the same
+Owns: `available_cpus` (the default thread count), `Worker` (a pool thread living in compiled code,
+step_drive.serve, and what it must keep alive), `run_parallel` (every thread runs the same
 stretch of tape, the calling thread too, sharing each phase's work as step_sync.py describes),
 `PhaseCounters` (a step's phase counters, reset with a new epoch for every stretch run) and
 `Contention`, the rule that drops to one thread for a while when recent passes kept spending much
-of their time waiting for a thread another process keeps off its core. Does not own the tape nor
-the driver (step_drive.drive) the threads run.
+of their time waiting for a thread another process keeps off its core. Does not own the tape, the
+driver (step_drive.drive) the threads run nor the mailbox's layout (step_drive.post / serve).
 
 The calling thread returns once every share of the stretch is done; a worker still walking it then
 (it was off its core) finds the next stretch's epoch in the counters and leaves without touching
@@ -16,15 +17,24 @@ governs the passes that cannot steal (step.py runs one-row passes on every threa
 
 from __future__ import annotations
 
+import atexit
 import os
-import queue
 import threading
 import time
 
 import numpy as np
 
 from kinetic.codegen.cpu.native import FUTEX_TIMEOUT, futex_syscall, sched_yield_address
-from kinetic.codegen.cpu.step_drive import drive
+from kinetic.codegen.cpu.step_drive import (
+    BOX_WORDS,
+    SLEEP_SECONDS,
+    STOP,
+    USING,
+    dispatch_words,
+    drive,
+    post,
+    serve,
+)
 from kinetic.codegen.cpu.step_sync import SHARES, STEAL_SPIN_CYCLES, sync_words
 
 CONTENDED = 0.4  # a pass whose calling thread waited this share of its time at barriers was starved
@@ -63,9 +73,11 @@ class Contention:
 
 EPOCHS = 1 << 30  # epochs cycle through 1..EPOCHS (the counters' upper 32 bits)
 FUTEX_NAP = np.array([0, 20_000], np.int64)  # struct timespec: 20 us, a sleeper that may take over a share
-# what a waiting thread calls (step_sync.wait_or_steal): the futex, else sched_yield
+# what a waiting thread calls (step_sync.wait_or_steal): the futex, else sched_yield; then whether a
+# decode phase of small ops is one share (step_drive.phase_shares; 0 only in benchmarks/under_load.py)
 WAITS = np.array([*futex_syscall(), FUTEX_TIMEOUT.ctypes.data, sched_yield_address(), FUTEX_NAP.ctypes.data,
-                  STEAL_SPIN_CYCLES], np.int64)
+                  STEAL_SPIN_CYCLES, 1], np.int64)
+WORKER_SLEEP = np.array([0, int(SLEEP_SECONDS * 1e9)], np.int64)  # struct timespec: an idle worker's futex wait
 
 
 class PhaseCounters:
@@ -93,23 +105,64 @@ class PhaseCounters:
         return self.words.ctypes.data, self.epoch
 
 
-_workers: list[queue.SimpleQueue] = []
+class Worker:
+    """A pool thread that lives in compiled code (step_drive.serve): `put` posts a stretch to its
+    mailbox. Between stretches it sleeps on the mailbox (futex), never in Python, so it takes no GIL
+    after a stretch (the calling thread used to wait 30-350 us a token for it, ms when the worker was
+    preempted holding it) nor before the next (a queue's wake, then the GIL, then drive's dispatch).
+    Each posted stretch's arrays and `keep` stay referenced here until the worker has taken a later
+    one (a late share may still read them)."""
+
+    def __init__(self, number: int):
+        words = np.zeros(BOX_WORDS + 8, np.int64)
+        skip = (-words.ctypes.data % 64) // 8
+        self.box = words[skip: skip + BOX_WORDS]  # on cache lines of its own
+        self.address = self.box.ctypes.data
+        self._held: dict[int, tuple] = {}
+        self._gen = 0
+        self._lock = threading.Lock()
+        self.thread = threading.Thread(target=self._serve, daemon=True, name=f"kinetic-step-{number}")
+        self.thread.start()
+
+    def _serve(self) -> None:
+        """The thread's whole life (it holds self, so the mailbox outlives every reader of it)."""
+        serve(self.address, WAITS, WORKER_SLEEP.ctypes.data)
+
+    def put(self, item: tuple) -> None:
+        """Post (keep, drive's arguments) to the worker."""
+        _keep, dispatch = item
+        words = dispatch_words(dispatch)
+        with self._lock:
+            self._gen += 1
+            self._held[self._gen] = item
+            post(self.address, words, self._gen, WAITS)
+            using = int(self.box[USING])
+            for gen in [g for g in self._held if g < self._gen and g != using]:
+                del self._held[gen]
+
+    def stop(self) -> None:
+        """End the thread (it returns from serve) and wait for it a little."""
+        with self._lock:
+            post(self.address, np.zeros(0, np.int64), STOP, WAITS)
+        self.thread.join(timeout=1.0)
+
+
+_workers: list[Worker] = []
 _lock = threading.Lock()
 
 
-def _worker(inbox: queue.SimpleQueue) -> None:
-    while True:
-        _keep, dispatch = inbox.get()  # _keep: what a late run of the stretch must find alive
-        drive(*dispatch)
+@atexit.register
+def _stop_workers() -> None:
+    """Workers leave their compiled loop before the interpreter ends (and may free that code)."""
+    with _lock:
+        for worker in _workers:
+            worker.stop()
 
 
-def _pool(n: int) -> list[queue.SimpleQueue]:
+def _pool(n: int) -> list[Worker]:
     with _lock:
         while len(_workers) < n:
-            inbox = queue.SimpleQueue()
-            threading.Thread(target=_worker, args=(inbox,), daemon=True,
-                             name=f"kinetic-step-{len(_workers) + 1}").start()
-            _workers.append(inbox)
+            _workers.append(Worker(len(_workers) + 1))
         return _workers[:n]
 
 
@@ -127,5 +180,5 @@ def run_parallel(tape, ftape, seg: tuple[int, int], threads: int, common: tuple,
     sync, epoch = counters.next_stretch()
     tail = (sync, 8 * counters.stride, epoch, WAITS, active, prof)
     for tid, inbox in enumerate(_pool(threads - 1), start=1):
-        inbox.put((keep, (tape, ftape, start, end, tid, threads, shares) + common + tail))
+        inbox.put(((keep, counters), (tape, ftape, start, end, tid, threads, shares) + common + tail))
     return drive(tape, ftape, start, end, 0, threads, shares, *common, *tail)
