@@ -7,11 +7,16 @@ the queue, the slots or the thread (scheduler.py).
 The policy, per pass:
 * every decoding answer (one that has its first token) is in it, with its one decode row or its
   draft tree: decoding never waits for a prompt;
-* answers still reading their prompt add one chunk each (Engine.prefill's chunks, at most
-  `engine.batch` rows) while the prompt rows of the pass stay within `prompt_rows` (default: one
-  chunk); the one that has read the fewest prompt tokens goes first (arrival order on ties), so a
-  long prompt neither holds the decoders back by more than one chunk per pass nor starves a short
-  prompt that arrives behind it; one prompt chunk always gets in, so every prompt advances;
+* answers still reading their prompt add one part each while the prompt rows of the pass stay within
+  `prompt_rows` (default: one grid chunk, `engine.batch` rows); the one that has read the fewest
+  prompt tokens goes first (arrival order on ties), so a long prompt neither holds the decoders back
+  by more than one chunk per pass nor starves a short prompt that arrives behind it; one prompt part
+  always gets in, so every prompt advances;
+* a part's size is set before it is asked for (the scheduler's `_bound_prompt`): an answer running
+  beside others reads at most min(`prompt_rows`, Engine.prompt_pass) rows a pass (one grid chunk by
+  default); one running alone reads the engine's big prompt passes (Engine.prompt_pass, 512 rows on
+  the CPU: several grid chunks at once, cheaper a row). So a request that arrives while a lone
+  prompt is read waits at most for the one big pass already asked for, then the bound holds;
 * a device with a row limit (Capabilities.max_rows) takes parts in that order while they fit, the
   first one always.
 

@@ -2,7 +2,8 @@
 
 Owns: forward passes over a batch of rows (tokens with sequence, position and parent), prompt
 processing in chunks on a fixed grid (`grid_chunks`: each ends at a multiple of `batch` counted
-from position 0), one-token decode, greedy selection and rollback, and the shared pass of Convoy
+from position 0) run up to `prompt_pass` rows a pass (`prompt_passes`: consecutive chunks together,
+a pass ending where a chunk does), one-token decode, greedy selection and rollback, and the shared pass of Convoy
 (`run`: several sequences' rows, each given as a `SeqRows`, in one pass). It knows nothing about
 text: it works on token ids (the tokenizer lives in the frontend). The passes run on a device's
 runner (kinetic/codegen/runner.py), opened through the device registry (kinetic/devices.py). For a
@@ -35,7 +36,14 @@ if TYPE_CHECKING:
     from kinetic.codegen.cpu.matmul_choice import MatmulChoice
 
 DEFAULT_CONTEXT = 4096
-DEFAULT_BATCH = 128  # prompt rows per pass (measured: Gemma-3 pp512 +3.5% over 64, SmolLM2 even)
+DEFAULT_BATCH = 128  # the grid: prompt chunks and warm states end at its multiples (Gemma-3 pp512 +3.5% over 64)
+# Prompt rows one CPU pass takes at most: consecutive grid chunks run together up to this (a pass
+# still ends at a grid point or the prompt's end). Measured, fast numerics, 2 threads, a 512-token
+# prefill's process CPU time, medians alternating on one engine (load ~6): one 512-row pass instead
+# of 4 of 128 is SmolLM2 Q4_1 0.54 -> 0.46 s, Gemma-3 270M 0.54 -> 0.46 s (-14..16%): each row split
+# share's matmul tile gets 64 rows instead of 16 (a weight column decoded once a tile). The step's
+# arenas grow 4x (SmolLM2 5.8 -> 22.8 MB f32, Gemma 10.3 -> 40.3 MB).
+CPU_PROMPT_PASS = 512
 
 
 @dataclass
@@ -46,6 +54,7 @@ class Sequence:
     tokens: list[int]
     pending: tuple | None = None  # the last verify() pass, (rows, new_kv, cache length), until keep()
     prediction: PredictionTrack | None = None  # a model with a prediction block: its trunk rows (runtime/mtp.py)
+    prompt_pass: int | None = None  # prompt rows its next pass takes at most (None: Engine.prompt_pass; Convoy's bound)
 
 
 @dataclass
@@ -65,12 +74,20 @@ class SeqRows:
 class Engine:
     def __init__(self, graph: Graph, weights: WeightSource, *, n_ctx: int = DEFAULT_CONTEXT,
                  batch: int = DEFAULT_BATCH, device: str = "cpu", threads: int | None = None,
-                 gpu_layers: int | None = None, shortlist: bool = True, matmul: MatmulChoice | None = None):
+                 gpu_layers: int | None = None, shortlist: bool = True, matmul: MatmulChoice | None = None,
+                 prompt_pass: int | None = None):
+        """`batch` is the grid (prompt chunks and warm states end at its multiples); `prompt_pass` the
+        prompt rows a pass takes at most, a run of whole grid chunks (None: `default_prompt_pass`)."""
         self.graph = graph
         self.n_ctx = n_ctx
         self.batch = batch
         self.device = device
         self.weights = weights
+        self.recurrent_shapes = recurrent_shapes(graph)  # recurrent state name -> (rows, width)
+        declared = devices.DEVICES[device].capabilities if device in devices.DEVICES else None
+        # None: a device without a capability record (the reference interpreter) runs any PassRows
+        self.capabilities: Capabilities | None = declared() if declared else None
+        self.prompt_pass = max(batch, prompt_pass if prompt_pass is not None else self.default_prompt_pass())
         # a prediction block drafts from the trunk's hidden rows: the run graph hands them out (runtime/mtp.py)
         self.prediction = has_prediction_block(graph)
         run_source = with_trunk_hidden(graph) if self.prediction else graph
@@ -79,7 +96,7 @@ class Engine:
         # self.output runs a pass through the full graph instead, whichever is faster (runtime/output_layer.py)
         self.head, self._run_graph = (_shortlist_head(run_source, weights, device, threads) if shortlist
                                       else (None, run_source))
-        options = RunnerOptions(batch, threads, n_ctx, gpu_layers, matmul=matmul)
+        options = RunnerOptions(self.prompt_pass, threads, n_ctx, gpu_layers, matmul=matmul)
         self.runner: Runner = devices.open_runner(device, self._run_graph, weights, options)
         self.output = (OutputLayer(self.head, self.runner, self._run_graph, run_source,
                                    lambda: devices.open_runner(device, run_source, weights, options))
@@ -91,12 +108,21 @@ class Engine:
                 self.kv_width[node.attrs.layer] = node.attrs.n_kv_head * node.attrs.head_dim
             if node.op is Op.ATTENTION and node.attrs.kv_dtype == "f32":
                 self.kv_dtype = np.float32
-        self.recurrent_shapes = recurrent_shapes(graph)  # recurrent state name -> (rows, width)
         self.n_vocab = graph.output("logits").type.shape[1]
         self.passes = 0  # forward passes run (prompt chunks, decode steps, verification passes)
-        declared = devices.DEVICES[device].capabilities if device in devices.DEVICES else None
-        # None: a device without a capability record (the reference interpreter) runs any PassRows
-        self.capabilities: Capabilities | None = declared() if declared else None
+
+    def default_prompt_pass(self) -> int:
+        """CPU_PROMPT_PASS on the CPU; the grid (one chunk a pass) elsewhere, for a recurrent model
+        (its states are checkpointed per commit, kinetic/runtime/recurrent.py) and on a device with
+        a row limit."""
+        merged = self.device == "cpu" and not self.recurrent_shapes and self.max_rows is None
+        return CPU_PROMPT_PASS if merged else self.batch
+
+    def next_pass(self, seq: Sequence, n: int) -> int:
+        """Tokens the next prompt pass of `seq` takes of the n it has still to read: whole grid chunks
+        up to its prompt rows (Sequence.prompt_pass, else the engine's), the first chunk always."""
+        start = seq.cache.length
+        return prompt_passes(start, n, self.batch, seq.prompt_pass or self.prompt_pass)[0][1] - start
 
     @property
     def max_sequences(self) -> int | None:
@@ -206,20 +232,25 @@ class Engine:
             first_row, first_out = first_row + len(mine), first_out + n_out
 
     def prefill(self, seq: Sequence, tokens: list[int], top: int = 0) -> np.ndarray:
-        """Feed tokens after what the sequence holds, in grid chunks; logits of the last one, f32 [n_vocab]
-        (`top` > 0: Shortlist's, exact for the tokens that can be among the `top` best, SeqRows.top)."""
+        """Feed tokens after what the sequence holds, in passes of whole grid chunks (next_pass);
+        logits of the last token, f32 [n_vocab] (`top` > 0: Shortlist's, exact for the tokens that
+        can be among the `top` best, SeqRows.top)."""
         if not tokens:
             raise ValueError("prefill needs at least one token")
-        last = grid_chunks(seq.cache.length, len(tokens), self.batch)[-1][0] - seq.cache.length
-        self.feed(seq, tokens[:last])
-        return self.forward(PassRows.chain(tokens[last:], seq.cache.length), {0: seq}, top=top)[-1]
+        done = 0
+        while (n := self.next_pass(seq, len(tokens) - done)) < len(tokens) - done:
+            self.forward(PassRows.chain(tokens[done:done + n], seq.cache.length, outputs="none"), {0: seq})
+            done += n
+        return self.forward(PassRows.chain(tokens[done:], seq.cache.length), {0: seq}, top=top)[-1]
 
     def feed(self, seq: Sequence, tokens: list[int]) -> None:
-        """Feed tokens in grid chunks without computing logits (the output layer is skipped):
-        prefill's chunks before its last, or a prompt whose chunks a caller interleaves with checks."""
-        base = seq.cache.length
-        for lo, hi in grid_chunks(base, len(tokens), self.batch):
-            self.forward(PassRows.chain(tokens[lo - base:hi - base], seq.cache.length, outputs="none"), {0: seq})
+        """Feed tokens in passes of whole grid chunks without computing logits (the output layer is
+        skipped): a rollback's refeed, or a prompt whose passes a caller interleaves with checks."""
+        done = 0
+        while done < len(tokens):
+            n = self.next_pass(seq, len(tokens) - done)
+            self.forward(PassRows.chain(tokens[done:done + n], seq.cache.length, outputs="none"), {0: seq})
+            done += n
 
     def decode(self, seq: Sequence, token: int, top: int = 0) -> np.ndarray:
         return self.prefill(seq, [token], top)
@@ -285,6 +316,19 @@ def grid_chunks(start: int, n: int, batch: int) -> list[tuple[int, int]]:
         return []
     cuts = [start, *range((start // batch + 1) * batch, start + n, batch), start + n]
     return list(zip(cuts[:-1], cuts[1:], strict=True))
+
+
+def prompt_passes(start: int, n: int, batch: int, pass_rows: int) -> list[tuple[int, int]]:
+    """The passes (from, to) of n tokens fed after `start` cache entries: runs of consecutive grid
+    chunks (grid_chunks) of at most `pass_rows` rows, a chunk alone where it is longer. Every pass
+    ends where a chunk does, so the grid's points (warm states) are the same whatever `pass_rows`."""
+    passes: list[tuple[int, int]] = []
+    for lo, hi in grid_chunks(start, n, batch):
+        if passes and hi - passes[-1][0] <= pass_rows:
+            passes[-1] = (passes[-1][0], hi)
+        else:
+            passes.append((lo, hi))
+    return passes
 
 
 def _record_hidden(seq: Sequence, outputs: dict, rows: PassRows, mine: np.ndarray) -> None:

@@ -309,6 +309,7 @@ class Scheduler:
     def _advance(self, ticket: Ticket) -> None:
         """Runs the ticket's answer up to the rows of its next pass, posting its events; done when
         the answer ends."""
+        self._bound_prompt(ticket)
         for event in ticket.steps:
             if isinstance(event, SeqRows):
                 ticket.want = event
@@ -318,6 +319,16 @@ class Scheduler:
                     self.counters.count(event)
             ticket.post(event)
         self._leave(ticket)
+
+    def _bound_prompt(self, ticket: Ticket) -> None:
+        """Convoy's prompt bound on the ticket's next pass (convoy.py): beside other running answers
+        its prompt takes at most the budget's prompt rows a pass (one grid chunk by default, so the
+        others wait at most that); alone, the engine's prompt passes (Engine.prompt_pass)."""
+        seq = self._sequences[ticket.slot] if ticket.slot >= 0 else None
+        if seq is None:
+            return
+        alone = all(t is ticket for t in self._active)
+        seq.prompt_pass = None if alone else min(self.generator.engine.prompt_pass, self.budget.prompt_rows)
 
     def _guarded(self, ticket: Ticket, step: Callable[[Ticket], None]) -> None:
         """Runs one step of a ticket; an error fails that ticket alone."""

@@ -18,7 +18,7 @@ history as plain decoding would. A guess only decides which row's logits are ava
 from __future__ import annotations
 
 import time
-from collections.abc import Collection, Generator, Iterator
+from collections.abc import Callable, Collection, Generator, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -35,7 +35,7 @@ from kinetic.runtime.drafting import (
     drafters_for,
     seen_index,
 )
-from kinetic.runtime.engine import Engine, SeqRows, Sequence, grid_chunks
+from kinetic.runtime.engine import Engine, SeqRows, Sequence
 from kinetic.runtime.shortlist import picker_rows_needed
 
 Steps = Iterator["SeqRows | int"]  # a decoding loop's steps: rows it wants (logits filled in) and tokens
@@ -125,6 +125,14 @@ def pick(picker: Picker, logits: np.ndarray) -> int:
     return token
 
 
+def pass_clock(engine: Engine) -> Callable[[], float]:
+    """The clock that prices an engine's passes. On the CPU every pass is the process's own work, so
+    its CPU time: a pass another process held up says nothing about what rows cost (on this loaded
+    2-vCPU machine the wall clock's ratios put beta anywhere from 0.16 to 1.6, and above ~1 drafting
+    stopped). On a GPU the pass is mostly the device's time, which only the wall clock sees."""
+    return time.process_time if engine.device == "cpu" else time.perf_counter
+
+
 def generation_limit(engine: Engine, seq: Sequence, prompt: list[int], max_tokens: int | None) -> int:
     """Tokens to generate at most: max_tokens (None or negative: no limit), and the context's room.
     The last generated token is never fed back, so the cache never holds more than n_ctx entries."""
@@ -133,22 +141,26 @@ def generation_limit(engine: Engine, seq: Sequence, prompt: list[int], max_token
 
 
 def feed_steps(engine: Engine, seq: Sequence, tokens: list[int]) -> Generator[SeqRows, None, None]:
-    """Engine.feed as steps: the tokens in grid chunks, no logits."""
-    base = seq.cache.length
-    for lo, hi in grid_chunks(base, len(tokens), engine.batch):
-        yield SeqRows(seq, PassRows.chain(tokens[lo - base:hi - base], seq.cache.length, outputs="none"))
+    """Engine.feed as steps: the tokens in passes of whole grid chunks (Engine.next_pass, asked
+    again before each pass: Convoy may change the sequence's prompt_pass in between), no logits."""
+    done = 0
+    while done < len(tokens):
+        n = engine.next_pass(seq, len(tokens) - done)
+        yield SeqRows(seq, PassRows.chain(tokens[done:done + n], seq.cache.length, outputs="none"))
+        done += n
 
 
 def prefill_steps(engine: Engine, seq: Sequence, tokens: list[int],
                   top: int = 0) -> Generator[SeqRows, None, np.ndarray]:
-    """Engine.prefill as steps: the same grid chunks (only the last one's last row gives logits);
-    returns those logits, f32 [n_vocab] (`top`: Shortlist's, SeqRows.top)."""
+    """Engine.prefill as steps: the same passes of whole grid chunks (only the last one's last row
+    gives logits); returns those logits, f32 [n_vocab] (`top`: Shortlist's, SeqRows.top)."""
     if not tokens:
         raise ValueError("prefill needs at least one token")
-    base = seq.cache.length
-    chunks = grid_chunks(base, len(tokens), engine.batch)
-    yield from feed_steps(engine, seq, tokens[:chunks[-1][0] - base])
-    want = SeqRows(seq, PassRows.chain(tokens[chunks[-1][0] - base:], seq.cache.length), top=top)
+    done = 0
+    while (n := engine.next_pass(seq, len(tokens) - done)) < len(tokens) - done:
+        yield SeqRows(seq, PassRows.chain(tokens[done:done + n], seq.cache.length, outputs="none"))
+        done += n
+    want = SeqRows(seq, PassRows.chain(tokens[done:], seq.cache.length), top=top)
     yield want
     return want.logits[-1]
 
@@ -252,10 +264,11 @@ class SpeculativeDecoder:
               stop: Collection[int], stats: DraftStats,
               top: int = 0) -> Generator[SeqRows, None, tuple[list[int], int, int]]:
         """One pass after `token`, as a step: plain (choice None) or a drafted tree. Returns the tokens
-        it generates (at most `left`), the guessed rows and the guesses kept. The pass's time, which
-        teaches the costs, is the whole shared pass when others share it."""
+        it generates (at most `left`), the guessed rows and the guesses kept. The pass's cost, which
+        teaches the costs, is the whole shared pass's when others share it, on `pass_clock`."""
         engine = self.engine
-        began = time.perf_counter()
+        clock = pass_clock(engine)
+        began = clock()
         if choice is None:
             want = SeqRows(seq, PassRows.chain([token], seq.cache.length), top=top)
             yield want
@@ -273,7 +286,7 @@ class SpeculativeDecoder:
             stats.drafted_passes += 1
             stats.tree_passes += tree.parents.count(0) > 1
             stats.branch_hits += kept > 0 and path[1] != 1
-        self.costs.observe(guessed, time.perf_counter() - began)
+        self.costs.observe(guessed, clock() - began)
         stats.passes += 1
         stats.drafted += guessed
         stats.accepted += kept

@@ -15,7 +15,8 @@ disk tier), nor which slot runs what (scheduler.py). `State`, `model_key`, `grid
 
 Exactness, the grid: a prompt is cut into chunks that end at multiples of `engine.batch` counted from
 position 0 (prefill_steps), warm or cold, and states are stored and restored only at those multiples,
-so after a restore the rest of the prompt runs in exactly the chunks a cold run gives it. A state's
+so after a restore the rest of the prompt runs in exactly the chunks a cold run gives it (a pass may
+run several consecutive chunks, Engine.prompt_pass, but always ends at a grid point). A state's
 rows are what the run that stored it computed; a row's floats depend only on its token and the rows
 before it (attention is causal, and batch invariance makes them independent of the pass it ran in,
 decode passes included), so rows [0, n) of any stored run whose first n tokens are the prompt's are

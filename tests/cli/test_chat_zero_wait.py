@@ -23,7 +23,9 @@ MESSAGE = "Tell me when the tide is high tomorrow and where I can moor a small s
 
 @pytest.fixture(scope="module")
 def model(smollm2_path):
-    return Model(smollm2_path, n_ctx=1024, threads=2, batch=BATCH)
+    model = Model(smollm2_path, n_ctx=1024, threads=2, batch=BATCH)
+    model.engine.prompt_pass = BATCH  # one grid chunk a pass: a run ahead has several passes to stop between
+    return model
 
 
 def cold_tokens(model: Model, turn, max_tokens: int) -> tuple[int, ...]:

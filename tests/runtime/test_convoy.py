@@ -227,3 +227,34 @@ def test_compose_keeps_to_the_device_row_limit():
     members = [_Member(1, 10, True), _Member(2, 10, True), _Member(3, 1, True)]
     assert [m.id for m in compose(members, PassBudget(prompt_rows=128, max_rows=12))] == [1, 3]
     assert [m.id for m in compose(members[:1], PassBudget(prompt_rows=128, max_rows=4))] == [1]
+
+
+def test_a_prompt_beside_others_reads_one_chunk_a_pass_and_alone_the_big_passes(monkeypatch):
+    """A long prompt running alone takes passes of several grid chunks (Engine.prompt_pass); beside
+    another answer every pass holds at most one chunk of it, but for the one pass it had asked for
+    before the other arrived (scheduler._bound_prompt)."""
+    model = kinetic.Model(synthetic_path("llama"), n_ctx=2048)
+    engine = model.generator.engine
+    assert engine.prompt_pass > engine.batch
+    sizes: list[list[int]] = []  # each pass: its parts' row counts
+    run = engine.run
+    monkeypatch.setattr(engine, "run", lambda parts: (sizes.append([len(p.rows.tokens) for p in parts]), run(parts))[1])
+    long = GenerationRequest(tuple(1 + i % 200 for i in range(1800)), GREEDY, max_tokens=1, ignore_eos=True)
+    short = GenerationRequest(tuple(range(10, 15)), GREEDY, max_tokens=40, ignore_eos=True)
+    scheduler = Scheduler(model.generator, slots=2)
+    inbox: queue.Queue = queue.Queue()
+    scheduler.start()
+    try:
+        scheduler.submit(long, lambda e: inbox.put((0, e)))
+        while not sizes:
+            pass
+        scheduler.submit(short, lambda e: inbox.put((1, e)))
+        finished = 0
+        while finished < 2:
+            finished += isinstance(inbox.get(timeout=300)[1], Finished)
+    finally:
+        scheduler.stop()
+    assert max(sizes[0]) > engine.batch  # alone: a big pass
+    shared = [s for s in sizes if len(s) > 1]
+    assert shared, "the two answers never shared a pass"
+    assert sum(max(s) > engine.batch for s in shared) <= 1

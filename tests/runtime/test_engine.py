@@ -57,13 +57,35 @@ def test_chunking_does_not_change_logits(engine):
     """Prompt chunks of 3 give the same last logits as one chunk."""
     seq_a, seq_b = engine.new_sequence(), engine.new_sequence()
     whole = engine.prefill(seq_a, PROMPT)
-    engine.batch, saved = 3, engine.batch
+    saved = engine.batch, engine.prompt_pass
+    engine.batch, engine.prompt_pass = 3, 3
     try:
         chunked = engine.prefill(seq_b, PROMPT)
     finally:
-        engine.batch = saved
+        engine.batch, engine.prompt_pass = saved
     assert np.array_equal(whole, chunked)
     assert seq_b.cache.length == len(PROMPT)
+
+
+@pytest.mark.parametrize("numerics", ["ggml", "fast"])
+def test_prompt_passes_of_512_rows_equal_passes_of_128(smollm2_path, numerics):
+    """A 600-token prompt prefilled in passes of up to 512 rows (grid chunks of 128 run together)
+    gives bit for bit the logits and KV rows of one pass a grid chunk, in fewer passes."""
+    gguf = open_gguf(smollm2_path)
+    graph = lower(gguf) if numerics == "ggml" else compile_graph(gguf, Options(numerics="fast"))
+    engine = Engine(graph, GGUFWeights(gguf), n_ctx=640, batch=128, prompt_pass=512)
+    prompt = [(t * 7919) % 40000 + 100 for t in range(600)]
+    runs = {}
+    for rows in (512, 128):
+        engine.prompt_pass, seq, before = rows, engine.new_sequence(), engine.passes
+        logits = engine.prefill(seq, prompt)
+        runs[rows] = (logits, seq.cache, engine.passes - before)
+    (merged, merged_cache, merged_passes), (chunked, chunked_cache, chunked_passes) = runs[512], runs[128]
+    assert (merged_passes, chunked_passes) == (2, 5)  # 512 + 88 rows against 4 x 128 + 88
+    assert np.array_equal(merged, chunked)
+    for layer in chunked_cache.layers():
+        for a, b in zip(merged_cache.committed(layer), chunked_cache.committed(layer), strict=True):
+            assert np.array_equal(a, b)
 
 
 def test_a_pass_without_output_rows_fills_the_cache_and_returns_no_logits(engine):

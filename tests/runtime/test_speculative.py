@@ -3,6 +3,9 @@ rows' cache entries bit for bit as plain decoding writes them, and its drafters 
 
 from __future__ import annotations
 
+import time
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
@@ -11,6 +14,7 @@ from kinetic.frontend.blocks import Options
 from kinetic.frontend.gguf_file import open_gguf
 from kinetic.frontend.lower import lower
 from kinetic.runtime.drafting import (
+    CONTEXT_ORDERS,
     ContextDrafter,
     DraftPolicy,
     DraftTree,
@@ -20,7 +24,7 @@ from kinetic.runtime.drafting import (
     build_tree,
 )
 from kinetic.runtime.engine import Engine
-from kinetic.runtime.speculative import GreedyPicker, SpeculativeDecoder, accept_draft, plain_decode
+from kinetic.runtime.speculative import DraftStats, GreedyPicker, SpeculativeDecoder, accept_draft, plain_decode
 from kinetic.runtime.weights import GGUFWeights
 from tests.conftest import NUMERICS_SYNTHETIC, OTHER_NUMERICS, model_path
 from tests.device_checks import FixedCosts
@@ -148,12 +152,12 @@ def test_index_stays_within_its_memory_bound():
 def test_index_appended_token_by_token_equals_appended_at_once():
     """Building the index one token at a time or in one call gives the same lookups."""
     tokens = np.random.default_rng(1).integers(0, 6, 300).tolist()
-    one, many = NgramIndex(128, orders=(4, 3, 2)), NgramIndex(128, orders=(4, 3, 2))
+    one, many = NgramIndex(128, orders=CONTEXT_ORDERS), NgramIndex(128, orders=CONTEXT_ORDERS)
     one.extend(tokens)
     for t in tokens:
         many.extend([t])
     for end in range(10, 300, 7):
-        query = tokens[end - 4 : end]
+        query = tokens[end - 8 : end]
         assert one.continuations(query, 5) == many.continuations(query, 5)
 
 
@@ -165,6 +169,16 @@ def test_context_drafter_branches_on_disagreeing_occurrences():
     assert proposal == Proposal("context/2", [[5, 6, 9], [3, 4, 9]])
     tree = build_tree(2, proposal.branches, rows=3, spare=1)
     assert tree == DraftTree([2, 5, 6, 9, 3], [-1, 0, 1, 2, 0])
+
+
+def test_context_drafter_continues_a_loop_whose_halves_differ_in_one_token():
+    """In a loop of two halves that differ only in their first token (Gemma 3's edit256 answer is one),
+    the default drafter continues from a whole period back, where the last 4 tokens would pick the
+    other half's occurrence and guess its first token wrong."""
+    half = [10, 11, 12, 13, 14, 15, 16]
+    context = ([1, *half, 2, *half] * 3)[:-2]  # ... 2 10 11 12 13 14: next comes 15 16 1 10 ...
+    proposal = ContextDrafter(256).propose(context, 6)
+    assert proposal.branches[0] == [15, 16, 1, 10, 11, 12]
 
 
 def test_policy_backs_off_longer_after_each_outright_miss():
@@ -209,6 +223,30 @@ def test_pass_costs_resist_one_slow_pass_and_forget_old_ones():
     assert costs.beta == pytest.approx(0.45)
     costs.MAX_AGE = 0.0  # as if 20 s had passed
     assert costs.beta == costs.prior
+
+
+def test_a_pass_costs_the_cpu_time_it_took_not_the_time_it_waited():
+    """On the CPU the decoder prices a pass by the CPU time the process spent on it: drafted passes
+    that waited (asleep, as behind another process's load) without working do not make rows look dear."""
+    cpu_engine = SimpleNamespace(device="cpu", keep=lambda seq, path: None)
+    decoder = SpeculativeDecoder(cpu_engine, seen=NgramIndex(64, (2,)), costs=PassCosts())
+    seq = SimpleNamespace(cache=SimpleNamespace(length=0))
+
+    def run(choice, work: float, wait: float, n_rows: int) -> None:
+        steps = decoder._pass(seq, 1, choice, GreedyPicker(), left=8, stop=(), stats=DraftStats())
+        want = next(steps)
+        began = time.process_time()
+        while time.process_time() - began < work:
+            pass
+        time.sleep(wait)
+        want.logits = one_hot(*[2] * n_rows)
+        with pytest.raises(StopIteration):
+            steps.send(None)
+
+    run(None, work=0.002, wait=0.0, n_rows=1)  # a plain step: 2 ms of work
+    for _ in range(3):
+        run((Proposal("context/2", [[2, 2]]), 2, 0), work=0.0, wait=0.1, n_rows=3)  # 2 guessed rows
+    assert decoder.costs.beta < 0.2
 
 
 # -- the cache of kept rows, on the real model --------------------------------------------------------

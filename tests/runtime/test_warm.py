@@ -240,6 +240,7 @@ def test_prefill_gives_way_to_a_request_which_continues_it(monkeypatch):
     from kinetic.runtime.scheduler import Scheduler
 
     model = kinetic.Model(synthetic_path("llama"), n_ctx=128, batch=4)
+    model.engine.prompt_pass = 4  # one grid chunk a pass: the prefill has passes to give way between
     engine_run = model.engine.run
     monkeypatch.setattr(model.engine, "run", lambda parts: (time.sleep(0.05), engine_run(parts)))
     prompt = [int(t) for t in np.random.default_rng(5).integers(1, 200, size=80)]
