@@ -5,11 +5,12 @@ Owns: the memory estimate, from the file's header only (docs/models.md, "fit", s
 
     need(context) = weights + context * kv_per_token + working
     kv_per_token  = n_layer * n_kv_head * head_dim * 2 (keys and values) * 2 bytes (f16 cache)
-    working       = 128 rows * (n_vocab + 4 * n_embd + 2 * n_ff) * 4 bytes + 256 MiB
+    working       = (128 * n_vocab + 512 * (4 * n_embd + 2 * n_ff)) * 4 bytes + 256 MiB
 
 `weights` is the bytes of the file's tensors (mapped as they are); the KV cache is what the engine
-allocates (every layer holds the whole context, f16 by default); `working` is one prompt pass of 128
-rows (logits, activations) plus the process itself (Python, compiled kernels, tokenizer: 200 to
+allocates (every layer holds the whole context, f16 by default); `working` is 128 rows of logits (a
+perplexity chunk's), one prompt pass of 512 rows' activations (the CPU engine's prompt_pass) plus
+the process itself (Python, compiled kernels, tokenizer: 200 to
 300 MiB measured on the reference models). The largest context is the most whole 256-token steps
 that fit, capped at the model's training context. On a GPU, the last layers go there (Kinetic runs
 the first ones on the CPU when a model is split): the embeddings, output and working buffers first,
@@ -26,7 +27,8 @@ from dataclasses import dataclass
 from kinetic.errors import KineticError
 
 KV_ITEM_BYTES = 2  # f16 keys and values
-PASS_ROWS = 128  # prompt rows per pass, the engine's default batch (kinetic.limits)
+LOGIT_ROWS = 128  # rows of logits a pass may keep: the engine's default batch (a perplexity chunk)
+PASS_ROWS = 512  # prompt rows per pass: the CPU engine's prompt_pass (kinetic.runtime.engine.CPU_PROMPT_PASS)
 PROCESS_BYTES = 256 * 1024**2
 CONTEXT_STEP = 256
 DEFAULT_CONTEXT_CAP = 32768  # the default context: the model's own, capped here (and by memory)
@@ -54,7 +56,7 @@ class Shape:
 
     @property
     def working(self) -> int:
-        return PASS_ROWS * (self.n_vocab + 4 * self.n_embd + 2 * self.n_ff) * 4 + PROCESS_BYTES
+        return (LOGIT_ROWS * self.n_vocab + PASS_ROWS * (4 * self.n_embd + 2 * self.n_ff)) * 4 + PROCESS_BYTES
 
     @property
     def other_weights(self) -> int:
