@@ -7,9 +7,9 @@ tests/data/golden/apache-2.0.txt:
 Gemma's reference runs one token per pass (-b 1 -ub 1): llama.cpp's prompt-batch Q4_K/Q6_K kernels
 round differently from its decode kernels, and Kinetic follows the decode kernels for every row.
 These digit-for-digit comparisons pin the "ggml" numerics mode (--numerics ggml), the one that follows
-llama.cpp's decode path whatever the default is. The "fast" mode sums in other per-row orders; it
-must stay within FAST_PPL_TOLERANCE of llama-perplexity's -c 128 figures on the whole text
-(tests/data/golden/perplexity.txt).
+llama.cpp's decode path whatever the default is. The "fast" mode sums in other per-row orders; each
+mode must stay within PPL_TOLERANCE of llama-perplexity's -c 128 figures on the long text,
+tests/data/golden/common-licenses.txt (figures in tests/data/golden/perplexity.txt).
 """
 
 from __future__ import annotations
@@ -24,15 +24,16 @@ import pytest
 from kinetic import perplexity as ppl
 from kinetic.errors import KineticError
 from tests.cli.test_cli import assert_clean_failure
-from tests.conftest import GGML_FLAG, GOLDEN, model_path
+from tests.conftest import ALL_NUMERICS, GGML_FLAG, GOLDEN, model_path
 
 TEXT = GOLDEN / "apache-2.0.txt"
-FAST_PPL_TOLERANCE = 0.005  # issue 23: the fast mode's perplexity within 0.5 % of llama-perplexity's
+LONG_TEXT = GOLDEN / "common-licenses.txt"
+PPL_TOLERANCE = 0.005  # issue 23: each mode's perplexity within 0.5 % of llama-perplexity's
 
 
-def kinetic(*args: str) -> subprocess.CompletedProcess:
+def kinetic(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "kinetic.cli.main", "perplexity", *args], capture_output=True,
-                          text=True, timeout=120)
+                          text=True, timeout=timeout)
 
 
 @pytest.fixture
@@ -190,32 +191,35 @@ def test_gemma_matches_llama_perplexity(gemma_path, short_text):
     assert proc.stdout == "[1]4.3540,[2]4.9756,\nFinal estimate: PPL = 4.9756 +/- 3.59480\n"
 
 
-def llama_perplexity_figure(model_file: str) -> float:
-    """llama-perplexity's final estimate at -c 128 on the whole text, as tests/data/golden/perplexity.txt
-    records it for `model_file`."""
+def llama_perplexity_figure(model_file: str, text: str) -> float:
+    """llama-perplexity's final estimate at -c 128 on the whole of `text` (a file name), as
+    tests/data/golden/perplexity.txt records it for `model_file`."""
+    section = ""
     for line in (GOLDEN / "perplexity.txt").read_text().splitlines():
-        if line.startswith(model_file):
+        if line.startswith("llama-perplexity") or line.startswith("The same"):
+            section = line
+        elif line.startswith(model_file) and text in section:
             return float(line.split("PPL = ")[1].split()[0])
-    raise AssertionError(f"{model_file} not in perplexity.txt")
+    raise AssertionError(f"{model_file} on {text} not in perplexity.txt")
 
 
-FAST_CASES = [
-    pytest.param("smollm2-135m", "SmolLM2-135M-Instruct.Q4_1.gguf", id="smollm2", marks=pytest.mark.xfail(
-        strict=True, reason="fast mode gives 16.6259 against llama-perplexity's 16.4971 (+0.78 %); each fast "
-                            "order alone moves it past 0.5 % (matmul block_chain 16.6013, attention acc32 16.6295)")),
-    pytest.param("gemma3-270m", "gemma-3-270m-q4_k_m.gguf", id="gemma"),
-]
+NAMES = {"SmolLM2-135M-Instruct.Q4_1.gguf": "smollm2-135m", "gemma-3-270m-q4_k_m.gguf": "gemma3-270m"}
 
 
-@pytest.mark.parametrize(("name", "model_file"), FAST_CASES)
-def test_fast_mode_within_half_a_percent_of_llama_perplexity(name, model_file):
-    """--numerics fast, -c 128 on the whole text: the final perplexity is within 0.5 % of
-    llama-perplexity's (its default batch, tests/data/golden/perplexity.txt)."""
-    proc = kinetic(str(model_path(name)), str(TEXT), "-c", "128", "--numerics", "fast")
+@pytest.mark.parametrize("numerics", ALL_NUMERICS)
+@pytest.mark.parametrize("model_file", list(NAMES))
+def test_within_half_a_percent_of_llama_perplexity_on_the_long_text(model_file, numerics):
+    """Each numerics mode, -c 128 on the long text (~6,200 tokens): the final perplexity is within
+    0.5 % of llama-perplexity's (its default batch, tests/data/golden/perplexity.txt). On the short
+    text (~1,100 scored tokens) two equally exact engines differ by ~0.46 % (one standard deviation:
+    activation quantization re-draws its rounding error with any last-bit change; docs/numerics.md),
+    so a 0.5 % bar is only meaningful on the longer text."""
+    proc = kinetic(str(model_path(NAMES[model_file])), str(LONG_TEXT), "-c", "128", "--numerics", numerics,
+                   timeout=900)
     assert proc.returncode == 0, proc.stderr
     ours = float(proc.stdout.split("PPL = ")[1].split()[0])
-    expected = llama_perplexity_figure(model_file)
-    assert abs(ours / expected - 1) <= FAST_PPL_TOLERANCE, f"{ours} against llama-perplexity's {expected}"
+    expected = llama_perplexity_figure(model_file, LONG_TEXT.name)
+    assert abs(ours / expected - 1) <= PPL_TOLERANCE, f"{ours} against llama-perplexity's {expected}"
 
 
 def test_kl_divergence_round_trip(smollm2_path, short_text, tmp_path):
