@@ -18,7 +18,8 @@ Owns: the loops and the order of summation. One kernel per (weight type, K, vari
                 for b in blocks of K: (per row as below)
             "scalar" order (IQ4_NL, MXFP4, Q4_0; Q8_0 .. Q5_1 in "block_chain"): columns n .. n+7 at
             once instead, one <8 x float> chain (see column_quads)
-        k-quants: for n in [n0, n1), for each leftover row:
+        k-quants: for n in [n0, n1), for each leftover row (Q3_K, Q5_K, Q6_K, IQ4_XS in "block_chain":
+            two columns at a time, their integer sums reduced together: matmul_k_columns_ir):
             for b in blocks of K:
                 per row: isum = sum over the block's chunks of lane_scale * dot8  (exact int32 lanes)
                          isum -= offset * (sum of each 4 activations)             (Q4_0, Q5_0, Q8_0 on VNNI)
@@ -62,7 +63,8 @@ matmul_tiles_ir (tiles of T rows), matmul_wide_ir (512-bit tiles of T rows x 4 c
 lanes types on VNNI: the same per-lane operations, two columns per vector), matmul_q{2..6}k_lanes_ir
 (Q2_K .. Q6_K on VNNI: 16 rows as the lanes of 512-bit vectors; their shared loops in
 matmul_k_lanes_ir), matmul_b32_lanes_ir (Q8_0 .. Q5_1 in "block_chain" on VNNI, 16 rows as lanes on
-those loops), matmul_k_chain_ir (Q3_K, Q5_K, Q6_K, IQ4_XS in "block_chain", likewise),
+those loops), matmul_k_chain_ir (Q3_K, Q5_K, Q6_K, IQ4_XS in "block_chain", likewise; their rows alone in
+matmul_k_columns_ir),
 matmul_columns_ir (rows alone of block-32 types, two or eight columns at a time); the block layouts are quant_blocks'.
 """
 
@@ -72,6 +74,7 @@ from dataclasses import replace
 
 from kinetic.codegen.cpu import matmul_b32_lanes_ir as b32_ir
 from kinetic.codegen.cpu import matmul_k_chain_ir as k_chain_ir
+from kinetic.codegen.cpu import matmul_k_columns_ir as k_columns_ir
 from kinetic.codegen.cpu import matmul_k_lanes_ir as lanes_ir
 from kinetic.codegen.cpu import matmul_q2k_lanes_ir as q2k_ir
 from kinetic.codegen.cpu import matmul_q3k_lanes_ir as q3k_ir
@@ -188,6 +191,8 @@ def render_matmul(wtype, k: int, variant: str, tile: int, *, wide: bool = True,
         column_quads(fn, layout, variant, k, first_single, quad_corr)
     elif layout.decode_pair is not None:
         column_pairs(fn, layout, variant, k, first_single, *pair_space)
+    elif k_columns_ir.applies(layout):
+        k_columns_ir.chain_columns(fn, layout, variant, k, first_single)
     else:
         fn.loop("%n0", "%n1", [], lambda n, _c: single_rows(fn, layout, variant, k, n, first_single) or [])
     fn.do("ret void")

@@ -1,7 +1,7 @@
 """The quantized matmul kernels of Q6_K, Q5_K, Q3_K and IQ4_XS in the fast order "block_chain" (issue
 23) against numerics.matmul(..., order="block_chain"), bit for bit, on every path: 16-row lane tiles
-(matmul_k_chain_ir on VNNI), tiles of 8, 4, 2 rows, rows alone (decode); and their ggml-order kernels
-untouched by it."""
+(matmul_k_chain_ir on VNNI), tiles of 8, 4, 2 rows, rows alone (decode: matmul_k_columns_ir); and their
+ggml-order kernels untouched by it."""
 
 from __future__ import annotations
 
@@ -43,6 +43,18 @@ def test_a_prompt_of_512_rows_over_threads_equals_the_reference(jit, wtype):
     for threads in (1, 2, 3):
         assert_bits(quantized_matmul(x, w, wtype, jit=jit, threads=threads, order="block_chain"), want,
                      f"{threads} threads")
+
+
+@pytest.mark.parametrize("wtype", KQUANTS, ids=names)
+def test_decode_over_threads_equals_the_reference(jit, wtype):
+    """One and three rows alone (decode: matmul_k_columns_ir's column groups) over 1 .. 5 threads, whose
+    column ranges start and end inside a group of columns, give the reference's bits."""
+    x, w = chain_case(wtype, 37, 512, 3, seed=5)
+    want = chain_reference(x, w, wtype)
+    for m in (1, 3):
+        for threads in (1, 2, 3, 5):
+            got = quantized_matmul(x[:m], w, wtype, jit=jit, threads=threads, order="block_chain")
+            assert_bits(got, want[:m], f"M={m}, {threads} threads")
 
 
 @pytest.mark.parametrize("wtype", [Q.Q6_K, Q.Q5_K], ids=["Q6_K", "Q5_K"])
