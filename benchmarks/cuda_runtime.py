@@ -36,6 +36,7 @@ sys.path.insert(0, str(ROOT))
 from kinetic.frontend.gguf_file import open_gguf  # noqa: E402
 from kinetic.frontend.lower import lower  # noqa: E402
 from kinetic.ir.ops import Op  # noqa: E402
+from kinetic.numerics_mode import default_numerics  # noqa: E402
 from kinetic.passes import PassOptions, run_pipeline  # noqa: E402
 from kinetic.runtime.engine import Engine  # noqa: E402
 from kinetic.runtime.weights import GGUFWeights  # noqa: E402
@@ -153,7 +154,9 @@ def run(path: Path, args) -> int:
     from kinetic.codegen.cuda.model import CudaModel
 
     gguf_file = open_gguf(path)
-    graph, weights = run_pipeline(lower(gguf_file), PassOptions()), GGUFWeights(gguf_file)
+    # CUDA's default numerics mode (ggml: its kernels follow only ggml's orders), as Model compiles for it
+    passes = PassOptions(numerics=default_numerics("cuda"))
+    graph, weights = run_pipeline(lower(gguf_file), passes), GGUFWeights(gguf_file)
     t = time.perf_counter()
     backend = {"gpu": GpuBackend, "host": HostBackend, "stub": StubBackend}[args.backend]()
     engine = Engine(graph, weights, n_ctx=args.ctx_size, device="reference")

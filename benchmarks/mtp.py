@@ -16,7 +16,9 @@ import statistics
 import time
 
 from kinetic.compiler import compile_graph
+from kinetic.frontend.blocks import Options
 from kinetic.frontend.gguf_file import open_gguf
+from kinetic.numerics_mode import default_numerics
 from kinetic.runtime import speculative
 from kinetic.runtime.drafting import DraftPolicy, ForcedDraft, NgramIndex
 from kinetic.runtime.engine import Engine
@@ -53,7 +55,8 @@ def main() -> None:
     ap.add_argument("--max-rows", type=int, default=4, help="guessed rows a pass verifies at most")
     args = ap.parse_args()
     gguf = open_gguf(args.model)
-    engine = Engine(compile_graph(gguf), GGUFWeights(gguf), n_ctx=512, device=args.device, threads=1)
+    options = Options(numerics=default_numerics(args.device))  # what Model compiles for the device
+    engine = Engine(compile_graph(gguf, options), GGUFWeights(gguf), n_ctx=512, device=args.device, threads=1)
     plain, _, _ = run(engine, "off", args.tokens, args.max_rows)  # also warms the kernels up
     run(engine, "forced", 8, args.max_rows)
     for mode in ("off", "no-mtp", "policy", "forced"):

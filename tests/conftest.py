@@ -16,6 +16,8 @@ import pytest
 from kinetic import hub
 from kinetic.frontend.blocks import Options
 from kinetic.ir.orders import DEFAULT_NUMERICS, NUMERICS
+from kinetic.numerics_mode import default_numerics
+from kinetic.passes import PassOptions
 
 _WARM_DIR = tempfile.mkdtemp(prefix="kinetic-warm-tests-")
 os.environ["KINETIC_WARM_DIR"] = _WARM_DIR  # set on import: before any fixture starts a process
@@ -29,8 +31,8 @@ DATA = Path(__file__).parent / "data"
 GOLDEN = DATA / "golden"
 
 # Tests whose expected values are llama.cpp's decode-path bits (stored logits, perplexity to every
-# digit, golden hashes) pin ggml's numerics mode instead of relying on the default, which may become
-# "fast" on the CPU (kinetic/ir/orders.py DEFAULT_NUMERICS): GGML_OPTIONS for a Model or compile, and
+# digit, golden hashes) pin ggml's numerics mode instead of relying on the default, "fast" on the CPU
+# and the reference (kinetic/ir/orders.py DEFAULT_NUMERICS): GGML_OPTIONS for a Model or compile, and
 # GGML_FLAG for a command line.
 GGML_OPTIONS = Options(numerics="ggml")
 GGML_FLAG = ("--numerics", "ggml")
@@ -43,6 +45,13 @@ OTHER_NUMERICS = tuple(mode for mode in NUMERICS if mode != DEFAULT_NUMERICS)
 # synthetic files for those extra cases: every block-32 weight type with F16/BF16 (llama), MoE expert
 # matmuls (qwen3moe), sliding-window attention (gemma4)
 NUMERICS_SYNTHETIC = ("llama", "qwen3moe", "gemma4")
+
+
+def device_passes(device: str) -> PassOptions:
+    """The pipeline's options for a graph made to run on `device` as Model makes it when no mode is
+    asked for: the device's default numerics mode (ggml on CUDA and Vulkan, whose kernels follow
+    only ggml's orders; kinetic/numerics_mode.py). PassOptions() alone names no device."""
+    return PassOptions(numerics=default_numerics(device))
 
 GOLDEN_FILES = {
     "smollm2-135m": "smollm2-135m-instruct-q4_1.json",

@@ -16,9 +16,10 @@ from kinetic.codegen.runner import RunnerOptions
 from kinetic.errors import KineticError
 from kinetic.frontend.gguf_file import open_gguf
 from kinetic.frontend.lower import lower
-from kinetic.passes import PassOptions, run_pipeline
+from kinetic.passes import run_pipeline
 from kinetic.runtime.engine import Engine
 from kinetic.runtime.weights import GGUFWeights
+from tests.conftest import device_passes
 from tests.synthetic import synthetic_path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,8 +27,16 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def llama():
+    """device -> (the graph a model gets on it, in its default numerics mode; the weights)."""
     gguf = open_gguf(synthetic_path("llama"))
-    return run_pipeline(lower(gguf), PassOptions()), GGUFWeights(gguf)
+    graphs = {}
+
+    def for_device(name: str):
+        mode = device_passes(name)
+        if mode not in graphs:
+            graphs[mode] = run_pipeline(lower(gguf), mode)
+        return graphs[mode], GGUFWeights(gguf)
+    return for_device
 
 
 def test_every_device_has_its_names_and_the_cli_reads_them():
@@ -58,7 +67,7 @@ def test_runners_opened_through_the_registry_meet_the_contract(llama, name):
     d = devices.DEVICES[name]
     if d.unavailable():
         pytest.skip(d.unavailable())
-    graph, weights = llama
+    graph, weights = llama(name)
     options = RunnerOptions(batch=8, threads=2, n_ctx=64)
     if d.unsupported(graph):
         with pytest.raises(KineticError, match=re.escape(d.unsupported(graph))):

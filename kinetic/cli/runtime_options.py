@@ -206,14 +206,16 @@ def add_signature_arg(p: argparse.ArgumentParser) -> None:
 
 
 def add_numerics_arg(p: argparse.ArgumentParser) -> None:
-    """--numerics MODE, for every command that compiles a model's graph (docs/numerics.md)."""
+    """--numerics MODE, for every command that compiles a model's graph (docs/numerics.md). Its choices
+    refuse an unknown mode before a model is resolved or downloaded; kinetic/numerics_mode.py checks
+    the name again for the Python API."""
     from kinetic.ir.orders import DEFAULT_NUMERICS, NUMERICS
 
     p.add_argument("--numerics", choices=NUMERICS, metavar="{" + ",".join(NUMERICS) + "}",
                    help="the reductions' order of summation: ggml (llama.cpp's CPU decode path, bit for bit) or "
                         "fast (one float chain per output: faster on the CPU, as exact and batch-invariant, other "
                         f"last bits); devices that follow only ggml's orders run ggml [default: a .ktc file's own, "
-                        f"else {DEFAULT_NUMERICS}]")
+                        f"else {DEFAULT_NUMERICS} where the device follows it, else ggml]")
 
 
 def add_runtime_args(p: argparse.ArgumentParser) -> None:

@@ -18,7 +18,10 @@ Numerics modes (`NUMERICS`, the pipeline's PassOptions.numerics): "ggml" gives e
 order of llama.cpp's CPU decode path (the functions below, which each op's spec names); "fast" gives
 the ops in `FAST_ORDERS` a faster per-row order (a matmul of FAST_BLOCK_CHAIN weights "block_chain"),
 every other reduction its ggml order. Both are per-row orders, so both keep the batch-invariance
-contract; the verifier accepts a node's order from either mode (ops.allowed_orders).
+contract; the verifier accepts a node's order from either mode (ops.allowed_orders). The default is
+"fast" (`DEFAULT_NUMERICS`) wherever a device follows it (the CPU, the reference interpreter), "ggml"
+on the others (kinetic/numerics_mode.py, `default_numerics`); a node without an order (a graph before
+the batch-invariance pass) sums in its spec's, ggml's, order.
 
 Renaming an order or changing which one an op gets changes what the batch-invariance pass writes:
 this module's source is part of kinetic/passes/pipeline.py's pipeline_hash, so stored graphs (.ktc
@@ -68,7 +71,10 @@ ORDERS: dict[str, str] = {
 # by each op's spec: OpSpec.order). "fast": the reductions listed in FAST_ORDERS take a faster per-row
 # order, which the reference follows too; every other reduction keeps its ggml order.
 NUMERICS = ("ggml", "fast")
-DEFAULT_NUMERICS = "ggml"  # the one default every entry point (CLI, Model, compile) takes
+# the one default: every entry point (CLI, Model, compile) takes it on a device that follows it and
+# "ggml" on the others (numerics_mode.default_numerics); the pipeline's PassOptions, which names no
+# device, takes it as it is
+DEFAULT_NUMERICS = "fast"
 
 _FLOAT_WEIGHT_ORDERS = {"f16": "lanes64", "f32": "lanes64", "bf16": "bf16_pairs"}
 _QUANTIZED_ORDERS = {"lanes": "lanes8", "scalar": "block_chain"}

@@ -47,11 +47,11 @@ def device_settings(n_ctx: int, options: Options | None = None) -> dict[str, Any
     batch are not among them: threads split rows, never a sum, and every row's sums are the same in
     any batch (docs/numerics.md), so neither changes a bit. Rotary overrides (--rope-*, --yarn-*)
     are recorded under "rope" only when some are given, as {field: value} of RopeOverrides; the
-    numerics mode (kinetic/ir/orders.py) under "numerics" only when it is not "ggml"."""
+    numerics mode (kinetic/ir/orders.py) always, under "numerics" (a receipt without it was made
+    before the fast mode existed, in "ggml": options_from_settings)."""
     options = options or Options()
-    settings = {"ctx-size": n_ctx, "activations": options.activations, "kv-type": options.kv_dtype}
-    if (options.numerics or DEFAULT_NUMERICS) != "ggml":
-        settings["numerics"] = options.numerics or DEFAULT_NUMERICS
+    settings = {"ctx-size": n_ctx, "activations": options.activations, "kv-type": options.kv_dtype,
+                "numerics": options.numerics or DEFAULT_NUMERICS}
     rope = {f.name: getattr(options.rope, f.name) for f in fields(RopeOverrides)
             if getattr(options.rope, f.name) is not None}
     if rope:
@@ -60,6 +60,8 @@ def device_settings(n_ctx: int, options: Options | None = None) -> dict[str, Any
 
 
 def options_from_settings(settings: dict[str, Any]) -> Options:
+    """The lowering options a receipt's device settings record; no numerics mode means "ggml" (receipts
+    written before the fast mode existed, or when it was left out for ggml's), whatever the default."""
     return Options(activations=settings["activations"], kv_dtype=settings["kv-type"],
                    rope=RopeOverrides(**settings.get("rope", {})), numerics=settings.get("numerics", "ggml"))
 

@@ -105,12 +105,11 @@ class PredictionBlock:
     """The block's graph on its runner, and what a pass of it gives: logits and its output rows."""
 
     def __init__(self, graph: Graph, weights, *, n_ctx: int, device: str, threads: int | None = None):
-        from kinetic.numerics_mode import choose_numerics
+        from kinetic.numerics_mode import default_numerics
         from kinetic.passes import PassOptions, run_pipeline
 
-        # the default numerics mode where the device follows it (a draft's orders change no answer)
-        numerics = choose_numerics(requested=None, stored=None, device=device, note=lambda line: None)
-        self.graph = run_pipeline(graph, PassOptions(numerics=numerics))
+        # the device's default numerics mode (a draft's orders change no answer)
+        self.graph = run_pipeline(graph, PassOptions(numerics=default_numerics(device)))
         self.n_ctx = n_ctx
         self.device = block_device(device, self.graph)
         options = RunnerOptions(CATCH_UP_ROWS, threads, n_ctx, None)

@@ -5,14 +5,19 @@ after the whole pipeline every reduction of the real models carries one, shown b
 from __future__ import annotations
 
 from collections import Counter
+from functools import partial
 
 import pytest
 
 import kinetic.ir.ops as ops
 from kinetic.ir.ops import REDUCE, Op, VerifyError
 from kinetic.ir.text import parse_graph
-from kinetic.passes import PIPELINE, run_pipeline
+from kinetic.passes import PIPELINE, PassOptions, run_pipeline
 from kinetic.passes.batch_invariance import assign_reduction_orders
+
+# ggml's orders, whatever the default mode: a graph without orders computes its specs' (ggml's) orders,
+# so only these leave the numbers as they were (the fast mode's are tested in test_numerics_mode.py)
+assign_ggml_orders = partial(assign_reduction_orders, numerics="ggml")
 
 LAYER = """
 %3 = param() {tensor="attn_norm"} : f32[8]
@@ -46,12 +51,12 @@ output out = %12
 def test_every_reduction_gets_its_order(check, prelude):
     """Norms get f64_sum, the float path's matmul dequant_matvec, an F32 weight's 8-bit-path matmul
     ggml's 64 lanes, attention over an f16 cache its key chain; nothing else changes."""
-    check(assign_reduction_orders, prelude + LAYER, prelude + ORDERED)
+    check(assign_ggml_orders, prelude + LAYER, prelude + ORDERED)
 
 
 def test_an_assigned_graph_is_left_as_it_is(check, prelude):
     """Orders already written are the ones the pass would write: it returns the same graph."""
-    check(assign_reduction_orders, prelude + ORDERED, prelude + ORDERED)
+    check(assign_ggml_orders, prelude + ORDERED, prelude + ORDERED)
 
 
 def test_a_reduction_whose_spec_names_no_order_is_refused(prelude, monkeypatch):
@@ -68,17 +73,19 @@ def test_the_pipeline_ends_with_the_batch_invariance_phase():
     assert PIPELINE[-1].name == "batch_invariance" and PIPELINE[-1].option is None
 
 
-@pytest.mark.parametrize("fixture,orders", [
-    ("smollm2_path", {"lanes8", "f64_sum", "key_chain_f16"}),  # Q4_1 and Q8_0 weights
-    ("gemma_path", {"lanes8", "block_chain", "f64_sum", "key_chain_f16"}),  # Q5_0, Q8_0, Q6_K; Q4_K
+@pytest.mark.parametrize("fixture,numerics,orders", [
+    ("smollm2_path", "ggml", {"lanes8", "f64_sum", "key_chain_f16"}),  # Q4_1 and Q8_0 weights
+    ("gemma_path", "ggml", {"lanes8", "block_chain", "f64_sum", "key_chain_f16"}),  # Q5_0, Q8_0, Q6_K; Q4_K
+    ("smollm2_path", "fast", {"block_chain", "f64_sum", "key_chain_f16_acc32"}),
+    ("gemma_path", "fast", {"block_chain", "f64_sum", "key_chain_f16_acc32"}),
 ])
-def test_real_models_carry_an_order_on_every_reduction(fixture, orders, request):
-    """After the pipeline every matmul, norm and attention of the real models has a non-empty order,
-    and the orders are those of their weight types."""
+def test_real_models_carry_an_order_on_every_reduction(fixture, numerics, orders, request):
+    """After the pipeline in each numerics mode every matmul, norm and attention of the real models
+    has a non-empty order, and the orders are those of their weight types in that mode."""
     from kinetic.frontend.gguf_file import open_gguf
     from kinetic.frontend.lower import lower
 
-    graph = run_pipeline(lower(open_gguf(request.getfixturevalue(fixture))))
+    graph = run_pipeline(lower(open_gguf(request.getfixturevalue(fixture))), PassOptions(numerics=numerics))
     reductions = [n for n in graph.nodes if n.op in REDUCE]
     assert reductions and all(n.attrs.order for n in reductions)
     assert set(Counter(n.attrs.order for n in reductions)) == orders

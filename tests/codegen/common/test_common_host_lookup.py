@@ -23,6 +23,7 @@ from kinetic.ir.text import parse_graph
 from kinetic.passes import run_pipeline
 from kinetic.runtime.engine import Engine
 from kinetic.runtime.weights import GGUFWeights
+from tests.conftest import device_passes
 from tests.device_checks import same_bits
 from tests.random_tensors import random_tensor
 from tests.synthetic import synthetic_path
@@ -174,8 +175,9 @@ class _Retabled:
         return self.table if name == "token_embd.weight" else self.weights.tensor(name)
 
 
-def _retabled_model(name: str, wtype: Q) -> tuple[Graph, _Retabled]:
-    """The synthetic file `name`'s graph with its token table retyped to `wtype` (random values)."""
+def _retabled_model(name: str, wtype: Q, device: str) -> tuple[Graph, _Retabled]:
+    """The synthetic file `name`'s graph for `device` (its default numerics mode) with its token table
+    retyped to `wtype` (random values)."""
     gguf = open_gguf(synthetic_path(name))
     graph = lower(gguf)
     nodes = list(graph.nodes)
@@ -183,7 +185,8 @@ def _retabled_model(name: str, wtype: Q) -> tuple[Graph, _Retabled]:
     nodes[table.id] = replace(table, type=replace(table.type, dtype=wtype.name.lower()))
     n_vocab, width = (int(d) for d in table.type.shape)
     new = random_table(np.random.default_rng(6), wtype, n_vocab, width)
-    return run_pipeline(Graph(tuple(nodes), graph.outputs, graph.meta)), _Retabled(GGUFWeights(gguf), new)
+    graph = run_pipeline(Graph(tuple(nodes), graph.outputs, graph.meta), device_passes(device))
+    return graph, _Retabled(GGUFWeights(gguf), new)
 
 
 def _prompt_and_step(engine: Engine) -> np.ndarray:
@@ -204,7 +207,7 @@ def test_a_model_whose_table_has_no_lookup_kernel_runs_as_on_the_reference(devic
     """A whole model with its token table looked up by the host (llama-mha's untied table as IQ4_XS,
     qwen2-gqa4's tied one as Q5_0, which its output layer multiplies by too) gives the reference's
     logits bit for bit for a prompt pass and a decode step."""
-    graph, weights = _retabled_model(name, wtype)
+    graph, weights = _retabled_model(name, wtype, device)
     want = _prompt_and_step(Engine(graph, weights, n_ctx=32, device="reference"))
     got = _prompt_and_step(engine_on(device, graph, weights))
     assert np.isfinite(want).all() and same_bits(got, want)

@@ -11,11 +11,13 @@ import pytest
 from kinetic.codegen.common.orders import refused_order
 from kinetic.ir.orders import ORDERS
 from kinetic.ir.text import parse_graph
-from kinetic.passes import run_pipeline
+from kinetic.passes import PassOptions, run_pipeline
 
 # the module holding each device's Capabilities record (its reduction orders), read by its unsupported()
 DECLARATIONS = {"cpu": "kinetic.codegen.cpu.target", "cuda-emulated": "kinetic.codegen.cuda.renderer",
                 "vulkan": "kinetic.codegen.vulkan.kernels"}
+
+GGML_PASSES = PassOptions(numerics="ggml")
 
 GRAPH = """
 %0 = input() {name="tokens"} : i32[T]
@@ -33,8 +35,9 @@ output logits = %8
 
 def test_a_reduction_in_an_undeclared_order_is_refused_naming_it():
     """Attention over an f32 cache sums in key_chain_f32: a device declaring only the f16 chain refuses
-    it, naming the node, the order and what it follows; declaring it too accepts the graph."""
-    graph = run_pipeline(parse_graph(GRAPH.replace("KV", "f32")))
+    it, naming the node, the order and what it follows; declaring it too accepts the graph (ggml's
+    orders: the Q8_0 matmul's lanes8)."""
+    graph = run_pipeline(parse_graph(GRAPH.replace("KV", "f32")), GGML_PASSES)
     reason = refused_order(graph, {"lanes8", "key_chain_f16"}, "Toy")
     assert reason == ("attention %6 sums in order 'key_chain_f32', which no Toy kernel follows "
                       "(Toy follows key_chain_f16, lanes8)")
@@ -58,13 +61,16 @@ def test_every_declared_order_is_an_order(device):
 @pytest.mark.parametrize("device", sorted(DECLARATIONS))
 @pytest.mark.parametrize("fixture", ["smollm2_path", "gemma_path"])
 def test_the_real_models_need_no_order_a_device_lacks(device, fixture, request):
-    """Every reduction of SmolLM2 and Gemma 3 sums in an order each device declares."""
+    """In each numerics mode a device follows, every reduction of SmolLM2 and Gemma 3 sums in an order
+    the device declares, as that mode gives it."""
     from kinetic.frontend.gguf_file import open_gguf
     from kinetic.frontend.lower import lower
 
-    graph = run_pipeline(lower(open_gguf(request.getfixturevalue(fixture))))
-    orders = importlib.import_module(DECLARATIONS[device]).CAPABILITIES.reduction_orders
-    assert refused_order(graph, orders, device) is None
+    lowered = lower(open_gguf(request.getfixturevalue(fixture)))
+    caps = importlib.import_module(DECLARATIONS[device]).CAPABILITIES
+    for mode in sorted(caps.numerics):
+        graph = run_pipeline(lowered, PassOptions(numerics=mode))
+        assert refused_order(graph, caps.reduction_orders, device, caps.numerics) is None, mode
 
 
 @pytest.mark.parametrize("device", sorted(DECLARATIONS))
@@ -78,7 +84,7 @@ def test_each_device_refuses_an_order_it_stops_declaring(device, monkeypatch):
     from kinetic.codegen.cpu import lowering
 
     module = importlib.import_module(DECLARATIONS[device])
-    graph = run_pipeline(parse_graph(GRAPH.replace("KV", "f16")))
+    graph = run_pipeline(parse_graph(GRAPH.replace("KV", "f16")), GGML_PASSES)  # every device's mode
     caps = module.CAPABILITIES
     fewer = replace(caps, reduction_orders=caps.reduction_orders - {"key_chain_f16"})
     monkeypatch.setattr(module, "CAPABILITIES", fewer)
@@ -89,9 +95,9 @@ def test_each_device_refuses_an_order_it_stops_declaring(device, monkeypatch):
 
 
 def test_the_order_attribute_changes_nothing_on_the_cpu_tape():
-    """The compiled step lowers SmolLM2's graph to the same instructions (op codes, floats, buffers
-    read and written) with its orders written as with them left empty: the attribute is a contract
-    the kernels already keep, not an instruction."""
+    """The compiled step lowers SmolLM2's graph in ggml's orders (those a graph without orders means)
+    to the same instructions (op codes, floats, buffers read and written) with its orders written as
+    with them left empty: the attribute is a contract the kernels already keep, not an instruction."""
     from dataclasses import replace
 
     from kinetic.codegen.cpu.step import CompiledStep
@@ -102,7 +108,7 @@ def test_the_order_attribute_changes_nothing_on_the_cpu_tape():
     from tests.conftest import model_path
 
     gguf = open_gguf(model_path("smollm2-135m"))
-    ordered = run_pipeline(lower(gguf))
+    ordered = run_pipeline(lower(gguf), GGML_PASSES)
     empty = Graph(tuple(replace(n, attrs=replace(n.attrs, order="")) if hasattr(n.attrs, "order") else n
                         for n in ordered.nodes), ordered.outputs, ordered.meta)
     assert empty != ordered

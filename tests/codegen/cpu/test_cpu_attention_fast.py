@@ -38,7 +38,7 @@ def _fast_attention(graph: Graph) -> Graph:
 
 def _models(arch: str):
     gguf = open_gguf(synthetic_path(arch))
-    ggml = run_pipeline(lower(gguf), PassOptions())
+    ggml = run_pipeline(lower(gguf), PassOptions(numerics="ggml"))
     return gguf, ggml, _fast_attention(ggml)
 
 

@@ -14,6 +14,7 @@ from kinetic.codegen.cuda.renderer import CudaRenderer
 from kinetic.frontend.gguf_file import open_gguf
 from kinetic.frontend.lower import lower
 from kinetic.passes.pipeline import run_pipeline
+from tests.conftest import device_passes
 from tests.synthetic import SYNTHETIC, synthetic_path
 
 pytestmark = pytest.mark.skipif(nvrtc.unavailable_reason() is not None, reason=nvrtc.unavailable_reason() or "")
@@ -24,7 +25,8 @@ def _all_kernels() -> list[Kernel]:
     ks = kernels_under_test()
     for family in sorted(p.name for p in SYNTHETIC.iterdir() if p.is_dir()):
         renderer = CudaRenderer()
-        ks += renderer.render(renderer.lower(run_pipeline(lower(open_gguf(synthetic_path(family)))))).distinct()
+        ks += renderer.render(renderer.lower(run_pipeline(lower(open_gguf(synthetic_path(family))),
+                                                            device_passes("cuda")))).distinct()
     return list({k.name: k for k in ks}.values())
 
 

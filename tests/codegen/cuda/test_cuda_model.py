@@ -16,9 +16,10 @@ from kinetic.frontend.gguf_file import open_gguf
 from kinetic.frontend.lower import lower
 from kinetic.ir.ops import Op
 from kinetic.ir.rows import PassRows
-from kinetic.passes import PassOptions, run_pipeline
+from kinetic.passes import run_pipeline
 from kinetic.runtime.engine import Engine
 from kinetic.runtime.weights import GGUFWeights
+from tests.conftest import device_passes
 from tests.device_checks import (
     PROMPT,
     check_drafted_equals_plain,
@@ -34,9 +35,10 @@ N_CTX = 64
 
 
 def load(path):
-    """The graph `--device cuda` runs (lowered, then the default passes, as Model does) and its weights."""
+    """The graph `--device cuda` runs (lowered, then the passes in CUDA's default numerics mode, as Model
+    does) and its weights."""
     gguf = open_gguf(path)
-    return run_pipeline(lower(gguf), PassOptions()), GGUFWeights(gguf)
+    return run_pipeline(lower(gguf), device_passes("cuda")), GGUFWeights(gguf)
 
 
 @pytest.fixture(scope="module")

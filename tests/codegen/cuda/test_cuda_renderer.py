@@ -15,6 +15,7 @@ from kinetic.frontend.gguf_file import open_gguf
 from kinetic.frontend.lower import lower
 from kinetic.ir.ops import Op, SoftcapAttrs
 from kinetic.passes.pipeline import run_pipeline
+from tests.conftest import device_passes
 from tests.synthetic import synthetic_path
 
 
@@ -25,7 +26,7 @@ def test_every_compute_op_of_a_model_has_kernels(family):
     kernels (the fused forms included); what is left is embedding tables of other types and F16/BF16
     matmuls, each named with its reason."""
     renderer = CudaRenderer()
-    graph = renderer.lower(run_pipeline(lower(open_gguf(synthetic_path(family)))))
+    graph = renderer.lower(run_pipeline(lower(open_gguf(synthetic_path(family))), device_passes("cuda")))
     rendering = renderer.render(graph)
     for node_id, why in rendering.unsupported.items():
         node = graph.node(node_id)
@@ -42,7 +43,7 @@ def test_attention_kernels_take_the_mask_stride():
     named in the kernel; where its launch writes its output projection's quantized row, the
     quantizer follows for passes the one-warp kernel runs."""
     renderer = CudaRenderer(mask_stride=640)
-    graph = renderer.lower(run_pipeline(lower(open_gguf(synthetic_path("llama")))))
+    graph = renderer.lower(run_pipeline(lower(open_gguf(synthetic_path("llama"))), device_passes("cuda")))
     node = next(n for n in graph.nodes if n.op is Op.ATTENTION)
     store, attend, parallel, *after = renderer.node_kernels(node, graph)
     assert [k.kind for k in after] == (["quantize"] if "_q8_" in parallel.name else [])
@@ -74,7 +75,7 @@ def test_cuda_declares_only_forms_its_table_renders(monkeypatch):
     assert FUSIONS.forms() == {Op.ADD_RMS_NORM, Op.ROPE_PAIR, Op.QUANTIZE}
     assert CAPABILITIES.fused_ops <= set(KERNELS) and FUSIONS.forms() <= CAPABILITIES.fused_ops
     assert {op for op, _ in FUSIONS.quantize_in} <= set(KERNELS)
-    graph = run_pipeline(lower(open_gguf(synthetic_path("llama"))))
+    graph = run_pipeline(lower(open_gguf(synthetic_path("llama"))), device_passes("cuda"))
     add = next(n for n in graph.nodes if n.op is Op.ADD)
     capped = replace(graph, nodes=tuple(replace(n, op=Op.SOFTCAP, attrs=SoftcapAttrs(30.0), inputs=n.inputs[:1])
                                         if n is add else n for n in graph.nodes))

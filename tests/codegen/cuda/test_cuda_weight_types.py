@@ -25,6 +25,7 @@ from kinetic.ir.ops import Op
 from kinetic.ir.quants import dequantize_rows
 from kinetic.passes.pipeline import run_pipeline
 from tests.codegen.weight_graphs import matmul_graph
+from tests.conftest import device_passes
 from tests.device_checks import same_bits
 
 ROWS = (1, 2, 3, 8, 17)
@@ -58,7 +59,7 @@ def test_renderer_runs_the_type(wtype):
     """A matmul with these weights renders to its GEMV and GEMM (after the device phase: a Q8_K
     quantize node before K-quants, none before F16), with nothing refused."""
     renderer = CudaRenderer()
-    graph = renderer.lower(run_pipeline(matmul_graph(wtype, 13, 512)))
+    graph = renderer.lower(run_pipeline(matmul_graph(wtype, 13, 512), device_passes("cuda")))
     rendering = renderer.render(graph)
     assert not rendering.unsupported, rendering.unsupported
     names = {k.name for k in rendering.distinct()}

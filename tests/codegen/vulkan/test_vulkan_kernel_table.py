@@ -15,6 +15,7 @@ from kinetic.ir.ops import ELEMENTWISE, LEAVES, OPS, Op
 from kinetic.ir.orders import ORDERS
 from kinetic.ir.text import parse_graph
 from kinetic.passes import PassOptions, run_pipeline
+from tests.conftest import device_passes
 
 GRAPH = """
 %0 = input() {name="tokens"} : i32[T]
@@ -105,7 +106,7 @@ output y = %11
 def test_the_moe_ops_have_rows_and_an_expert_type_without_a_kernel_is_refused():
     """A MoE layer's five ops are accepted (vulkan/moe_records.py); an expert stack of a type without
     a matvec is refused naming the type, as a plain matmul's weight is."""
-    graph = run_pipeline(parse_graph(MOE_GRAPH))
+    graph = run_pipeline(parse_graph(MOE_GRAPH), device_passes("vulkan"))
     assert unsupported(graph) is None
     stack = next(n for n in graph.nodes if n.op is Op.PARAM and n.attrs.tensor == "down_exps")
     assert "IQ4_XS weights" in unsupported(with_node(graph, stack.id, type=replace(stack.type, dtype="iq4_xs")))

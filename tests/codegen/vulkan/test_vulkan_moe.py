@@ -236,10 +236,11 @@ def test_a_sigmoid_routed_layer_is_the_reference_on_the_runner(device, rows):
     from kinetic.passes import run_pipeline
     from kinetic.runtime.engine import Engine
     from tests.codegen.test_batch_invariance_matrix import VOCAB, Case
+    from tests.conftest import device_passes
     from tests.device_checks import same_bits
 
     case = Case(64, 64, SIGMOID_MOE, SIGMOID_PARAMS)
-    graph = run_pipeline(parse_graph(case.text()))
+    graph = run_pipeline(parse_graph(case.text()), device_passes("vulkan"))
     tokens = np.random.default_rng(5).integers(0, VOCAB, rows).tolist()
     weights = _StackedWeights((("token_embd.weight", Q.Q8_0, (VOCAB, 64)), *SIGMOID_PARAMS))
     results = []
