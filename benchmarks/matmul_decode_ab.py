@@ -3,7 +3,8 @@ kernel of a block-32 type in the ggml order against the same type in `--order` (
 block_chain, issue 23's fast numerics mode), on random weights large enough (--mb, default 24 MB)
 that they stream from memory, not from the cache. Runs alternate; medians of this thread's CPU time
 (a shared machine preempts it) and bests are reported as weight GB/s a thread. Types whose order is their
-ggml order (Q4_0, IQ4_NL, Q4_K) show the same kernel twice: its GB/s against the others'.
+ggml order (Q4_0, IQ4_NL, Q4_K) show the same kernel twice: its GB/s against the others'. The
+K-quants (Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS) need --k a multiple of 256.
 --threads T splits the columns as the compiled step does (T contiguous ranges, matmul._split) and
 times the whole call by the clock instead (GB/s of all threads together: memory shared by them).
 --shares N models one thread of two in a decode step: the weights cut into tensors of N rows (a
@@ -34,7 +35,8 @@ from kinetic.codegen.cpu.target import host
 
 TYPES = "Q4_0,Q4_1,Q5_0,Q5_1,Q8_0,IQ4_NL"
 F16_FIELDS = {Q.Q4_0: (0,), Q.Q4_1: (0, 2), Q.Q5_0: (0,), Q.Q5_1: (0, 2), Q.Q8_0: (0,), Q.IQ4_NL: (0,),
-              Q.Q4_K: (0, 2), Q.Q5_K: (0, 2), Q.Q6_K: (208,), Q.Q3_K: (108,)}  # byte offsets of f16 scales
+              Q.Q4_K: (0, 2), Q.Q5_K: (0, 2), Q.Q6_K: (208,), Q.Q3_K: (108,),
+              Q.IQ4_XS: (0,)}  # byte offsets of f16 scales
 
 
 def random_weight(wtype: Q, n: int, k: int) -> np.ndarray:

@@ -61,6 +61,8 @@ class PairBlock:
     signed: bool = False
     table: tuple[int, ...] | None = None  # low/high are indices into these values, as Chunk.table
     d: str | None = None  # <2 x float> [d_a, d_c] where the decoder reads the scales (scalar order)
+    # <2 x i64>: each row's first 8 bytes (Q5_0: f16 d, then qh), when the kernel converts a group's d at once
+    heads: str | None = None
 
 
 @dataclass(frozen=True)

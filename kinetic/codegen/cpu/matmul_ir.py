@@ -19,7 +19,8 @@ Owns: the loops and the order of summation. One kernel per (weight type, K, vari
             "scalar" order (IQ4_NL, MXFP4, Q4_0; Q8_0 .. Q5_1 in "block_chain"): columns n .. n+7 at
             once instead, one <8 x float> chain (see column_quads)
         k-quants: for n in [n0, n1), for each leftover row (Q3_K, Q5_K, Q6_K, IQ4_XS in "block_chain":
-            two columns at a time, their integer sums reduced together: matmul_k_columns_ir):
+            two columns at a time, their integer sums reduced together: matmul_k_columns_ir; Q4_K's one row
+            alone too, four columns at a time):
             for b in blocks of K:
                 per row: isum = sum over the block's chunks of lane_scale * dot8  (exact int32 lanes)
                          isum -= offset * (sum of each 4 activations)             (Q4_0, Q5_0, Q8_0 on VNNI)
@@ -65,7 +66,8 @@ lanes types on VNNI: the same per-lane operations, two columns per vector), matm
 matmul_k_lanes_ir), matmul_b32_lanes_ir (Q8_0 .. Q5_1 in "block_chain" on VNNI, 16 rows as lanes on
 those loops), matmul_k_chain_ir (Q3_K, Q5_K, Q6_K, IQ4_XS in "block_chain", likewise; their rows alone in
 matmul_k_columns_ir),
-matmul_columns_ir (rows alone of block-32 types, two or eight columns at a time); the block layouts are quant_blocks'.
+matmul_columns_ir (rows alone of block-32 types eight columns at a time), matmul_pairs_ir (two at a
+time); the block layouts are quant_blocks'.
 """
 
 from __future__ import annotations
@@ -84,7 +86,8 @@ from kinetic.codegen.cpu import matmul_q6k_lanes_ir as q6k_ir
 from kinetic.codegen.cpu import matmul_wide_ir as wide_ir
 from kinetic.codegen.cpu.llvm_ir import Function, module
 from kinetic.codegen.cpu.matmul_block_ir import row_offset
-from kinetic.codegen.cpu.matmul_columns_ir import column_pairs, column_quads, pair_scratch
+from kinetic.codegen.cpu.matmul_columns_ir import column_quads, quad_declarations
+from kinetic.codegen.cpu.matmul_pairs_ir import column_pairs, pair_scratch
 from kinetic.codegen.cpu.matmul_rows_ir import single_rows
 from kinetic.codegen.cpu.matmul_tiles_ir import GROUP, row_tiles
 from kinetic.codegen.cpu.quant_blocks import LAYOUTS, Layout
@@ -187,15 +190,20 @@ def render_matmul(wtype, k: int, variant: str, tile: int, *, wide: bool = True,
         # (a single-row 512-bit path, Q4_K's, beats a small tile: measured)
         for small in () if layout.decode_wide else [t for t in SMALL_TILES if t < tile]:
             first_single = row_tiles(fn, layout, variant, k, small, dxt, st, corr, inter, first_single)
+
+    def rows_alone() -> None:
+        fn.loop("%n0", "%n1", [], lambda n, _c: single_rows(fn, layout, variant, k, n, first_single) or [])
+
     if quads:
         column_quads(fn, layout, variant, k, first_single, quad_corr)
     elif layout.decode_pair is not None:
         column_pairs(fn, layout, variant, k, first_single, *pair_space)
     elif k_columns_ir.applies(layout):
-        k_columns_ir.chain_columns(fn, layout, variant, k, first_single)
+        k_columns_ir.chain_columns(fn, layout, variant, k, first_single, rows_alone)
     else:
-        fn.loop("%n0", "%n1", [], lambda n, _c: single_rows(fn, layout, variant, k, n, first_single) or [])
+        rows_alone()
     fn.do("ret void")
     declarations = DECLARATIONS[variant] + FLOAT_DECLARATIONS + LOOKUP_DECLARATIONS[variant]
     declarations += (wide_ir.DECLARATIONS if wide32 else []) + (lanes_ir.DECLARATIONS if lanes16 is not None else [])
+    declarations += quad_declarations(layout, variant) if quads else []
     return module([fn], declarations), fn.name

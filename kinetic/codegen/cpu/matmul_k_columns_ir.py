@@ -1,5 +1,6 @@
 """Rows alone (decode, rows left below a tile) of Q6_K, Q5_K, Q3_K and IQ4_XS in the fast order
-"block_chain": COLUMNS weight columns at a time, their float steps as the lanes of one vector.
+"block_chain", and of Q4_K (whose ggml order is that order: both modes' kernel): `columns(layout)`
+weight columns at a time, their float steps as the lanes of one vector.
 
 Owns: the column groups' loop (`chain_columns`), the exact transpose-add of the columns' integer lane
 sums (`_lane_totals`) and the software prefetch in front of the groups. Decoding a block and its
@@ -24,6 +25,10 @@ Q3_K's 256x scales (`scale16_shift`) shifted back once on the totals, not on eac
 Measured (benchmarks/matmul_decode_ab.py --k 2048, CPU time, docs/cpu-kernels.md): Q6_K decode
 0.92-0.99x the ggml order's speed before, 1.23-1.27x after; COLUMNS 4 and 8 were slower than 2
 (8 KB prefetch: without it the interleaved rows defeat the hardware prefetcher, 0.3-0.4x).
+Q4_K ran one column at a time through 512-bit vectors (matmul_rows_ir, decode_q4_k_wide); here,
+four columns at a time, a row alone (decode) in cache is 1.2-1.3x faster (K 1024 and 2048, Zen 4,
+CPU time; two columns: 1.1-1.2x), the same bits; with 3 or 6 rows left the 512-bit rows were faster
+(1.2x, 1.35x), so Q4_K takes the groups for one row only, `rows_alone` otherwise (a branch at run time).
 The group's rows are one contiguous span: its prefetch walks the span COLUMNS times as fast as a
 row, PREFETCH_BYTES ahead, clamped to the call's columns, with the first window prefetched at the
 call's start (the block-32 chain quads' scheme, matmul_columns_ir).
@@ -31,19 +36,31 @@ call's start (the block-32 chain quads' scheme, matmul_columns_ir).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
+
+from gguf import GGMLQuantizationType as Q
 
 from kinetic.codegen.cpu.llvm_ir import Function, const_vec, splat
 from kinetic.codegen.cpu.matmul_block_ir import Rows, block_dot, decode_block, fold16, sums16
 from kinetic.codegen.cpu.quant_blocks import Layout
 
 COLUMNS = 2  # columns a super-block step runs (2 or 4, the fma widths declared: the same bits; 2 beat 4 and 8)
+TYPE_COLUMNS = {Q.Q4_K: 4}  # where another width measured faster
+GGML_CHAIN = {Q.Q4_K}  # K-quants whose ggml order is block_chain's (scalar) and that run here in it too
 PREFETCH_BYTES = 8192  # how far ahead of the group in flight its software prefetch reads
 
 
 def applies(layout: Layout) -> bool:
-    """The K-quants without a two-row decoder in an order other than their ggml one (block_chain)."""
-    return layout.dot_order is not None and layout.decode_pair is None and layout.block == 256
+    """The K-quants without a two-row decoder in block_chain: in an order other than their ggml one,
+    or in their ggml one where that is block_chain's (GGML_CHAIN)."""
+    chain = layout.dot_order is not None or layout.wtype in GGML_CHAIN
+    return chain and layout.decode_pair is None and layout.block == 256
+
+
+def columns(layout: Layout) -> int:
+    """The columns a group runs (COLUMNS, or TYPE_COLUMNS' width for the type)."""
+    return TYPE_COLUMNS.get(layout.wtype, COLUMNS)
 
 
 def _merge(fn: Function, a: str, b: str | None, cols: int, lanes: int) -> tuple[str, int]:
@@ -136,19 +153,37 @@ def _lead_in(fn: Function, rb: int) -> None:
     fn.loop(0, _at_most(fn, span, str(PREFETCH_BYTES)), [], lambda at, _c: fn.prefetch(base, at) or [], step=64)
 
 
-def chain_columns(fn: Function, layout: Layout, variant: str, k: int, first_row: str) -> None:
-    """Columns [n0, n1) for rows [first_row, m), COLUMNS columns at a time."""
+def _when(fn: Function, cond: str, body: Callable[[], None]) -> None:
+    """body's code run where the i1 `cond` holds (a loop of zero or one trips)."""
+    fn.loop(0, fn.v(f"zext i1 {cond} to i64"), [], lambda _i, _c: body() or [])
+
+
+def chain_columns(fn: Function, layout: Layout, variant: str, k: int, first_row: str,
+                  rows_alone: Callable[[], None]) -> None:
+    """Columns [n0, n1) for rows [first_row, m), `columns(layout)` columns at a time; GGML_CHAIN's
+    types only where one row is left, `rows_alone()` (the caller's loops) where more are."""
+    if layout.wtype in GGML_CHAIN and layout.dot_order is None:
+        one = fn.v(f"icmp eq i64 {fn.v(f'sub i64 %m, {first_row}')}, 1")
+        _when(fn, one, lambda: _groups(fn, layout, variant, k, first_row))
+        _when(fn, fn.v(f"xor i1 {one}, true"), rows_alone)
+    else:
+        _groups(fn, layout, variant, k, first_row)
+
+
+def _groups(fn: Function, layout: Layout, variant: str, k: int, first_row: str) -> None:
+    """Columns [n0, n1) for rows [first_row, m), `columns(layout)` columns at a time."""
+    n_cols = columns(layout)
     nb = k // layout.block
     rb = nb * layout.block_bytes
-    width = COLUMNS * (2 if layout.has_min else 1)
-    lines = -(-COLUMNS * layout.block_bytes // 64)  # cache lines the group's super-blocks span
-    ahead = -(-PREFETCH_BYTES // (COLUMNS * rb)) * COLUMNS * rb
+    width = n_cols * (2 if layout.has_min else 1)
+    lines = -(-n_cols * layout.block_bytes // 64)  # cache lines the group's super-blocks span
+    ahead = -(-PREFETCH_BYTES // (n_cols * rb)) * n_cols * rb
     if PREFETCH_BYTES:
         _lead_in(fn, rb)
 
     def group(p: str, _c: list[str]) -> list[str]:
         last = fn.v("sub i64 %n1, 1")
-        cols = [p] + [_at_most(fn, fn.v(f"add i64 {p}, {j}"), last) for j in range(1, COLUMNS)]
+        cols = [p] + [_at_most(fn, fn.v(f"add i64 {p}, {j}"), last) for j in range(1, n_cols)]
         wrows = [fn.gep("%w", fn.v(f"mul i64 {c}, {rb}")) for c in cols]
         cols_left = fn.v(f"sub i64 %n1, {p}")
         limit = fn.v(f"sub i64 {fn.v(f'mul i64 {cols_left}, {rb}')}, 1")  # the call's last byte from p's row
@@ -157,7 +192,7 @@ def chain_columns(fn: Function, layout: Layout, variant: str, k: int, first_row:
             rows = Rows(fn, r, k, layout)
 
             def step(b: str, accs: list[str]) -> list[str]:
-                ahead_at = fn.v(f"add i64 {fn.v(f'mul i64 {b}, {COLUMNS * layout.block_bytes}')}, {ahead}")
+                ahead_at = fn.v(f"add i64 {fn.v(f'mul i64 {b}, {n_cols * layout.block_bytes}')}, {ahead}")
                 for line in range(lines if PREFETCH_BYTES else 0):
                     off = ahead_at if not line else fn.v(f"add i64 {ahead_at}, {64 * line}")
                     fn.prefetch(wrows[0], _at_most(fn, off, limit))
@@ -168,11 +203,11 @@ def chain_columns(fn: Function, layout: Layout, variant: str, k: int, first_row:
             for j, c in enumerate(cols):
                 y = fn.v(f"extractelement <{width} x float> {acc}, i64 {j}")
                 if layout.has_min:
-                    y = fn.v(f"fsub float {y}, {fn.v(f'extractelement <{width} x float> {acc}, i64 {COLUMNS + j}')}")
+                    y = fn.v(f"fsub float {y}, {fn.v(f'extractelement <{width} x float> {acc}, i64 {n_cols + j}')}")
                 fn.store("float", y, fn.gep(orow, c, "float"), 4)
             return []
 
         fn.loop(first_row, "%m", [], row)
         return []
 
-    fn.loop("%n0", "%n1", [], group, step=COLUMNS)
+    fn.loop("%n0", "%n1", [], group, step=n_cols)
