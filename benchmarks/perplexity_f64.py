@@ -23,7 +23,6 @@ the kernels' definition, which `actq` is meant to reproduce. Does not own the co
 
 from __future__ import annotations
 
-import argparse
 import time
 from dataclasses import dataclass
 
@@ -31,6 +30,7 @@ import numpy as np
 from gguf import GGMLQuantizationType as Q
 from gguf import GGUFReader
 from gguf.quants import dequantize
+from perplexity_common import save_run, scoring_parser  # beside this script, on sys.path when run
 
 VARIANTS = ("exact", "kv16", "actq")
 
@@ -256,25 +256,17 @@ def score(path: str, text_path: str, *, n_ctx: int, variant: str, keep_logits: i
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("model")
-    ap.add_argument("text")
-    ap.add_argument("-c", "--ctx-size", type=int, default=128)
-    ap.add_argument("--chunks", type=int, default=-1)
+    ap = scoring_parser(__doc__)
     ap.add_argument("--variant", choices=VARIANTS, default="exact")
-    ap.add_argument("--keep-logits", type=int, default=0, metavar="N", help="save the logits of the first N chunks")
     ap.add_argument("--perturb", type=float, default=0.0, metavar="EPS",
                     help="multiply the embedding values by 1 + EPS * N(0, 1) (a sensitivity test)")
     ap.add_argument("--seed", type=int, default=0, help="the seed of --perturb's noise")
     ap.add_argument("--partial", metavar="FILE", help="write the NLLs of the chunks done so far to FILE after each")
-    ap.add_argument("-o", "--output", required=True)
     args = ap.parse_args()
     started = time.perf_counter()
     out = score(args.model, args.text, n_ctx=args.ctx_size, variant=args.variant, keep_logits=args.keep_logits,
                 max_chunks=args.chunks, perturb=args.perturb, seed=args.seed, partial=args.partial)
-    np.savez(args.output, **out)
-    print(f"f64/{args.variant}: {len(out['nll'])} tokens, PPL {np.exp(out['nll'].mean()):.4f} "
-          f"({time.perf_counter() - started:.0f} s) -> {args.output}")
+    save_run(args.output, out, f"f64/{args.variant}", started)
 
 
 if __name__ == "__main__":

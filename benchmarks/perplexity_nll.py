@@ -12,10 +12,10 @@ kinetic.ir.orders.FAST_ORDERS in this process. Does not own the scoring (kinetic
 
 from __future__ import annotations
 
-import argparse
 import time
 
 import numpy as np
+from perplexity_common import save_run, scoring_parser  # beside this script, on sys.path when run
 
 from kinetic import perplexity as ppl
 from kinetic.cli.perplexity_cmd import _bos, _read_text
@@ -62,24 +62,16 @@ def collect(model_spec: str, text_path: str, *, n_ctx: int, numerics: str, threa
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("model")
-    ap.add_argument("text")
-    ap.add_argument("-c", "--ctx-size", type=int, default=128)
-    ap.add_argument("--chunks", type=int, default=-1)
+    ap = scoring_parser(__doc__)
     ap.add_argument("--numerics", default="ggml")
     ap.add_argument("--orders", help="fast orders to keep, comma-separated (matmul,attention)")
     ap.add_argument("-t", "--threads", type=int, default=2)
-    ap.add_argument("--keep-logits", type=int, default=0, metavar="N", help="save the logits of the first N chunks")
-    ap.add_argument("-o", "--output", required=True)
     args = ap.parse_args()
     _narrow_fast_orders(args.orders)
     started = time.perf_counter()
     out = collect(args.model, args.text, n_ctx=args.ctx_size, numerics=args.numerics, threads=args.threads,
                   keep_logits=args.keep_logits, chunks=args.chunks)
-    np.savez(args.output, **out)
-    print(f"{args.numerics}{'/' + args.orders if args.orders else ''}: {len(out['nll'])} tokens, "
-          f"PPL {np.exp(out['nll'].mean()):.4f} ({time.perf_counter() - started:.0f} s) -> {args.output}")
+    save_run(args.output, out, args.numerics + ("/" + args.orders if args.orders else ""), started)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,9 @@
 Owns: forward passes over a batch of rows (tokens with sequence, position and parent), prompt
 processing in chunks on a fixed grid (`grid_chunks`: each ends at a multiple of `batch` counted
 from position 0) run up to `prompt_pass` rows a pass (`prompt_passes`: consecutive chunks together,
-a pass ending where a chunk does), one-token decode, greedy selection and rollback, and the shared pass of Convoy
+a pass ending where a chunk does), written once as steps (`Engine.prompt_steps`: Engine.prefill and
+Engine.feed run them alone, a generation yields them to Convoy), one-token decode, greedy selection
+and rollback, and the shared pass of Convoy
 (`run`: several sequences' rows, each given as a `SeqRows`, in one pass). It knows nothing about
 text: it works on token ids (the tokenizer lives in the frontend). The passes run on a device's
 runner (kinetic/codegen/runner.py), opened through the device registry (kinetic/devices.py). For a
@@ -15,9 +17,9 @@ cut before its output layer and the head (kinetic/runtime/output_layer.py).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 
@@ -44,6 +46,7 @@ DEFAULT_BATCH = 128  # the grid: prompt chunks and warm states end at its multip
 # share's matmul tile gets 64 rows instead of 16 (a weight column decoded once a tile). The step's
 # arenas grow 4x (SmolLM2 5.8 -> 22.8 MB f32, Gemma 10.3 -> 40.3 MB).
 CPU_PROMPT_PASS = 512
+T = TypeVar("T")
 
 
 @dataclass
@@ -122,7 +125,7 @@ class Engine:
         """Tokens the next prompt pass of `seq` takes of the n it has still to read: whole grid chunks
         up to its prompt rows (Sequence.prompt_pass, else the engine's), the first chunk always."""
         start = seq.cache.length
-        return prompt_passes(start, n, self.batch, seq.prompt_pass or self.prompt_pass)[0][1] - start
+        return next(prompt_passes(start, n, self.batch, seq.prompt_pass or self.prompt_pass))[1] - start
 
     @property
     def max_sequences(self) -> int | None:
@@ -231,26 +234,44 @@ class Engine:
                 _hold_hidden(part.seq, result.outputs, rows, mine)
             first_row, first_out = first_row + len(mine), first_out + n_out
 
-    def prefill(self, seq: Sequence, tokens: list[int], top: int = 0) -> np.ndarray:
-        """Feed tokens after what the sequence holds, in passes of whole grid chunks (next_pass);
-        logits of the last token, f32 [n_vocab] (`top` > 0: Shortlist's, exact for the tokens that
-        can be among the `top` best, SeqRows.top)."""
-        if not tokens:
+    def prompt_steps(self, seq: Sequence, tokens: list[int], *, logits: bool = True,
+                     top: int = 0) -> Generator[SeqRows, None, np.ndarray | None]:
+        """Feeding `tokens` after what `seq` holds, as steps: yields each prompt pass's rows (whole grid
+        chunks, next_pass, asked again before each pass: Convoy may change the sequence's prompt_pass
+        in between), which the driver runs (Engine.run) before resuming. With `logits`, the last pass's
+        last row gives logits and the steps return them, f32 [n_vocab] (`top` > 0: Shortlist's, exact
+        for the tokens that can be among the `top` best, SeqRows.top); without, no pass runs the
+        output layer and they return None. Engine.prefill and Engine.feed run these alone."""
+        if logits and not tokens:
             raise ValueError("prefill needs at least one token")
-        done = 0
-        while (n := self.next_pass(seq, len(tokens) - done)) < len(tokens) - done:
-            self.forward(PassRows.chain(tokens[done:done + n], seq.cache.length, outputs="none"), {0: seq})
-            done += n
-        return self.forward(PassRows.chain(tokens[done:], seq.cache.length), {0: seq}, top=top)[-1]
-
-    def feed(self, seq: Sequence, tokens: list[int]) -> None:
-        """Feed tokens in passes of whole grid chunks without computing logits (the output layer is
-        skipped): a rollback's refeed, or a prompt whose passes a caller interleaves with checks."""
         done = 0
         while done < len(tokens):
             n = self.next_pass(seq, len(tokens) - done)
-            self.forward(PassRows.chain(tokens[done:done + n], seq.cache.length, outputs="none"), {0: seq})
             done += n
+            last = logits and done == len(tokens)
+            want = SeqRows(seq, PassRows.chain(tokens[done - n:done], seq.cache.length,
+                                               outputs="last" if last else "none"), top=top if last else 0)
+            yield want
+        return want.logits[-1] if logits else None
+
+    def prefill(self, seq: Sequence, tokens: list[int], top: int = 0) -> np.ndarray:
+        """Feed tokens after what the sequence holds, in its prompt passes (prompt_steps, run alone);
+        logits of the last token, f32 [n_vocab] (`top` > 0: Shortlist's, SeqRows.top)."""
+        return self._run_alone(self.prompt_steps(seq, tokens, top=top))
+
+    def feed(self, seq: Sequence, tokens: list[int]) -> None:
+        """Feed tokens in its prompt passes without computing logits (the output layer is skipped):
+        a rollback's refeed, or a prompt whose passes a caller interleaves with checks."""
+        self._run_alone(self.prompt_steps(seq, tokens, logits=False))
+
+    def _run_alone(self, steps: Generator[SeqRows, None, T]) -> T:
+        """Runs each pass the steps ask for on its own (Engine.run); what the steps return."""
+        while True:
+            try:
+                part = next(steps)
+            except StopIteration as end:
+                return end.value
+            self.run([part])
 
     def decode(self, seq: Sequence, token: int, top: int = 0) -> np.ndarray:
         return self.prefill(seq, [token], top)
@@ -318,17 +339,20 @@ def grid_chunks(start: int, n: int, batch: int) -> list[tuple[int, int]]:
     return list(zip(cuts[:-1], cuts[1:], strict=True))
 
 
-def prompt_passes(start: int, n: int, batch: int, pass_rows: int) -> list[tuple[int, int]]:
-    """The passes (from, to) of n tokens fed after `start` cache entries: runs of consecutive grid
-    chunks (grid_chunks) of at most `pass_rows` rows, a chunk alone where it is longer. Every pass
-    ends where a chunk does, so the grid's points (warm states) are the same whatever `pass_rows`."""
-    passes: list[tuple[int, int]] = []
-    for lo, hi in grid_chunks(start, n, batch):
-        if passes and hi - passes[-1][0] <= pass_rows:
-            passes[-1] = (passes[-1][0], hi)
-        else:
-            passes.append((lo, hi))
-    return passes
+def prompt_passes(start: int, n: int, batch: int, pass_rows: int) -> Iterator[tuple[int, int]]:
+    """The passes (from, to) of n tokens fed after `start` cache entries, lazily: runs of consecutive
+    grid chunks (grid_chunks) of at most `pass_rows` rows, a chunk alone where it is longer. Every
+    pass ends where a chunk does, so the grid's points (warm states) are the same whatever `pass_rows`.
+    A pass from `start` takes as many chunks as fit: the chunk ends are `end` = start + n and the grid
+    points k * batch inside (start, end), so it ends at `end` if end - start <= pass_rows, else at the
+    last grid point <= start + pass_rows, or at the first chunk's end when that is further."""
+    end = start + n
+    while start < end:
+        first = min(end, (start // batch + 1) * batch)  # the first chunk's end
+        furthest = end if end - start <= pass_rows else (start + pass_rows) // batch * batch
+        stop = max(first, furthest)
+        yield start, stop
+        start = stop
 
 
 def _record_hidden(seq: Sequence, outputs: dict, rows: PassRows, mine: np.ndarray) -> None:

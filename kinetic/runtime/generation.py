@@ -36,7 +36,7 @@ import numpy as np
 from kinetic.errors import KineticError
 from kinetic.runtime.engine import SeqRows
 from kinetic.runtime.sampling import Sampler, SamplingSettings, log_softmax, top_logprobs
-from kinetic.runtime.speculative import DraftStats, SpeculativeDecoder, feed_steps, run_alone
+from kinetic.runtime.speculative import DraftStats, SpeculativeDecoder, run_alone
 from kinetic.runtime.stop_strings import HoldBack
 from kinetic.runtime.warm import grid_floor
 
@@ -257,7 +257,7 @@ class Generation:
         picker = _Recording(self.sampler, self._info)
         draft = generator.draft if request.draft is None else request.draft
         if request.prefill_only:  # whole grid chunks only: the request that follows runs the same ones
-            steps = feed_steps(engine, seq, ids[done:grid_floor(len(ids), engine.batch)])
+            steps = engine.prompt_steps(seq, ids[done:grid_floor(len(ids), engine.batch)], logits=False)
         else:
             steps = generator.decoder.steps(seq, ids[done:], request.max_tokens, stop=eot, picker=picker,
                                             draft=draft, stats=self.stats, top=0 if request.logprobs else None)

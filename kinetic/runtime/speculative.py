@@ -140,31 +140,6 @@ def generation_limit(engine: Engine, seq: Sequence, prompt: list[int], max_token
     return room if max_tokens is None or max_tokens < 0 else min(max_tokens, room)
 
 
-def feed_steps(engine: Engine, seq: Sequence, tokens: list[int]) -> Generator[SeqRows, None, None]:
-    """Engine.feed as steps: the tokens in passes of whole grid chunks (Engine.next_pass, asked
-    again before each pass: Convoy may change the sequence's prompt_pass in between), no logits."""
-    done = 0
-    while done < len(tokens):
-        n = engine.next_pass(seq, len(tokens) - done)
-        yield SeqRows(seq, PassRows.chain(tokens[done:done + n], seq.cache.length, outputs="none"))
-        done += n
-
-
-def prefill_steps(engine: Engine, seq: Sequence, tokens: list[int],
-                  top: int = 0) -> Generator[SeqRows, None, np.ndarray]:
-    """Engine.prefill as steps: the same passes of whole grid chunks (only the last one's last row
-    gives logits); returns those logits, f32 [n_vocab] (`top`: Shortlist's, SeqRows.top)."""
-    if not tokens:
-        raise ValueError("prefill needs at least one token")
-    done = 0
-    while (n := engine.next_pass(seq, len(tokens) - done)) < len(tokens) - done:
-        yield SeqRows(seq, PassRows.chain(tokens[done:done + n], seq.cache.length, outputs="none"))
-        done += n
-    want = SeqRows(seq, PassRows.chain(tokens[done:], seq.cache.length), top=top)
-    yield want
-    return want.logits[-1]
-
-
 def run_alone(engine: Engine, steps: Iterator) -> Iterator:
     """Drives a steppable loop on its own: each pass it wants (a SeqRows) runs by itself; everything
     else it yields (tokens, or a generation's Piece and Finished events) is passed on."""
@@ -236,7 +211,7 @@ class SpeculativeDecoder:
         policy = DraftPolicy(self.costs, self.max_rows)
         # Shortlist: how many best logits the picker's choice depends on (0: all; kinetic/runtime/shortlist.py)
         top = picker_rows_needed(picker, logprobs=False, n_vocab=engine.n_vocab) if top is None else top
-        token = pick(picker, (yield from prefill_steps(engine, seq, prompt, top)))
+        token = pick(picker, (yield from engine.prompt_steps(seq, prompt, top=top)))
         context, generated = list(seq.tokens), 1
         try:
             while True:

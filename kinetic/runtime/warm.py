@@ -9,12 +9,12 @@ rows (model file hash, graph hash, pipeline hash, device and its class, build, b
 moves a generation makes: `resume` (before a prompt: cut the sequence back to what it shares with the
 prompt, then restore the longest stored grid-aligned prefix beyond that, when cheaper than computing
 it: kinetic/runtime/warm_costs.py) and `keep` (after: store the sequence's state at its last grid point).
-Does not own the passes, the chunking (speculative.prefill_steps), nor files and their format (the
+Does not own the passes, the chunking (Engine.prompt_steps), nor files and their format (the
 disk tier), nor which slot runs what (scheduler.py). `State`, `model_key`, `grid_floor` and
 `common_prefix` live in kinetic/runtime/warm_state.py and are imported from here too.
 
 Exactness, the grid: a prompt is cut into chunks that end at multiples of `engine.batch` counted from
-position 0 (prefill_steps), warm or cold, and states are stored and restored only at those multiples,
+position 0 (Engine.prompt_steps), warm or cold, and states are stored and restored only at those multiples,
 so after a restore the rest of the prompt runs in exactly the chunks a cold run gives it (a pass may
 run several consecutive chunks, Engine.prompt_pass, but always ends at a grid point). A state's
 rows are what the run that stored it computed; a row's floats depend only on its token and the rows
