@@ -4,7 +4,7 @@ and llama.cpp's llama-bench under the same load when it is found.
 
     python benchmarks/under_load.py [MODEL] [--tokens 64] [--threads 2] [--repeat 3] [--busy N]
                                     [--llama-bench PATH] [--no-steal] [--spin-until-overdue] [--python-workers]
-                                    [--split-small-phases] [--loaded-only]
+                                    [--split-small-phases] [--share-by-share] [--loaded-only]
 
 Each measurement is greedy decode of --tokens tokens after a one-token prompt (engine.decode, no
 sampling, no drafting: the step and its threads alone), repeated --repeat times in rounds that
@@ -16,7 +16,9 @@ stealing one (kinetic/codegen/cpu/step_steal.py: before and after in the same ro
 (the rule before naps, kinetic/codegen/cpu/step_sync.py "Naps"); --python-workers adds it with the
 pool's workers as before compiled mailboxes (Python threads taking each stretch from a queue and
 calling drive: step_threads.Worker says what that cost); --split-small-phases adds it with every
-decode phase in one share a thread, small ops too (the rule before step_drive.phase_shares). Each figure comes with the
+decode phase in one share a thread, small ops too (the rule before step_drive.phase_shares);
+--share-by-share adds it with a thread that finds itself alone claiming one share at a time (the
+rule before step_sync.claim_rest: each share a call of its own). Each figure comes with the
 process's CPU time per token: on a shared machine, where "quiet" is not, the work a token costs
 (and what waiting adds to it) is the figure that does not move with the others' load.
 """
@@ -81,19 +83,22 @@ class Configuration:
     own) and its worker pool (None: the engine's own)."""
 
     def __init__(self, model: Model, steal_spin: int | None = None, pool: QueuePool | None = None,
-                 split_small: bool = False):
+                 split_small: bool = False, share_by_share: bool = False):
         self.model, self.steal_spin, self.pool, self.split_small = model, steal_spin, pool, split_small
+        self.share_by_share = share_by_share
 
     def decode(self, tokens: int) -> tuple[float, float]:
         """(tokens per second, the process's CPU microseconds per token) of `tokens` greedy decode
         passes of one sequence."""
-        own, own_pool = int(step_threads.WAITS[5]), step_threads._pool
+        own, own_pool = step_threads.WAITS.copy(), step_threads._pool
         if self.steal_spin is not None:
             step_threads.WAITS[5] = self.steal_spin
         if self.pool is not None:
             step_threads._pool = self.pool
         if self.split_small:
             step_threads.WAITS[6] = 0
+        if self.share_by_share:
+            step_threads.WAITS[7] = 0
         try:
             engine = self.model.engine
             seq = engine.new_sequence()
@@ -103,7 +108,7 @@ class Configuration:
                 logits = engine.decode(seq, int(np.argmax(logits)))
             return tokens / (time.perf_counter() - start), (time.process_time() - cpu) / tokens * 1e6
         finally:
-            step_threads.WAITS[5], step_threads.WAITS[6], step_threads._pool = own, 1, own_pool
+            step_threads.WAITS[:], step_threads._pool = own, own_pool
 
 
 def llama_speed(bench: Path, model_path: str, threads: int, tokens: int) -> float | None:
@@ -145,6 +150,9 @@ def configurations(args) -> dict[str, Configuration]:
     if args.split_small_phases and args.threads > 1:
         models[f"kinetic -t {args.threads} split-small-phases"] = Configuration(
             models[f"kinetic -t {args.threads}"].model, split_small=True)
+    if args.share_by_share and args.threads > 1:
+        models[f"kinetic -t {args.threads} share-by-share"] = Configuration(
+            models[f"kinetic -t {args.threads}"].model, share_by_share=True)
     return models
 
 
@@ -207,6 +215,8 @@ def main() -> None:
                         help="also the N-thread step with the pool's workers in Python, taking stretches from a queue")
     parser.add_argument("--split-small-phases", action="store_true",
                         help="also the N-thread step with decode phases of small ops split among the threads")
+    parser.add_argument("--share-by-share", action="store_true",
+                        help="also the N-thread step with a thread alone in a phase claiming one share at a time")
     parser.add_argument("--loaded-only", action="store_true", help="skip the quiet rounds")
     args = parser.parse_args()
     if args.llama_bench and not Path(args.llama_bench).is_file():

@@ -31,60 +31,68 @@ from kinetic.codegen.cpu.native import (
     u8_ptr,
     unowned,
 )
-from kinetic.codegen.cpu.step_ops import run_op
+from kinetic.codegen.cpu.step_ops import run_span
 from kinetic.codegen.cpu.step_sync import (
     COUNT,
     LATE,
+    alone,
+    arrive,
     claim,
+    claim_rest,
     commit,
     committed,
     enter,
-    finish,
+    finish_many,
     leave,
-    stamp,
+    stamp_span,
     wait_or_steal,
 )
 
 # numba's cache checks only this file's stamp, not those of the modules whose code it compiles in;
 # this hash of them (kept current by tests/codegen/cpu/test_cpu_step.py) changes this file whenever
 # they change, so a stale cache is never loaded.
-SOURCES_HASH = "8d0093e30370934f"
+SOURCES_HASH = "4c028a29b7148076"
 
 
 @njit(cache=True, nogil=True, error_model="numpy", inline="always")
-def run_share(int_rows, float_rows, first, last, share, nt, commits, a, a_addr, n_rows, n_out, out_rows, tokens,
+def run_share(int_rows, float_rows, first, last, share, end, nt, commits, a, a_addr, n_rows, n_out, out_rows, tokens,
               positions, row_slot, row_cidx, slot_rows, anc, kv_addr, clen, cpos_addr, gelu, tid, prof, counters,
               epoch, steal):
-    """Share `share` of the ops first..last: those flagged FLAG_COMMIT when `commits`, the others
-    otherwise; with `steal`, none after another run of the share has been counted (the rest would
-    repeat its bits). Thread 0 adds each op's cycles to prof[ip, 0]."""
+    """Shares share..end-1 of the ops first..last (one call an op: step_ops.run_span): those
+    flagged FLAG_COMMIT when `commits`, the others otherwise; with `steal`, none after another run
+    of each of the shares has been counted (the rest would repeat its bits). Thread 0 adds each
+    op's cycles to prof[ip, 0]."""
     for ip in range(first, last + 1):
         if (int_rows[ip, tape.FLAGS] & tape.FLAG_COMMIT != 0) != commits:
             continue
-        if steal and not commits and committed(counters, epoch, share):
+        if steal and not commits and committed(counters, epoch, share, end):
             return
         began = cycles()
-        run_op(int_rows, float_rows, ip, share, nt, a, a_addr, n_rows, n_out, out_rows, tokens, positions,
-               row_slot, row_cidx, slot_rows, anc, kv_addr, clen, cpos_addr, gelu)
+        run_span(int_rows, float_rows, ip, share, end, nt, a, a_addr, n_rows, n_out, out_rows, tokens, positions,
+                 row_slot, row_cidx, slot_rows, anc, kv_addr, clen, cpos_addr, gelu)
         if tid == 0:
             prof[ip, 0] += cycles() - began
 
 
 @njit(cache=True, nogil=True, error_model="numpy", inline="always")
-def _share_and_commit(int_rows, float_rows, first, last, share, nt, a, a_addr, n_rows, n_out, out_rows, tokens,
+def _share_and_commit(int_rows, float_rows, first, last, share, end, nt, a, a_addr, n_rows, n_out, out_rows, tokens,
                       positions, row_slot, row_cidx, slot_rows, anc, kv_addr, clen, cpos_addr, gelu, tid, prof,
                       counters, epoch, waits, steal, began):
-    """Run a share; if this run counts (always, unless the phase may be stolen: then the first run to
-    finish), its FLAG_COMMIT ops too, and count it done."""
-    run_share(int_rows, float_rows, first, last, share, nt, False, a, a_addr, n_rows, n_out, out_rows, tokens,
+    """Run shares share..end-1; for each whose run counts (always, unless the phase may be stolen:
+    then the first run of it to finish), its FLAG_COMMIT ops too, and count it done."""
+    run_share(int_rows, float_rows, first, last, share, end, nt, False, a, a_addr, n_rows, n_out, out_rows, tokens,
               positions, row_slot, row_cidx, slot_rows, anc, kv_addr, clen, cpos_addr, gelu, tid, prof, counters,
               epoch, steal)
-    if steal and not commit(counters, epoch, share):
-        return
-    run_share(int_rows, float_rows, first, last, share, nt, True, a, a_addr, n_rows, n_out, out_rows, tokens,
-              positions, row_slot, row_cidx, slot_rows, anc, kv_addr, clen, cpos_addr, gelu, tid, prof, counters,
-              epoch, steal)
-    finish(counters, nt, waits, cycles() - began if steal else 0)
+    took = (cycles() - began) // (end - share) if steal else 0
+    done = 0
+    for s in range(share, end):
+        if steal and not commit(counters, epoch, s):
+            continue
+        run_share(int_rows, float_rows, first, last, s, s + 1, nt, True, a, a_addr, n_rows, n_out, out_rows, tokens,
+                  positions, row_slot, row_cidx, slot_rows, anc, kv_addr, clen, cpos_addr, gelu, tid, prof, counters,
+                  epoch, steal)
+        done += 1
+    finish_many(counters, nt, waits, took, done)
 
 
 # row-local ops too small to split by columns: two shares cost more than one (an RMS norm's row sum
@@ -128,7 +136,10 @@ def drive(int_rows, float_rows, start, end, tid, nt, shares, a, a_addr, n_rows, 
     runs any share it claims first (step_sync.claim): a thread another process keeps off its core
     holds nobody up unless it holds an unfinished share, and in a phase flagged FLAG_STEAL not even
     then: a waiting thread runs an overdue share again and the first run to finish counts
-    (step_sync.py, "Stealing"). A thread goes
+    (step_sync.py, "Stealing"). In such a phase, a thread that no other has followed into either
+    of the two phases before (step_sync.alone: the others are off their cores) claims every share
+    left at once and runs each op once over their columns (step_ops.run_span: the same bits, one
+    call instead of one a share). A thread goes
     on to the next phase once every share of this one is done (step_sync.wait_or_steal).
     `sync_addr`: the stretch's phase counters (`sync_stride` bytes a phase), tagged with `epoch`; a
     thread that finds another epoch there is late for a stretch that has ended and returns.
@@ -152,13 +163,17 @@ def drive(int_rows, float_rows, start, end, tid, nt, shares, a, a_addr, n_rows, 
         counters = sync_addr + phase * sync_stride
         steal = int_rows[first, tape.FLAGS] & tape.FLAG_STEAL != 0
         n_shares = phase_shares(int_rows, first, last, shares, waits)
+        arrive(counters)
+        whole = steal and n_shares > 1 and waits[7] != 0 and alone(counters, sync_stride, epoch, phase)
         enter(active)
-        share = claim(counters, epoch, n_shares)
+        share = claim_rest(counters, epoch, n_shares) if whole else claim(counters, epoch, n_shares)
         while share >= 0:
-            began = stamp(counters, share) if steal else 0
-            _share_and_commit(int_rows, float_rows, first, last, share, n_shares, a, a_addr, n_rows, n_out, out_rows,
-                              tokens, positions, row_slot, row_cidx, slot_rows, anc, kv_addr, clen, cpos_addr, gelu,
-                              tid, prof, counters, epoch, waits, steal, began)
+            upto = n_shares if whole else share + 1
+            began = stamp_span(counters, share, upto) if steal else 0
+            _share_and_commit(int_rows, float_rows, first, last, share, upto, n_shares, a, a_addr, n_rows, n_out,
+                              out_rows, tokens, positions, row_slot, row_cidx, slot_rows, anc, kv_addr, clen,
+                              cpos_addr, gelu, tid, prof, counters, epoch, waits, steal, began)
+            whole = False
             share = claim(counters, epoch, n_shares)
         leave(active)
         if share == LATE:
@@ -172,9 +187,9 @@ def drive(int_rows, float_rows, start, end, tid, nt, shares, a, a_addr, n_rows, 
                 return waited
             if share < 0:
                 break
-            _share_and_commit(int_rows, float_rows, first, last, share, n_shares, a, a_addr, n_rows, n_out, out_rows,
-                              tokens, positions, row_slot, row_cidx, slot_rows, anc, kv_addr, clen, cpos_addr, gelu,
-                              tid, prof, counters, epoch, waits, steal, cycles())
+            _share_and_commit(int_rows, float_rows, first, last, share, share + 1, n_shares, a, a_addr, n_rows, n_out,
+                              out_rows, tokens, positions, row_slot, row_cidx, slot_rows, anc, kv_addr, clen,
+                              cpos_addr, gelu, tid, prof, counters, epoch, waits, steal, cycles())
             leave(active)
         phase += 1
         first = last + 1

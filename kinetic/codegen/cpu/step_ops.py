@@ -93,8 +93,10 @@ def _gelu(x, table):
 
 
 @njit(cache=True, inline="always", error_model="numpy")
-def _share(n, tid, nt):
-    return n * tid // nt, n * (tid + 1) // nt
+def _span(n, s0, s1, nt):
+    """Shares s0..s1-1 of n items split nt ways, together: share s is n*s//nt .. n*(s+1)//nt, so
+    consecutive shares meet and their union is n*s0//nt .. n*s1//nt."""
+    return n * s0 // nt, n * s1 // nt
 
 
 @njit(cache=True, error_model="numpy")
@@ -269,18 +271,29 @@ def embed_rows(a, table, row_bytes, y, width, kind, tokens, r0, r1, c0, c1):
 @njit(cache=True, nogil=True, error_model="numpy")
 def run_op(int_rows, float_rows, ip, share, shares, a, a_addr, n_rows, n_out, out_rows, tokens, positions, row_slot,
            row_cidx, slot_rows, anc, kv_addr, clen, cpos_addr, gelu):
-    """Share `share` of `shares` of the tape's op `ip`: row-local ops a share of the rows (or of the
-    columns), matmuls of the output columns (in units where the columns plan aligned them; of the
-    rows, every column, under FLAG_SPLIT_ROWS), attention every shares-th (row, head) item."""
+    """Share `share` of `shares` of the tape's op `ip` (run_span of that one share)."""
+    run_span(int_rows, float_rows, ip, share, share + 1, shares, a, a_addr, n_rows, n_out, out_rows, tokens, positions,
+             row_slot, row_cidx, slot_rows, anc, kv_addr, clen, cpos_addr, gelu)
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def run_span(int_rows, float_rows, ip, share, end, shares, a, a_addr, n_rows, n_out, out_rows, tokens, positions,
+             row_slot, row_cidx, slot_rows, anc, kv_addr, clen, cpos_addr, gelu):
+    """Shares share..end-1 of `shares` of the tape's op `ip`: row-local ops a share of the rows (or
+    of the columns), matmuls of the output columns (in units where the columns plan aligned them; of
+    the rows, every column, under FLAG_SPLIT_ROWS), attention every shares-th (row, head) item.
+    Consecutive shares of rows or columns are one contiguous range (_span), run as one call: the
+    same bits as share by share, since no op splits a reduction and each row or column is computed
+    alike in any call that covers it; attention and the MoE ops run share by share."""
     t = int_rows[ip]
     op = t[tape.OP]
     rows = n_out if t[tape.FLAGS] & tape.FLAG_OUTPUT_ROWS else n_rows
-    r0, r1 = _share(rows, share, shares)
+    r0, r1 = _span(rows, share, end, shares)
     width, unit = t[tape.WIDTH], t[tape.UNIT]
     c0, c1 = 0, width  # row-local ops: columns c0..c1 of rows r0..r1
     if t[tape.FLAGS] & tape.FLAG_COLUMNS and unit > 0:  # fewer rows than threads: split the columns instead
         r0, r1 = 0, rows
-        u0, u1 = _share((width + unit - 1) // unit, share, shares)
+        u0, u1 = _span((width + unit - 1) // unit, share, end, shares)
         c0, c1 = min(u0 * unit, width), min(u1 * unit, width)
     if op == tape.OP_RMS_NORM:
         rms_norm_rows(a, t[tape.RMS_X], t[tape.RMS_Y], t[tape.RMS_WIDTH], t[tape.RMS_GROUP],
@@ -303,7 +316,7 @@ def run_op(int_rows, float_rows, ip, share, shares, a, a_addr, n_rows, n_out, ou
                             e + r * e_row + b0 * e_block, b1 - b0)
     elif op == tape.OP_MATMUL:
         n = t[tape.MATMUL_N]
-        n0, n1 = (c0, c1) if t[tape.FLAGS] & tape.FLAG_COLUMNS and unit > 0 else _share(n, share, shares)
+        n0, n1 = (c0, c1) if t[tape.FLAGS] & tape.FLAG_COLUMNS and unit > 0 else _span(n, share, end, shares)
         if t[tape.FLAGS] & tape.FLAG_SPLIT_ROWS:  # rows r0..r1, every column: the kernel from row r0 on
             if r1 > r0:
                 call_kernel(t[tape.MATMUL_KERNEL], t[tape.MATMUL_WEIGHT], t[tape.MATMUL_Q] + r0 * t[tape.MATMUL_Q_ROW],
@@ -329,11 +342,12 @@ def run_op(int_rows, float_rows, ip, share, shares, a, a_addr, n_rows, n_out, ou
     elif op == tape.OP_ATTEND:
         layer, n_head, n_kv = t[tape.ATTEND_LAYER], t[tape.ATTEND_N_HEAD], t[tape.ATTEND_N_KV_HEAD]
         hd, heads = t[tape.ATTEND_HEAD_DIM], t[tape.ATTEND_HEADS]
-        attend(a, t[tape.ATTEND_Q], t[tape.ATTEND_Y], kv_addr[:, layer, 0], kv_addr[:, layer, 1], n_kv * hd, n_head,
-               n_kv, hd, F32(float_rows[ip, tape.ATTEND_SCALE]), F32(float_rows[ip, tape.ATTEND_CAP]),
-               t[tape.ATTEND_WINDOW], share, shares, rows, positions, row_slot, slot_rows, clen, cpos_addr, anc,
-               t[tape.ATTEND_SCORE_KERNEL], t[tape.ATTEND_SOFTMAX_KERNEL], heads, t[tape.ATTEND_TILE_KERNEL],
-               t[tape.ATTEND_SCALE_BITS], t[tape.ATTEND_CAP_BITS], t[tape.ATTEND_F32_ACC] != 0)
+        for s in range(share, end):  # a share's items are every shares-th: not contiguous
+            attend(a, t[tape.ATTEND_Q], t[tape.ATTEND_Y], kv_addr[:, layer, 0], kv_addr[:, layer, 1], n_kv * hd,
+                   n_head, n_kv, hd, F32(float_rows[ip, tape.ATTEND_SCALE]), F32(float_rows[ip, tape.ATTEND_CAP]),
+                   t[tape.ATTEND_WINDOW], s, shares, rows, positions, row_slot, slot_rows, clen, cpos_addr, anc,
+                   t[tape.ATTEND_SCORE_KERNEL], t[tape.ATTEND_SOFTMAX_KERNEL], heads, t[tape.ATTEND_TILE_KERNEL],
+                   t[tape.ATTEND_SCALE_BITS], t[tape.ATTEND_CAP_BITS], t[tape.ATTEND_F32_ACC] != 0)
     elif op == tape.OP_EMBED:
         embed_rows(a, t[tape.EMBED_TABLE], t[tape.EMBED_ROW_BYTES], t[tape.EMBED_Y], t[tape.EMBED_WIDTH],
                    t[tape.EMBED_KIND], tokens, r0, r1, c0, c1)
@@ -374,11 +388,13 @@ def run_op(int_rows, float_rows, ip, share, shares, a, a_addr, n_rows, n_out, ou
             call_kernel(t[tape.ROWK_KERNEL], a_addr + 4 * t[tape.ROWK_X], a_addr + 4 * b if b >= 0 else 0,
                         a_addr + 4 * t[tape.ROWK_Y], r0, r1)
     elif op == tape.OP_MOE_QUANT:
-        quantize_slots(t[tape.MOE_PARAMS], a, a_addr, t[tape.MOE_X], t[tape.MOE_IDS], t[tape.MOE_Q],
-                       t[tape.MOE_D], t[tape.MOE_E], rows, share, shares)
+        for s in range(share, end):
+            quantize_slots(t[tape.MOE_PARAMS], a, a_addr, t[tape.MOE_X], t[tape.MOE_IDS], t[tape.MOE_Q],
+                           t[tape.MOE_D], t[tape.MOE_E], rows, s, shares)
     elif op == tape.OP_MOE_MATMUL:
-        matmul_slots(t[tape.MOE_PARAMS], a, a_addr, t[tape.MOE_IDS], t[tape.MOE_Q], t[tape.MOE_D],
-                     t[tape.MOE_E], t[tape.MOE_Y], t[tape.MOE_SCRATCH], rows, share, shares)
+        for s in range(share, end):
+            matmul_slots(t[tape.MOE_PARAMS], a, a_addr, t[tape.MOE_IDS], t[tape.MOE_Q], t[tape.MOE_D],
+                         t[tape.MOE_E], t[tape.MOE_Y], t[tape.MOE_SCRATCH], rows, s, shares)
     else:  # elementwise
         x, b, y, ew_width = t[tape.EW_X], t[tape.EW_B], t[tape.EW_Y], t[tape.EW_WIDTH]
         f0, f1 = F32(float_rows[ip, tape.EW_F0]), F32(float_rows[ip, tape.EW_F1])

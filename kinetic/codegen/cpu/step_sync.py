@@ -3,9 +3,10 @@ share whose holder is off its core run again by a waiting thread, and a wait for
 that sleeps instead of spinning when it lasts.
 
 Owns: the phase counters' layout and the operations on them the driver (step_drive.drive) calls per
-phase: `claim` (the next unclaimed share), `stamp` (when its holder started it), `commit` (which of
-the threads that ran a share is the one whose run counts), `finish` (a share done; the last one
-wakes sleepers), `wait_or_steal` (until every share is done, or until a share is overdue and this
+phase: `claim` (the next unclaimed share; `claim_rest`, every one left, for a thread that is
+`alone`: no other `arrive`d at the two phases before), `stamp` (when its holder started it),
+`commit` (which of the threads that ran a share is the one whose run counts), `finish` (a share
+done; the last one wakes sleepers), `wait_or_steal` (until every share is done, or until a share is overdue and this
 thread takes it over), and `enter` / `leave`, the count of threads working in a stealing tape's
 arena. Does not own the counters' memory or their reset per stretch (step_threads.PhaseCounters),
 what a share computes, nor which phases may be stolen (tape_plan.steal_flags).
@@ -41,8 +42,16 @@ load: naps".
 Layout, per phase (int64 words): claimed shares at 0 and done shares at 8 (both tagged with the
 stretch's epoch in the upper 32 bits, so a thread late for a stretch that has ended finds another
 epoch and leaves), sleepers (threads in a futex wait on the done word) at 16, the phase's usual
-share length in cycles at 17, then per share s its state at 24 + 2s (epoch << 32, | 1 once
-committed) and the cycle its run started at 25 + 2s.
+share length in cycles at 17, the threads come to the phase at 18 (tagged too), then per share s
+its state at 24 + 2s (epoch << 32, | 1 once committed) and the cycle its run started at 25 + 2s.
+
+Alone (claim_rest): when no other thread has come to either of the two phases before, the others
+are off their cores; the thread claims every share left of a phase that may be stolen and runs
+each op once over their columns (step_ops.run_span: the same bits, one call instead of one a
+share). A share-by-share claim then cost more CPU time a token (a call a share and op) and, on a
+crowded machine, let a thread that was back for a moment claim a share and be preempted in it,
+holding the phase up until it was overdue (`benchmarks/under_load.py --share-by-share` runs the
+old rule beside). A thread that comes back finds the phase taken, waits for its end and shares the next.
 """
 
 from __future__ import annotations
@@ -63,7 +72,7 @@ from kinetic.codegen.cpu.native import (
 )
 
 HEAD_WORDS = 24  # words per phase before the shares' words
-DONE, SLEEPERS, USUAL = 64, 128, 136  # byte offsets within a phase's counters
+DONE, SLEEPERS, USUAL, ARRIVED = 64, 128, 136, 144  # byte offsets within a phase's counters
 SHARES = 8 * HEAD_WORDS  # byte offset of share 0's state; its start cycle follows it
 LATE = -2  # claim / wait_or_steal: the counters belong to a later stretch
 NONE_LEFT = -1  # claim: every share of the phase is taken; wait_or_steal: every share is done
@@ -76,7 +85,8 @@ WAKE_ALL = (1 << 31) - 1
 # waits: int64 [syscall() address or 0, futex's syscall number, a timespec's address (1 ms),
 #               sched_yield's address or 0, a short timespec's address (a nap while a share may be overdue),
 #               the cycles a wait that may steal spins before it naps (STEAL_SPIN_CYCLES),
-#               1 where a decode phase of small ops is one share (step_drive.phase_shares)]
+#               1 where a decode phase of small ops is one share (step_drive.phase_shares),
+#               1 where a thread alone in a phase that may be stolen claims all its shares (claim_rest)]
 
 
 def sync_words(threads: int) -> int:
@@ -100,11 +110,52 @@ def claim(counters, epoch, shares):
 
 
 @njit(cache=True, inline="always")
+def claim_rest(counters, epoch, shares):
+    """Every unclaimed share of the phase at once: the first of them (the rest follow it up to
+    `shares`), NONE_LEFT, or LATE."""
+    tag = epoch << 32
+    while True:
+        v = atomic_load(counters)
+        if v - (v & COUNT) != tag:
+            return LATE
+        taken = v & COUNT
+        if taken >= shares:
+            return NONE_LEFT
+        if atomic_cas(counters, v, tag + shares):
+            return taken
+
+
+@njit(cache=True, inline="always")
+def arrive(counters):
+    """This thread has come to the phase (counted whether or not it gets a share)."""
+    atomic_add(counters + ARRIVED, 1)
+
+
+@njit(cache=True, inline="always")
+def alone(counters, stride, epoch, phase):
+    """Whether no other thread came to either of the two phases before this one (`phase` of the
+    stretch; `stride` bytes between phases' counters) by the time this thread has finished them:
+    the others are off their cores (or far behind), so this thread may claim_rest. Two phases, not
+    one: a thread woken from a nap at one phase's end comes to the next a little late."""
+    if phase < 2:
+        return False
+    one = (epoch << 32) + 1
+    return atomic_load(counters - stride + ARRIVED) == one and atomic_load(counters - 2 * stride + ARRIVED) == one
+
+
+@njit(cache=True, inline="always")
+def stamp_span(counters, share, end):
+    """Record that this thread starts running shares share..end-1 now; returns the cycle."""
+    now = cycles()
+    for s in range(share, end):
+        atomic_store(counters + SHARES + 16 * s + 8, now)
+    return now
+
+
+@njit(cache=True, inline="always")
 def stamp(counters, share):
     """Record that this thread starts running `share` now; returns the cycle."""
-    now = cycles()
-    atomic_store(counters + SHARES + 16 * share + 8, now)
-    return now
+    return stamp_span(counters, share, share + 1)
 
 
 @njit(cache=True, inline="always")
@@ -115,14 +166,22 @@ def commit(counters, epoch, share):
 
 @njit(cache=True, inline="always")
 def finish(counters, shares, waits, took):
-    """One share done (it took `took` cycles; 0: not measured); the last one wakes the threads
-    sleeping on the phase. The phase's usual share length follows `took`, a slow run (a preempted
-    one) raising it at most by an eighth."""
+    """One share done (finish_many of one)."""
+    finish_many(counters, shares, waits, took, 1)
+
+
+@njit(cache=True, inline="always")
+def finish_many(counters, shares, waits, took, count):
+    """`count` shares done (each took `took` cycles; 0: not measured); the last one wakes the
+    threads sleeping on the phase. The phase's usual share length follows `took`, a slow run (a
+    preempted one) raising it at most by an eighth."""
+    if count <= 0:
+        return
     if took > 0:
         usual = atomic_load(counters + USUAL)
         atomic_store(counters + USUAL, took if usual == 0 else (7 * usual + min(took, 2 * usual)) >> 3)
-    old = atomic_add(counters + DONE, 1)
-    if (old & COUNT) + 1 == shares and atomic_load(counters + SLEEPERS) > 0 and waits[0] != 0:
+    old = atomic_add(counters + DONE, count)
+    if (old & COUNT) + count == shares and atomic_load(counters + SLEEPERS) > 0 and waits[0] != 0:
         call_kernel(waits[0], waits[1], counters + DONE, FUTEX_WAKE, WAKE_ALL, 0, 0, 0)
 
 
@@ -147,9 +206,13 @@ def overdue_after(counters):
 
 
 @njit(cache=True, inline="always")
-def committed(counters, epoch, share):
-    """Whether a run of `share` has been counted this stretch (or the stretch is over)."""
-    return atomic_load(counters + SHARES + 16 * share) != epoch << 32
+def committed(counters, epoch, share, end):
+    """Whether a run of each of the shares share..end-1 has been counted this stretch (or the
+    stretch is over)."""
+    for s in range(share, end):
+        if atomic_load(counters + SHARES + 16 * s) == epoch << 32:
+            return False
+    return True
 
 
 @njit(cache=True, inline="always")

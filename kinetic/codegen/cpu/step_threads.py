@@ -35,7 +35,7 @@ from kinetic.codegen.cpu.step_drive import (
     post,
     serve,
 )
-from kinetic.codegen.cpu.step_sync import SHARES, STEAL_SPIN_CYCLES, sync_words
+from kinetic.codegen.cpu.step_sync import ARRIVED, SHARES, STEAL_SPIN_CYCLES, sync_words
 
 CONTENDED = 0.4  # a pass whose calling thread waited this share of its time at barriers was starved
 STARVED_PASSES = 4  # this many starved passes among the last 8 (a lasting load, not one hiccup) ...
@@ -74,9 +74,10 @@ class Contention:
 EPOCHS = 1 << 30  # epochs cycle through 1..EPOCHS (the counters' upper 32 bits)
 FUTEX_NAP = np.array([0, 20_000], np.int64)  # struct timespec: 20 us, a sleeper that may take over a share
 # what a waiting thread calls (step_sync.wait_or_steal): the futex, else sched_yield; then whether a
-# decode phase of small ops is one share (step_drive.phase_shares; 0 only in benchmarks/under_load.py)
+# decode phase of small ops is one share (step_drive.phase_shares) and whether a thread alone claims
+# all of a stealable phase's shares (step_sync.claim_rest); 0 only in benchmarks/under_load.py
 WAITS = np.array([*futex_syscall(), FUTEX_TIMEOUT.ctypes.data, sched_yield_address(), FUTEX_NAP.ctypes.data,
-                  STEAL_SPIN_CYCLES, 1], np.int64)
+                  STEAL_SPIN_CYCLES, 1, 1], np.int64)
 WORKER_SLEEP = np.array([0, int(SLEEP_SECONDS * 1e9)], np.int64)  # struct timespec: an idle worker's futex wait
 
 
@@ -95,12 +96,13 @@ class PhaseCounters:
 
     def next_stretch(self) -> tuple[int, int]:
         """(the counters' address, a new epoch) with every phase's counts at zero and every share
-        uncommitted under it. The sleepers and the usual share lengths are kept (a late sleeper
-        still leaves its count)."""
+        uncommitted under it, no thread come to it. The sleepers and the usual share lengths are
+        kept (a late sleeper still leaves its count)."""
         self.epoch = self.epoch % EPOCHS + 1
         tag = self.epoch << 32
         self.words[:, 0] = tag
         self.words[:, 8] = tag
+        self.words[:, ARRIVED // 8] = tag
         self.states[:] = tag
         return self.words.ctypes.data, self.epoch
 

@@ -119,6 +119,42 @@ def test_a_matmul_aligned_to_its_readers_writes_their_columns_in_the_columns_pla
                 assert written.tolist() == list(range(u0 * unit, u1 * unit)), (ip, share)
 
 
+def test_consecutive_shares_run_together_write_what_they_write_one_by_one(monkeypatch):
+    """step_ops.run_span over shares s0..s1-1 of a matmul (one call: a thread alone claims a phase's
+    shares together, step_sync.claim_rest) writes exactly the columns those shares write one by one,
+    with the same bits."""
+    from kinetic.codegen.cpu import step as step_module
+    from kinetic.codegen.cpu.step_ops import run_op, run_span
+
+    gguf, graph = _graph(synthetic_path("llama"))
+    engine = _engine(gguf, graph, threads=2)
+    step = engine.runner
+    passed = {}
+
+    def keep_common(tape_rows, ftape, seg, threads, common, *rest, **kw):
+        if common[0] is step.arena:
+            passed["common"] = common
+        return real(tape_rows, ftape, seg, threads, common, *rest, **kw)
+
+    real = step_module.run_parallel
+    monkeypatch.setattr(step_module, "run_parallel", keep_common)
+    engine.feed(engine.new_sequence(), [5, 6])
+    columns = step.column_tape
+    matmuls = np.flatnonzero(columns[:, tape.OP] == tape.OP_MATMUL).tolist()
+    assert matmuls
+    for ip in matmuls:
+        y = step.view(step.plan.instrs[ip].writes[0][1], 2)
+        for shares, s0, s1 in ((2, 0, 2), (3, 0, 3), (3, 1, 3), (3, 0, 2)):
+            y[:] = UNWRITTEN
+            for share in range(s0, s1):
+                run_op(columns, step.ftape, ip, share, shares, *passed["common"])
+            one_by_one = y.copy()
+            y[:] = UNWRITTEN
+            run_span(columns, step.ftape, ip, s0, s1, shares, *passed["common"])
+            assert np.array_equal(y.view(np.int32), one_by_one.view(np.int32)), (ip, shares, s0, s1)
+            assert (one_by_one != UNWRITTEN).any()
+
+
 def test_an_output_layer_keeps_its_columns_split_in_the_row_split_plan():
     """A matmul of the output rows (the output layer of the full graph: often one row of a pass)
     splits its columns in the row split plan too, so every thread takes part in it."""
