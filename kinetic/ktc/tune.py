@@ -22,43 +22,32 @@ its batch, its tile or the path), so a tuned profile changes speed only. The sea
 it: each engine it builds first runs one fixed prompt and decode step, and an engine whose logits
 differ in a bit from the first engine's is refused (tune_kernels.fingerprint), never timed or chosen.
 
-Measuring: tg = decode steps after a short fixed prompt, each feeding back the likeliest token
-(nothing drafted); pp = one fixed prompt of random ids. The candidates of a phase are measured in
-rounds, each round in a rotated order, and the median of each candidate's runs counts. Run lengths
-are scaled to the time limit from a first warm-up measurement; the search stops starting runs it
-estimates would end past the limit, so it ends within it (building engines included).
+Measuring (tune_runs.py): tg = decode steps after a short fixed prompt, each feeding back the likeliest
+token (nothing drafted); pp = one fixed prompt of random ids. The candidates of a phase are measured
+in rounds, each round in a rotated order, and the median of each candidate's runs counts. Run
+lengths are scaled to the time limit from the first engine's two shortest runs; a phase starts a
+build or run only when its estimate of everything it costs on the wall clock ends before the phase's
+share of the time, so the search ends within the limit (tune_runs.py says how, and what is not
+bounded: the first engine and those two runs).
 """
 
 from __future__ import annotations
 
-import gc
-import itertools
-import statistics
 import sys
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 import numpy as np
 
-from kinetic.codegen.cpu.matmul_choice import MatmulChoice
 from kinetic.ktc.profile import Profile, default_profile
-from kinetic.ktc.tune_kernels import (
-    FINGERPRINT_EXTRA,
-    Refused,
-    check_bits,
-    choose_kernels,
-    describe,
-    fingerprint,
-    kernel_candidates,
-)
+from kinetic.ktc.tune_kernels import FINGERPRINT_EXTRA, choose_kernels, describe, kernel_candidates
+from kinetic.ktc.tune_runs import TG_PROMPT, Candidate, Engines, Walls, calibrate, measure
 
 BATCHES = (32, 64, 128)  # prompt rows per pass tried
 TIE = 0.02  # medians within 2% of the best count as tied
-TG_PROMPT = 16  # tokens before a decode run (untimed)
 TOKEN_SEED = 0  # the fixed prompt: random ids from this seed, as kinetic bench makes them
 THREAD_SHARE = 0.5  # of the search time for the thread counts (0.25 when there is one: its decode speed)
 BATCH_SHARE = 0.4  # of the time left after them for the batches; the rest for the kernels
-NEW_KERNELS_SECONDS = 5.0  # a kernel set's first build, until one was measured (a compile of its kernels)
 N_CTX = 4 * max(BATCHES) + TG_PROMPT + 64 + 1  # the longest pp run, or the prompt and longest tg run
 FINGERPRINT_TOKENS = max(BATCHES) + FINGERPRINT_EXTRA  # the bit check's prompt (fits N_CTX)
 
@@ -68,31 +57,6 @@ def thread_candidates(cpus: int) -> list[int]:
     if cpus <= 8:
         return list(range(1, cpus + 1))
     return sorted({1, 2, 4, 6, 8} | {cpus * k // 8 for k in range(2, 9)})
-
-
-@dataclass
-class Candidate:
-    threads: int
-    batch: int
-    matmul: MatmulChoice = field(default_factory=MatmulChoice)
-    refused: str | None = None  # why its engine was refused (its logits differ), None: not refused
-    tg: list[float] = field(default_factory=list)  # tokens/s of each run
-    pp: list[float] = field(default_factory=list)
-    seconds: dict[str, list[float]] = field(default_factory=lambda: {"tg": [], "pp": []})
-
-    def median(self, kind: str) -> float | None:
-        rates = getattr(self, kind)
-        return statistics.median(rates) if rates else None
-
-    def to_json(self) -> dict:
-        tg, pp = self.median("tg"), self.median("pp")
-        data = {"threads": self.threads, "batch": self.batch, "tg": None if tg is None else round(tg, 2),
-                "pp": None if pp is None else round(pp, 2), "runs": max(len(self.tg), len(self.pp))}
-        if self.matmul != MatmulChoice():
-            data["matmul"] = self.matmul.to_json()
-        if self.refused:
-            data["refused"] = self.refused
-        return data
 
 
 class ProgressBar:
@@ -121,210 +85,80 @@ class ProgressBar:
             self.stream.flush()
 
 
-@dataclass
-class _Clock:
-    deadline: float
-
-    def left(self) -> float:
-        return self.deadline - time.monotonic()
-
-
 def tune(graph, weights, *, seconds: float = 120.0, device: str = "cpu",
          progress: ProgressBar | None = None, cpus: int | None = None) -> Profile:
     """The default profile with threads, batch and matmul kernels measured best on this machine,
-    `tuned: true`, and the numbers in `measured`. Ends within `seconds` (plus at most one run's
-    misestimate)."""
+    `tuned: true`, and the numbers in `measured`. Ends within `seconds` (tune_runs.py: the bound),
+    or right after the first engine and its two runs when those alone take longer."""
+    start = time.monotonic()
+    deadline = start + seconds
     from kinetic.codegen.cpu.step import available_cpus
     from kinetic.codegen.cpu.target import host
     from kinetic.runtime.engine import DEFAULT_BATCH
 
-    start = time.monotonic()
-    clock = _Clock(start + seconds)
     cpus = cpus or available_cpus()
     bar = progress or ProgressBar(seconds)
-    prompt = prompt_ids(graph)
-    engine = _Engines(graph, weights, device, prompt)
 
-    sizes = _calibrate(engine(Candidate(cpus, DEFAULT_BATCH)), seconds, prompt)
-    kernels = kernel_candidates(graph, host().best_variant())
-    note = (f"{len(thread_candidates(cpus))} thread counts, batches {'/'.join(map(str, BATCHES))}, "
-            f"{len(kernels)} kernel sets")
-    bar.update(time.monotonic() - start, note)
+    def report(note: str) -> None:
+        bar.update(time.monotonic() - start, note)
+
+    prompt = prompt_ids(graph)
+    engines = Engines(graph, weights, device, prompt, n_ctx=N_CTX, check_tokens=FINGERPRINT_TOKENS)
+    walls = Walls()
     threads = [Candidate(t, DEFAULT_BATCH) for t in thread_candidates(cpus)]
+    default = next(c for c in threads if c.threads == cpus)
+    sizes = calibrate(engines(default), default, walls, seconds, prompt, max(BATCHES))
+    first_seconds = time.monotonic() - start
+    kernels = kernel_candidates(graph, host().best_variant())
+    report(f"{len(threads)} thread counts, batches {'/'.join(map(str, BATCHES))}, {len(kernels)} kernel sets")
     share = THREAD_SHARE if len(threads) > 1 else THREAD_SHARE / 2
-    _measure(threads, ("tg", "pp"), engine, sizes, _Clock(time.monotonic() + clock.left() * share), bar, start)
+    measure(threads, ("tg", "pp"), engines, walls, sizes, _share_of(deadline, share), report)
     best_threads = _choose_threads(threads, cpus)
     batches = [Candidate(best_threads, b) for b in BATCHES]  # measured afresh, side by side
-    _measure(batches, ("pp",), engine, sizes, _Clock(time.monotonic() + clock.left() * BATCH_SHARE), bar, start)
+    measure(batches, ("pp",), engines, walls, sizes, _share_of(deadline, BATCH_SHARE), report)
     best_batch = _choose_batch(batches, DEFAULT_BATCH)
     matmuls = [Candidate(best_threads, best_batch, matmul=m) for m in kernels]
-    _measure(matmuls, ("pp",), engine, sizes, clock, bar, start)
-    best_matmul = choose_kernels(matmuls, TIE)
+    measure(matmuls, ("pp",), engines, walls, sizes, deadline, report)
+    best = Candidate(best_threads, best_batch, choose_kernels(matmuls, TIE))
     bar.update(min(time.monotonic() - start, seconds),
-               f"chose threads {best_threads}, batch {best_batch}, {describe(best_matmul)}")
+               f"chose threads {best.threads}, batch {best.batch}, {describe(best.matmul)}")
     bar.close()
-    chosen = _pick(matmuls, best_matmul) or _pick(batches, MatmulChoice(), best_batch)
-    chosen_tg = next(t for t in threads if t.threads == best_threads).median("tg")
-    refused = [c.to_json() for c in threads + batches + matmuls if c.refused]
-    measured = {
-        "seconds": round(time.monotonic() - start, 2), "limit_seconds": seconds, "cpus": cpus,
+    measured = {"seconds": round(time.monotonic() - start, 2), "limit_seconds": seconds, "cpus": cpus,
+                "first_seconds": round(first_seconds, 2), "tg_tokens": sizes.tg, "pp_tokens": sizes.pp,
+                **_phases(best, threads, batches, matmuls), "bits_checked": len(engines.fingerprints)}
+    return replace(default_profile(device), threads=best.threads, batch=best.batch, matmul_tile=best.matmul.tile,
+                   matmul_narrow=tuple(sorted(best.matmul.narrow)), tuned=True, measured=measured)
+
+
+def _share_of(deadline: float, share: float) -> float:
+    """The deadline of a phase that takes `share` of the time left before `deadline`."""
+    now = time.monotonic()
+    return now + max(deadline - now, 0.0) * share
+
+
+def _phases(best: Candidate, threads: list[Candidate], batches: list[Candidate],
+            matmuls: list[Candidate]) -> dict:
+    """`measured`'s choice and phases: the chosen setting's medians (its prompt from the latest phase
+    that measured it), each phase's candidates and the refused ones."""
+    same = [c for c in matmuls + batches + threads if c.key == best.key and c.pp]
+    chosen_tg = next(c for c in threads if c.threads == best.threads).median("tg")
+    chosen_pp = same[0].median("pp") if same else None
+    return {
         "objective": "decode tokens/s; within 2% the faster prompt (threads); prompt tokens/s (batch, matmul)",
-        "tg_tokens": sizes.tg, "pp_tokens": sizes.pp,
-        "chosen": {"threads": best_threads, "batch": best_batch, "matmul": best_matmul.to_json(),
+        "chosen": {"threads": best.threads, "batch": best.batch, "matmul": best.matmul.to_json(),
                    "tg": None if chosen_tg is None else round(chosen_tg, 2),
-                   "pp": None if chosen is None or chosen.median("pp") is None else round(chosen.median("pp"), 2)},
+                   "pp": None if chosen_pp is None else round(chosen_pp, 2)},
         "threads": [c.to_json() for c in threads],
         "batch": [c.to_json() for c in batches],
         "matmul": [c.to_json() for c in matmuls],
-        "bits_checked": len(engine.fingerprints), "refused": refused,
+        "refused": [c.to_json() for c in threads + batches + matmuls if c.refused],
     }
-    return replace(default_profile(device), threads=best_threads, batch=best_batch, matmul_tile=best_matmul.tile,
-                   matmul_narrow=tuple(sorted(best_matmul.narrow)), tuned=True, measured=measured)
 
 
 def prompt_ids(graph) -> tuple[int, ...]:
     """The fixed prompt every run and the bit check read: random ids from TOKEN_SEED."""
     n_vocab = graph.output("logits").type.shape[1]
     return tuple(int(t) for t in np.random.default_rng(TOKEN_SEED).integers(0, n_vocab, 4 * max(BATCHES)))
-
-
-def _pick(candidates: list[Candidate], matmul: MatmulChoice, batch: int | None = None) -> Candidate | None:
-    return next((c for c in candidates if c.matmul == matmul and (batch is None or c.batch == batch)), None)
-
-
-class _Engines:
-    """The search's engines by (threads, batch, matmul), each built on first use and checked: its
-    logits for the fixed prompt must have the first engine's bits (else Refused), then one untimed
-    prompt chunk and decode step load its kernels and arenas."""
-
-    def __init__(self, graph, weights, device: str, prompt: tuple[int, ...]):
-        self.graph, self.weights, self.device, self.prompt = graph, weights, device, prompt
-        self.built: dict[tuple, object] = {}
-        self.fingerprints: dict[tuple, str] = {}
-        self.build_seconds = 0.0  # the longest build so far, check included
-        self.kernel_build_seconds: float | None = None  # the longest build of a new kernel set (it compiles kernels)
-        self.longest: dict[str, float | None] = {"pp": None, "tg": None}  # the longest run of each kind so far
-
-    def has(self, c: Candidate) -> bool:
-        return (c.threads, c.batch, c.matmul) in self.built
-
-    def build_estimate(self, c: Candidate) -> float:
-        """Seconds building c's engine would take: 0 when built; a kernel set no engine has yet
-        compiles its kernels: at least twice a build of known kernels and NEW_KERNELS_SECONDS until
-        one was measured (the first engine's kernels may have come from the disk cache, so its build
-        says nothing of a compile)."""
-        if self.has(c):
-            return 0.0
-        if any(key[2] == c.matmul for key in self.built):
-            return self.build_seconds
-        known = NEW_KERNELS_SECONDS if self.kernel_build_seconds is None else self.kernel_build_seconds
-        return max(known, 2 * self.build_seconds)
-
-    def __call__(self, c: Candidate):
-        from kinetic.runtime.engine import Engine
-
-        key = (c.threads, c.batch, c.matmul)
-        if key not in self.built:
-            began = time.monotonic()
-            new_kernels = bool(self.built) and all(k[2] != c.matmul for k in self.built)
-            engine = Engine(self.graph, self.weights, n_ctx=N_CTX, batch=c.batch, device=self.device,
-                            threads=c.threads, matmul=c.matmul)
-            bits = fingerprint(engine, self.prompt, FINGERPRINT_TOKENS)
-            first = next(iter(self.fingerprints.values()), bits)
-            self.fingerprints[key] = bits
-            check_bits(f"threads {c.threads}, batch {c.batch}, {describe(c.matmul)}", bits, first)
-            _warm_up(engine, self.prompt[: c.batch])
-            took = time.monotonic() - began
-            if new_kernels:
-                self.kernel_build_seconds = max(self.kernel_build_seconds or 0.0, took)
-            else:
-                self.build_seconds = max(self.build_seconds, took)
-            self.built[key] = engine
-        return self.built[key]
-
-
-@dataclass(frozen=True)
-class _Sizes:
-    pp: int  # prompt tokens per pp run, a multiple of every batch
-    tg: int  # decode steps per tg run
-    prompt: tuple[int, ...]  # the fixed prompt's ids (a pp run takes the first pp, a tg run TG_PROMPT)
-
-
-def _calibrate(engine, seconds: float, prompt: tuple[int, ...]) -> _Sizes:
-    """Run lengths for this model and limit: about seconds/80 per run (at least 4 decode steps and
-    one prompt of the largest batch), from one timed prompt of the largest batch and 4 decode steps."""
-    step = max(BATCHES)
-    seq = engine.new_sequence()
-    t0 = time.perf_counter()
-    logits = engine.prefill(seq, list(prompt[:step]))
-    t1 = time.perf_counter()
-    for _ in range(4):
-        logits = engine.decode(seq, int(np.argmax(logits)))
-    t2 = time.perf_counter()
-    target = min(max(seconds / 80, 0.05), 1.5)
-    pp_rate, tg_rate = step / max(t1 - t0, 1e-6), 4 / max(t2 - t1, 1e-6)
-    pp = step * int(min(max(pp_rate * target // step, 1), 4))
-    tg = int(min(max(tg_rate * target, 4), 64))
-    return _Sizes(pp=pp, tg=tg, prompt=prompt)
-
-
-def _warm_up(engine, tokens) -> None:
-    seq = engine.new_sequence()
-    engine.decode(seq, int(np.argmax(engine.prefill(seq, list(tokens)))))
-
-
-def _run(engine, kind: str, sizes: _Sizes) -> float:
-    """Seconds of one timed run: `pp` a prompt of sizes.pp tokens, `tg` sizes.tg decode steps."""
-    seq = engine.new_sequence()
-    if kind == "pp":
-        gc.collect()
-        start = time.perf_counter()
-        engine.prefill(seq, list(sizes.prompt[: sizes.pp]))
-        return time.perf_counter() - start
-    logits = engine.prefill(seq, list(sizes.prompt[:TG_PROMPT]))
-    gc.collect()
-    start = time.perf_counter()
-    for _ in range(sizes.tg):
-        logits = engine.decode(seq, int(np.argmax(logits)))
-    return time.perf_counter() - start
-
-
-def _measure(candidates: list[Candidate], kinds: tuple[str, ...], engine: _Engines, sizes: _Sizes, clock: _Clock,
-             bar: ProgressBar, start: float) -> None:
-    """Rounds over the candidates (rotated order, kinds alternating) until no run would end before
-    the clock (a run that would is skipped, the round goes on). A candidate's first run also builds
-    and checks its engine: its estimate is twice the longest run of that kind so far (in any phase)
-    plus, unless its engine is built, the longest build. A refused candidate is not run again."""
-    tokens = {"pp": sizes.pp, "tg": sizes.tg}
-    guess = engine.longest  # seconds of a run, for candidates not run yet (every phase's runs)
-    for round_no in itertools.count():
-        order = candidates[round_no % len(candidates):] + candidates[: round_no % len(candidates)]
-        kinds_now = kinds if round_no % 2 == 0 else kinds[::-1]
-        ran = False
-        for c in order:
-            for kind in kinds_now:
-                if c.refused:
-                    continue
-                known = c.seconds[kind]
-                estimate = statistics.median(known) if known else 2 * (guess[kind] or 0.5)
-                estimate += engine.build_estimate(c)
-                if clock.left() < estimate * 1.25:
-                    continue
-                ran = True
-                try:
-                    built = engine(c)
-                except Refused as exc:
-                    c.refused = exc.message
-                    bar.update(time.monotonic() - start, f"refused threads {c.threads} batch {c.batch}")
-                    continue
-                took = _run(built, kind, sizes)
-                c.seconds[kind].append(took)
-                getattr(c, kind).append(tokens[kind] / took)
-                guess[kind] = took if guess[kind] is None else max(guess[kind], took)
-                bar.update(time.monotonic() - start, f"threads {c.threads} batch {c.batch} {describe(c.matmul)}: "
-                           f"{kind} {tokens[kind] / took:.1f} tok/s")
-        if not ran:
-            return
 
 
 def _choose_threads(candidates: list[Candidate], cpus: int) -> int:

@@ -31,10 +31,30 @@ def profile_of(path: Path) -> dict:
     return KtcFile.open(path).json(Kind.PROFILE)
 
 
-def test_tune_finishes_within_its_bound_and_its_profile_runs(tmp_path, capsys):
-    """--tune --tune-seconds 10 on SmolLM2 ends within the limit (the search) and limit + margin (the
-    command), writes tuned: true with measured medians, and Model on the file runs with the chosen
-    threads and batch."""
+@pytest.fixture(scope="module")
+def warm_smollm2():
+    """SmolLM2's default engine built once in this process: its step's numba functions and kernels
+    compiled or loaded from the disk caches, a one-off (minutes on a clean clone) that the search's
+    bound leaves out (kinetic/ktc/tune_runs.py: the first engine is not bounded)."""
+    from kinetic.compiler import compile_graph
+    from kinetic.frontend.gguf_file import open_gguf
+    from kinetic.ktc.tune import N_CTX
+    from kinetic.runtime.engine import Engine
+    from kinetic.runtime.weights import GGUFWeights
+
+    gguf = open_gguf(model_path("smollm2-135m"))
+    engine = Engine(compile_graph(gguf), GGUFWeights(gguf), n_ctx=N_CTX)
+    seq = engine.new_sequence()
+    engine.decode(seq, int(engine.prefill(seq, list(range(1, 9))).argmax()))
+    engine.close()
+
+
+def test_tune_finishes_within_its_bound_and_its_profile_runs(warm_smollm2, tmp_path, capsys):
+    """--tune --tune-seconds 10 on SmolLM2 ends within the limit, or right after the first engine and
+    its two runs where those alone take longer (a machine so busy they do), give or take 0.5 s (a
+    prompt pass or build running past SLACK x its estimate), and the command within limit + margin;
+    it writes tuned: true with measured medians, and Model on the file runs with the chosen threads
+    and batch."""
     out = tmp_path / "tuned.ktc"
     start = time.monotonic()
     assert main(["compile", str(model_path("smollm2-135m")), "-o", str(out), "--tune", "--tune-seconds",
@@ -44,7 +64,8 @@ def test_tune_finishes_within_its_bound_and_its_profile_runs(tmp_path, capsys):
     assert "tuning [" in captured.err and "tuned in" in captured.out
     profile = profile_of(out)
     measured = profile["measured"]
-    assert profile["tuned"] is True and measured["seconds"] <= LIMIT + 0.5
+    assert profile["tuned"] is True and measured["first_seconds"] <= measured["seconds"]
+    assert measured["seconds"] <= max(LIMIT, measured["first_seconds"]) + 0.5
     assert profile["threads"] in thread_candidates(available_cpus()) and profile["batch"] in BATCHES
     assert measured["chosen"]["tg"] > 0 and measured["chosen"]["pp"] > 0 and measured["cpus"] == available_cpus()
     model = kinetic.Model(out, n_ctx=64)

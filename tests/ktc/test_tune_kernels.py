@@ -13,7 +13,7 @@ from kinetic.codegen.cpu.matmul_choice import TILES, MatmulChoice, graph_weights
 from kinetic.codegen.cpu.target import host
 from kinetic.compiler import compile_graph
 from kinetic.frontend.gguf_file import open_gguf
-from kinetic.ktc import tune
+from kinetic.ktc import tune, tune_runs
 from kinetic.ktc.load import LoadedKtc
 from kinetic.ktc.profile import Profile, default_profile
 from kinetic.ktc.tune import Candidate
@@ -60,24 +60,22 @@ def test_a_candidate_with_other_bits_is_refused(monkeypatch):
     """An engine whose logits bits differ from the first engine's (tile 4's, the check's input made
     to differ) is refused when built, and the search never times it; the others pass and are timed."""
     graph, weights = graph_and_weights(synthetic_path("llama"))
-    real = tune.fingerprint
+    real = tune_runs.fingerprint
 
     def tile4_differs(engine, prompt, tokens):
         bits = real(engine, prompt, tokens)
         return bits[::-1] if engine.runner.kernels.matmul_choice.tile == 4 else bits
 
-    monkeypatch.setattr(tune, "fingerprint", tile4_differs)
-    engines = tune._Engines(graph, weights, "cpu", tune.prompt_ids(graph))
+    monkeypatch.setattr(tune_runs, "fingerprint", tile4_differs)
+    engines = tune_runs.Engines(graph, weights, "cpu", tune.prompt_ids(graph), n_ctx=tune.N_CTX,
+                                check_tokens=tune.FINGERPRINT_TOKENS)
     cands = [Candidate(1, 32, matmul=m) for m in (MatmulChoice(), MatmulChoice(tile=4), MatmulChoice(tile=16))]
     engines(cands[0])
     with pytest.raises(Refused, match="tile 4 gives other logits"):
         engines(cands[1])
     engines(cands[2])
-    sizes = tune._Sizes(pp=32, tg=4, prompt=tune.prompt_ids(graph))
-    engines.build_seconds = engines.kernel_build_seconds = 0.0  # rebuilds are cheap here; estimates not under test
-    start = time.monotonic()
-    tune._measure(cands, ("pp",), engines, sizes, tune._Clock(start + 3.0), tune.ProgressBar(3.0, stream=_Quiet()),
-                  start)
+    sizes = tune_runs.Sizes(pp=32, tg=4, prompt=tune.prompt_ids(graph))
+    tune_runs.measure(cands, ("pp",), engines, tune_runs.Walls(), sizes, time.monotonic() + 3.0, lambda _: None)
     assert "other logits" in cands[1].refused and cands[1].pp == [] and "refused" in cands[1].to_json()
     assert cands[0].pp and cands[2].pp and not cands[0].refused and not cands[2].refused
     assert len(engines.fingerprints) == 3
