@@ -22,6 +22,11 @@ from numba import njit
 
 from kinetic.codegen.cpu.shortlist_copy import SLACK
 
+# numba's cache checks only this file's stamp, not those of the modules whose code or constants it
+# compiles in (SLACK); this hash of them (kept current by tests/codegen/cpu/test_shortlist_cache_keys.py)
+# changes this file whenever they change, so a stale cache is never loaded.
+SOURCES_HASH = "69eedbb13719150e"
+
 GROUP = 32  # rows per group (divides shortlist_scan.CHUNK_ROWS, so a chunk holds whole groups)
 
 

@@ -33,6 +33,12 @@ from kinetic.codegen.cpu.native import atomic_add, atomic_load, call_kernel, cal
 from kinetic.codegen.cpu.shortlist_kernel_ir import BLOCK, pack_activations, padded_blocks
 from kinetic.codegen.cpu.shortlist_rows import GROUP, summarize
 
+# numba's cache checks only this file's stamp, not those of the modules whose code or constants it
+# compiles in (summarize, native's intrinsics, BLOCK); this hash of them (kept current by
+# tests/codegen/cpu/test_shortlist_cache_keys.py) changes this file whenever they change, so a stale
+# cache is never loaded (an edited summarize left out of a cached scan would mis-key the groups).
+SOURCES_HASH = "6a330f1abb8a8475"
+
 CHUNK_ROWS = 2048  # rows a thread claims at a time (Gemma's copy: 0.7 MB, about 25 us)
 assert CHUNK_ROWS % GROUP == 0  # a chunk summarizes whole groups
 SPINS = 2000  # pause hints before a waiting caller starts yielding its core
