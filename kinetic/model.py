@@ -66,7 +66,8 @@ class Model:
                  require_signature: str | bytes | None = None, chat_template: str | None = None,
                  warm_start: bool = True, cache_dir: str | os.PathLike | None = None,
                  warm_memory_bytes: int = DEFAULT_MEMORY_BYTES, batch: int | None = None, pooling: str | None = None,
-                 shortlist: bool = True, off: list[str] | str | None = None, lora=None):
+                 shortlist: bool = True, off: list[str] | str | None = None, lora=None,
+                 prompt_pass: int | None = None):
         """`require_signature`: a public key (64 hex digits, a file holding them, or 32 bytes); only a
         .ktc file it signed loads. Without it, $KINETIC_REQUIRE_SIGNATURE when set (docs/security.md).
         `chat_template`: a built-in template's name (kinetic.frontend.chat.BUILTIN_TEMPLATES), as
@@ -76,6 +77,8 @@ class Model:
         `warm_memory_bytes`, and under `cache_dir` too when given (kept across restarts;
         kinetic.runtime.warm_disk.default_directory() is where the CLI keeps them).
         `batch`: prompt rows per pass, the grid prompts are cut on [default: the .ktc profile's, else 128].
+        `prompt_pass`: the prompt rows one pass takes at most, whole grid chunks (Engine.prompt_pass;
+        default: the .ktc profile's, else the engine's, 512 on the CPU); speed only, the same bits.
         `pooling`: an embedding model's pooling (none, mean, cls, last, rank) in place of the file's,
         as llama.cpp's --pooling (docs/embeddings.md).
         `shortlist`: score only the output layer's rows that can win when a request allows it
@@ -111,6 +114,8 @@ class Model:
         run = self.ktc.engine_settings(device, threads) if self.ktc else {"threads": threads}
         if batch is not None:
             run = {**run, "batch": _checked_batch(batch)}
+        if prompt_pass is not None:
+            run = {**run, "prompt_pass": _checked_batch(prompt_pass, "prompt pass")}
         self._embedding = embedding_setup(self.graph, self.gguf, n_ctx=n_ctx, pooling=pooling)
         if is_embedding_graph(self.graph):  # a pass holds a whole input (an encoder's rows see each other)
             run = {**run, "batch": self._embedding.max_tokens}
@@ -382,8 +387,9 @@ def _checked_limit(max_tokens) -> int | None:
         raise KineticError(f"bad max_tokens: {e.reason}", "Give a count of tokens, or None for no limit.") from None
 
 
-def _checked_batch(batch) -> int:
+def _checked_batch(batch, name: str = "batch") -> int:
     if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= MAX_BATCH:
-        raise KineticError(f"the batch must be a whole number from 1 to {MAX_BATCH}, not {batch!r}",
-                           "Leave it out for the default, 128 prompt rows per pass.")
+        raise KineticError(f"the {name} must be a whole number from 1 to {MAX_BATCH}, not {batch!r}",
+                           "Leave it out for the default." if name != "batch"
+                           else "Leave it out for the default, 128 prompt rows per pass.")
     return batch

@@ -10,13 +10,14 @@ refused. `kinetic verify` always hashes everything.
 
 The profile is used when this machine's device class is the one it was made for; otherwise the CPU
 device's own defaults run and one note says so. Its matmul kernels (tile, wide paths) go to the CPU
-step; they change speed only. A tuned profile's thread count is used only on a
-machine with as many CPUs as the one it was tuned on (its batch on any machine of the class). The
-stored graph is used when this build's pipeline hash and the lowering options are the ones it was
-made with; otherwise the graph is made again from the weights (with a note when the build differs).
-Either way it is checked against the weights and tokenizer before it is returned (graph_check.py):
-an edited file with valid hashes is refused there, before any kernel runs. A profile's thread count
-above what kinetic.limits allows on this machine is replaced by the default, with a note.
+step, and its prompt pass (when it names one) to the engine; they change speed only. A tuned
+profile's thread count is used only on a machine with as many CPUs as the one it was tuned on (its
+batch on any machine of the class). The stored graph is used when this build's pipeline hash and the
+lowering options are the ones it was made with; otherwise the graph is made again from the weights
+(with a note when the build differs). Either way it is checked against the weights and tokenizer
+before it is returned (graph_check.py): an edited file with valid hashes is refused there, before
+any kernel runs. A profile's thread count above what kinetic.limits allows on this machine is
+replaced by the default, with a note.
 
 A required signer (`require_signer`: an Ed25519 public key, from --require-signature, Model's
 require_signature or $KINETIC_REQUIRE_SIGNATURE) is checked first: an unsigned file, a file signed
@@ -126,8 +127,11 @@ class LoadedKtc:
             self.note(f"{self.path.name} was prepared for {self.profile.device_class}, this machine is {here}; "
                       "running with the defaults for this machine")
             return {"threads": threads}
-        return {"threads": threads if threads is not None else self._profile_threads(), "batch": self.profile.batch,
-                "matmul": self._profile_matmul()}
+        settings = {"threads": threads if threads is not None else self._profile_threads(),
+                    "batch": self.profile.batch, "matmul": self._profile_matmul()}
+        if self.profile.prompt_pass is not None:  # a tuned pass size (absent: the engine's default)
+            settings["prompt_pass"] = self.profile.prompt_pass
+        return settings
 
     def _profile_matmul(self):
         """The profile's matmul kernels (a tuned profile's tile and wide paths: speed only, the same

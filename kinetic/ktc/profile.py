@@ -3,13 +3,15 @@
 Owns: the device class of this machine (`cpu-x86_64-avx512vnni`, `cpu-x86_64-avx2`,
 `cpu-x86_64-scalar`, `cpu-aarch64-scalar`), the Profile record and its JSON form, and the default
 profile `kinetic compile` writes (`"tuned": false`). `kinetic compile --tune` writes a tuned one
-(kinetic/ktc/tune.py): threads and batch measured best on this machine, `"tuned": true`, and the
-numbers in `measured`, and the quantized matmul kernels (`matmul_tile`, and `matmul_narrow`: the
-weight types whose prompt tiles stay off the wide paths; kinetic/codegen/cpu/matmul_choice.py), which
-change speed, never a bit. A profile read from a file is checked field by field: types, and batch,
-threads and matmul tile from 1 to MAX_BATCH (4096), MAX_THREADS (1024) and MAX_TILE (1024), and
-`matmul_narrow` GGML type names, so no profile can size an allocation or start threads by itself
-(the loader uses a tile only when it is one of matmul_choice.TILES).
+(kinetic/ktc/tune.py): threads, `prompt_pass` (the prompt rows a CPU pass takes at most; absent in an
+untuned profile: the engine's default) and the quantized matmul kernels (`matmul_tile`, and
+`matmul_narrow`: the weight types whose prompt tiles stay off the wide paths;
+kinetic/codegen/cpu/matmul_choice.py) measured best on this machine, `"tuned": true`, and the numbers
+in `measured`; they change speed, never a bit. A profile read from a file is checked field by field:
+types, and batch and prompt_pass from 1 to MAX_BATCH (4096), threads to MAX_THREADS (1024) and
+matmul tile to MAX_TILE (1024), and `matmul_narrow` GGML type names, so no profile can size an
+allocation or start threads by itself (the loader uses a tile only when it is one of
+matmul_choice.TILES).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ MAX_TILE = 1024
 # The CPU codegen's int8 dot variants (kinetic/codegen/cpu/target.py) by the name a class uses.
 _VARIANT_CLASS = {"vnni": "avx512vnni", "avx2": "avx2", "generic": "scalar"}
 _MACHINE = {"amd64": "x86_64", "x64": "x86_64", "arm64": "aarch64"}
+OPTIONAL = ("measured", "matmul_narrow", "prompt_pass")  # fields a profile may leave out (older files do)
 
 
 def cpu_variant() -> str:
@@ -56,6 +59,7 @@ class Profile:
     pipeline_hash: str  # kinetic.passes.pipeline_hash() of the build that optimized the graph
     measured: dict | None = None  # a tuned profile's search: limit, CPUs, run sizes, medians (docs/FORMAT.md)
     matmul_narrow: tuple[str, ...] = ()  # weight types (GGML names) whose full tiles skip the wide paths
+    prompt_pass: int | None = None  # prompt rows a CPU pass takes at most; None: Engine.default_prompt_pass
 
     def to_json(self) -> dict:
         data = asdict(self)
@@ -65,6 +69,8 @@ class Profile:
             del data["matmul_narrow"]
         else:
             data["matmul_narrow"] = list(self.matmul_narrow)
+        if self.prompt_pass is None:  # older readers and files: the field is absent
+            del data["prompt_pass"]
         return data
 
     def matmul_choice(self):
@@ -78,10 +84,10 @@ class Profile:
         """Raises ValueError naming the first field that is missing or has the wrong type."""
         types = {"device": str, "device_class": str, "kernel_variant": str, "threads": (int, type(None)),
                  "batch": int, "matmul_tile": int, "tuned": bool, "kinetic_version": str, "pipeline_hash": str,
-                 "measured": (dict, type(None)), "matmul_narrow": list}
+                 "measured": (dict, type(None)), "matmul_narrow": list, "prompt_pass": int}
         values = {}
         for f in fields(cls):
-            if f.name in ("measured", "matmul_narrow") and f.name not in data:  # optional: defaults leave them out
+            if f.name in OPTIONAL and f.name not in data:  # optional: defaults leave them out
                 continue
             if f.name not in data:
                 raise ValueError(f"it has no {f.name!r}")
@@ -90,8 +96,9 @@ class Profile:
             if not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed):
                 raise ValueError(f"its {f.name!r} is {value!r}")
             values[f.name] = value
-        for name, high in (("batch", MAX_BATCH), ("matmul_tile", MAX_TILE), ("threads", MAX_THREADS)):
-            value = values[name]
+        for name, high in (("batch", MAX_BATCH), ("matmul_tile", MAX_TILE), ("threads", MAX_THREADS),
+                           ("prompt_pass", MAX_BATCH)):
+            value = values.get(name)
             if value is not None and not 1 <= value <= high:
                 raise ValueError(f"its {name!r} is {value}, outside 1..{high}")
         if "matmul_narrow" in values:

@@ -4,23 +4,29 @@ Owns: the candidates, the measuring, the choice and the tuned Profile with its m
 Does not own the engine (it builds Engines as any caller would and times `prefill` and `decode`),
 the profile's format (profile.py) or the command line (kinetic/cli/compile_cmd.py).
 
-The knobs are the three the CPU runtime takes, `Engine(threads=, batch=, matmul=)`:
+The knobs are three the CPU runtime takes, `Engine(threads=, prompt_pass=, matmul=)`; `batch`, the
+grid prompts are cut on and warm states stored at, stays the default (DEFAULT_BATCH, 128):
 
 * threads: the compiled step runs every pass, prompt and decode alike, on one thread count, so one
   count is chosen. Objective: decode tokens/s (the speed an answer streams at, what tg128
   measures); counts whose decode median is within TIE of the best are tied, and the tie goes to
-  the faster prompt. Prompt rate for this is measured at the default batch.
-* batch (prompt rows per pass): only prompt passes depend on it (a decode pass is one row), so it
-  is chosen by prompt tokens/s at the chosen thread count; within TIE, the default wins, else the
-  smaller batch (less memory).
+  the faster prompt. Prompt rate for this is measured at the default prompt pass.
+* prompt_pass (prompt rows one pass takes at most, whole grid chunks: 128, 256 or 512): only prompt
+  passes depend on it (a decode pass is one row), so it is chosen by prompt tokens/s at the chosen
+  thread count, on prompts of 512 tokens (4, 2 or 1 passes); within TIE, the default (the engine's,
+  CPU_PROMPT_PASS) wins, else the smaller pass (smaller arenas). A model whose passes do not merge
+  (a recurrent one: Engine.default_prompt_pass is its grid) has no such phase. The grid used to be
+  searched instead (32/64/128), but once one CPU pass took up to 512 rows a 512-token prompt ran as
+  one pass whatever the grid, and those candidates timed identical passes.
 * matmul (the quantized matmul kernels: tile rows, wide 512-bit paths on or off per weight type;
   tune_kernels.py): only prompt passes tile (a decode row runs alone), so they are chosen by prompt
-  tokens/s at the chosen threads and batch; within TIE, the default kernels win.
+  tokens/s at the chosen threads and prompt pass; within TIE, the default kernels win.
 
 No knob changes a bit of the output (threads split rows, never a sum; a row's sums do not depend on
-its batch, its tile or the path), so a tuned profile changes speed only. The search holds itself to
-it: each engine it builds first runs one fixed prompt and decode step, and an engine whose logits
-differ in a bit from the first engine's is refused (tune_kernels.fingerprint), never timed or chosen.
+its pass, its tile or the path; every pass ends at a grid point), so a tuned profile changes speed
+only. The search holds itself to it: each engine it builds first runs one fixed prompt and decode
+step, and an engine whose logits differ in a bit from the first engine's is refused
+(tune_kernels.fingerprint), never timed or chosen.
 
 Measuring (tune_runs.py): tg = decode steps after a short fixed prompt, each feeding back the likeliest
 token (nothing drafted); pp = one fixed prompt of random ids. The candidates of a phase are measured
@@ -43,13 +49,15 @@ from kinetic.ktc.profile import Profile, default_profile
 from kinetic.ktc.tune_kernels import FINGERPRINT_EXTRA, choose_kernels, describe, kernel_candidates
 from kinetic.ktc.tune_runs import TG_PROMPT, Candidate, Engines, Walls, calibrate, measure
 
-BATCHES = (32, 64, 128)  # prompt rows per pass tried
+PROMPT_PASSES = (128, 256, 512)  # prompt rows per pass tried (whole 128-row grid chunks)
 TIE = 0.02  # medians within 2% of the best count as tied
 TOKEN_SEED = 0  # the fixed prompt: random ids from this seed, as kinetic bench makes them
 THREAD_SHARE = 0.5  # of the search time for the thread counts (0.25 when there is one: its decode speed)
-BATCH_SHARE = 0.4  # of the time left after them for the batches; the rest for the kernels
-N_CTX = 4 * max(BATCHES) + TG_PROMPT + 64 + 1  # the longest pp run, or the prompt and longest tg run
-FINGERPRINT_TOKENS = max(BATCHES) + FINGERPRINT_EXTRA  # the bit check's prompt (fits N_CTX)
+PASS_SHARE = 0.4  # of the time left after them for the prompt passes; the rest for the kernels
+N_CTX = 4 * max(PROMPT_PASSES) + TG_PROMPT + 64 + 1  # the longest pp run, or the prompt and longest tg run
+# the bit check's prompt (fits N_CTX), cut differently by every pass tried: 261 rows are one pass at 512,
+# 256 + 5 at 256 and 128 + 128 + 5 at 128 (full matmul tiles and leftover rows in each)
+FINGERPRINT_TOKENS = max(PROMPT_PASSES) // 2 + FINGERPRINT_EXTRA
 
 
 def thread_candidates(cpus: int) -> list[int]:
@@ -87,7 +95,7 @@ class ProgressBar:
 
 def tune(graph, weights, *, seconds: float = 120.0, device: str = "cpu",
          progress: ProgressBar | None = None, cpus: int | None = None) -> Profile:
-    """The default profile with threads, batch and matmul kernels measured best on this machine,
+    """The default profile with threads, prompt pass and matmul kernels measured best on this machine,
     `tuned: true`, and the numbers in `measured`. Ends within `seconds` (tune_runs.py: the bound),
     or right after the first engine and its two runs when those alone take longer."""
     start = time.monotonic()
@@ -107,27 +115,40 @@ def tune(graph, weights, *, seconds: float = 120.0, device: str = "cpu",
     walls = Walls()
     threads = [Candidate(t, DEFAULT_BATCH) for t in thread_candidates(cpus)]
     default = next(c for c in threads if c.threads == cpus)
-    sizes = calibrate(engines(default), default, walls, seconds, prompt, max(BATCHES))
+    first = engines(default)
+    sizes = calibrate(first, default, walls, seconds, prompt, max(PROMPT_PASSES))
     first_seconds = time.monotonic() - start
     kernels = kernel_candidates(graph, host().best_variant())
-    report(f"{len(threads)} thread counts, batches {'/'.join(map(str, BATCHES))}, {len(kernels)} kernel sets")
+    passes = pass_candidates(first.prompt_pass)
+    report(f"{len(threads)} thread counts, prompt passes {'/'.join(map(str, passes)) or 'fixed'}, "
+           f"{len(kernels)} kernel sets")
     share = THREAD_SHARE if len(threads) > 1 else THREAD_SHARE / 2
     measure(threads, ("tg", "pp"), engines, walls, sizes, _share_of(deadline, share), report)
     best_threads = _choose_threads(threads, cpus)
-    batches = [Candidate(best_threads, b) for b in BATCHES]  # measured afresh, side by side
-    measure(batches, ("pp",), engines, walls, sizes, _share_of(deadline, BATCH_SHARE), report)
-    best_batch = _choose_batch(batches, DEFAULT_BATCH)
-    matmuls = [Candidate(best_threads, best_batch, matmul=m) for m in kernels]
+    # measured afresh, side by side; the engine's own pass size is the thread phase's engine (None)
+    pass_runs = [Candidate(best_threads, DEFAULT_BATCH, prompt_pass=None if p == first.prompt_pass else p)
+                 for p in passes]
+    measure(pass_runs, ("pp",), engines, walls, sizes, _share_of(deadline, PASS_SHARE), report)
+    chosen_pass = _choose_pass(pass_runs, first.prompt_pass)
+    best_pass = None if chosen_pass == first.prompt_pass else chosen_pass  # None: the engines built so far
+    matmuls = [Candidate(best_threads, DEFAULT_BATCH, matmul=m, prompt_pass=best_pass) for m in kernels]
     measure(matmuls, ("pp",), engines, walls, sizes, deadline, report)
-    best = Candidate(best_threads, best_batch, choose_kernels(matmuls, TIE))
+    best = Candidate(best_threads, DEFAULT_BATCH, choose_kernels(matmuls, TIE), prompt_pass=best_pass)
     bar.update(min(time.monotonic() - start, seconds),
-               f"chose threads {best.threads}, batch {best.batch}, {describe(best.matmul)}")
+               f"chose threads {best.threads}, prompt pass {chosen_pass}, {describe(best.matmul)}")
     bar.close()
     measured = {"seconds": round(time.monotonic() - start, 2), "limit_seconds": seconds, "cpus": cpus,
                 "first_seconds": round(first_seconds, 2), "tg_tokens": sizes.tg, "pp_tokens": sizes.pp,
-                **_phases(best, threads, batches, matmuls), "bits_checked": len(engines.fingerprints)}
+                **_phases(best, chosen_pass, threads, pass_runs, matmuls), "bits_checked": len(engines.fingerprints)}
     return replace(default_profile(device), threads=best.threads, batch=best.batch, matmul_tile=best.matmul.tile,
-                   matmul_narrow=tuple(sorted(best.matmul.narrow)), tuned=True, measured=measured)
+                   matmul_narrow=tuple(sorted(best.matmul.narrow)), prompt_pass=chosen_pass if passes else None,
+                   tuned=True, measured=measured)
+
+
+def pass_candidates(engine_pass: int) -> tuple[int, ...]:
+    """The prompt passes to try: PROMPT_PASSES when the engine merges grid chunks into passes of
+    their largest (its default, CPU_PROMPT_PASS); none otherwise (a recurrent model, another device)."""
+    return PROMPT_PASSES if engine_pass == max(PROMPT_PASSES) else ()
 
 
 def _share_of(deadline: float, share: float) -> float:
@@ -136,29 +157,30 @@ def _share_of(deadline: float, share: float) -> float:
     return now + max(deadline - now, 0.0) * share
 
 
-def _phases(best: Candidate, threads: list[Candidate], batches: list[Candidate],
+def _phases(best: Candidate, chosen_pass: int, threads: list[Candidate], passes: list[Candidate],
             matmuls: list[Candidate]) -> dict:
     """`measured`'s choice and phases: the chosen setting's medians (its prompt from the latest phase
     that measured it), each phase's candidates and the refused ones."""
-    same = [c for c in matmuls + batches + threads if c.key == best.key and c.pp]
+    same = [c for c in matmuls + passes + threads if c.key == best.key and c.pp]
     chosen_tg = next(c for c in threads if c.threads == best.threads).median("tg")
     chosen_pp = same[0].median("pp") if same else None
     return {
-        "objective": "decode tokens/s; within 2% the faster prompt (threads); prompt tokens/s (batch, matmul)",
-        "chosen": {"threads": best.threads, "batch": best.batch, "matmul": best.matmul.to_json(),
+        "objective": "decode tokens/s; within 2% the faster prompt (threads); prompt tokens/s (prompt_pass, matmul)",
+        "chosen": {"threads": best.threads, "batch": best.batch, "prompt_pass": chosen_pass,
+                   "matmul": best.matmul.to_json(),
                    "tg": None if chosen_tg is None else round(chosen_tg, 2),
                    "pp": None if chosen_pp is None else round(chosen_pp, 2)},
         "threads": [c.to_json() for c in threads],
-        "batch": [c.to_json() for c in batches],
+        "prompt_pass": [c.to_json() for c in passes],
         "matmul": [c.to_json() for c in matmuls],
-        "refused": [c.to_json() for c in threads + batches + matmuls if c.refused],
+        "refused": [c.to_json() for c in threads + passes + matmuls if c.refused],
     }
 
 
 def prompt_ids(graph) -> tuple[int, ...]:
     """The fixed prompt every run and the bit check read: random ids from TOKEN_SEED."""
     n_vocab = graph.output("logits").type.shape[1]
-    return tuple(int(t) for t in np.random.default_rng(TOKEN_SEED).integers(0, n_vocab, 4 * max(BATCHES)))
+    return tuple(int(t) for t in np.random.default_rng(TOKEN_SEED).integers(0, n_vocab, 4 * max(PROMPT_PASSES)))
 
 
 def _choose_threads(candidates: list[Candidate], cpus: int) -> int:
@@ -170,12 +192,14 @@ def _choose_threads(candidates: list[Candidate], cpus: int) -> int:
     return max(tied, key=lambda c: (c.median("pp") or 0.0, c.median("tg"))).threads
 
 
-def _choose_batch(candidates: list[Candidate], default: int) -> int:
+def _choose_pass(candidates: list[Candidate], default: int) -> int:
+    """The prompt pass with the best prompt median (a candidate's None is the engine's `default`);
+    within TIE the default, else the smallest tied pass; the default when none was measured."""
     measured = [c for c in candidates if c.pp]
     if not measured:
         return default
     best = max(c.median("pp") for c in measured)
-    tied = [c.batch for c in measured if c.median("pp") >= best * (1 - TIE)]
+    tied = [c.prompt_pass or default for c in measured if c.median("pp") >= best * (1 - TIE)]
     return default if default in tied else min(tied)
 
 
@@ -185,8 +209,9 @@ def summary(profile: Profile) -> str:
 
     m = profile.measured or {}
     chosen = m.get("chosen", {})
+    pass_note = "" if profile.prompt_pass is None else f", prompt pass {profile.prompt_pass}"
     line = (f"  tuned in {m.get('seconds', 0):.1f} s (limit {m.get('limit_seconds', 0):.0f} s, {m.get('cpus')} CPUs): "
-            f"threads {profile.threads}, batch {profile.batch}, {describe(profile.matmul_choice())}: "
+            f"threads {profile.threads}, batch {profile.batch}{pass_note}, {describe(profile.matmul_choice())}: "
             f"tg {_rate(chosen.get('tg'))}, pp {_rate(chosen.get('pp'))}")
     default = next((c for c in m.get("threads", []) if (c["threads"], c["batch"]) == (m.get("cpus"), DEFAULT_BATCH)),
                    None)

@@ -1,10 +1,10 @@
 """`kinetic compile --tune`'s measuring: the engines it builds, the runs it times and its time bound.
 
-Owns: `Candidate` (one setting and its runs), the search's engines (`Engines`: built on first use,
-their logits checked bit for bit against the first engine's), one timed run (`run`), the run
-lengths (`calibrate`), what runs and builds cost on the wall clock (`Walls`) and a phase's rounds
-(`measure`). Does not own the candidate lists, the phases and the choices (tune.py) nor the bit check
-itself (tune_kernels.py).
+Owns: `Candidate` (one setting: Engine's threads, batch, matmul and prompt_pass; and its runs), the
+search's engines (`Engines`: built on first use, their logits checked bit for bit against the first
+engine's), one timed run (`run`), the run lengths (`calibrate`), what runs and builds cost on the
+wall clock (`Walls`) and a phase's rounds (`measure`). Does not own the candidate lists, the phases
+and the choices (tune.py) nor the bit check itself (tune_kernels.py).
 
 The bound. A phase starts a build or a run only when SLACK times its estimate ends before the phase's
 deadline, and every estimate is of the wall clock, all of it (a run's new sequence and a tg run's
@@ -60,6 +60,7 @@ class Candidate:
     threads: int
     batch: int
     matmul: MatmulChoice = field(default_factory=MatmulChoice)
+    prompt_pass: int | None = None  # prompt rows a pass takes at most (None: the engine's default)
     refused: str | None = None  # why its engine was refused (its logits differ), None: not refused
     tg: list[float] = field(default_factory=list)  # tokens/s of each run
     pp: list[float] = field(default_factory=list)
@@ -67,7 +68,11 @@ class Candidate:
 
     @property
     def key(self) -> tuple:
-        return self.threads, self.batch, self.matmul
+        return self.threads, self.batch, self.matmul, self.prompt_pass
+
+    def label(self) -> str:
+        """How a progress line names its passes: the engine's default, or the rows asked for."""
+        return "default pass" if self.prompt_pass is None else f"pass {self.prompt_pass}"
 
     def median(self, kind: str) -> float | None:
         rates = getattr(self, kind)
@@ -81,6 +86,8 @@ class Candidate:
         tg, pp = self.median("tg"), self.median("pp")
         data = {"threads": self.threads, "batch": self.batch, "tg": None if tg is None else round(tg, 2),
                 "pp": None if pp is None else round(pp, 2), "runs": max(len(self.tg), len(self.pp))}
+        if self.prompt_pass is not None:
+            data["prompt_pass"] = self.prompt_pass
         if self.matmul != MatmulChoice():
             data["matmul"] = self.matmul.to_json()
         if self.refused:
@@ -90,7 +97,7 @@ class Candidate:
 
 @dataclass(frozen=True)
 class Sizes:
-    pp: int  # prompt tokens per pp run, a multiple of every batch
+    pp: int  # prompt tokens per pp run, a multiple of every prompt pass tried
     tg: int  # decode steps per tg run
     prompt: tuple[int, ...]  # the fixed prompt's ids (a pp run takes the first pp, a tg run TG_PROMPT)
 
@@ -154,7 +161,7 @@ class Engines:
             first = next(iter(self.fingerprints.values()), bits)
             self.fingerprints[c.key] = bits
             try:
-                check_bits(f"threads {c.threads}, batch {c.batch}, {describe(c.matmul)}", bits, first)
+                check_bits(f"threads {c.threads}, {c.label()}, {describe(c.matmul)}", bits, first)
             except Refused as exc:
                 self.refused[c.key] = exc
                 raise
@@ -171,7 +178,7 @@ class Engines:
         seen = len(compiles)
         began = time.monotonic()
         engine = Engine(self.graph, self.weights, n_ctx=self.n_ctx, batch=c.batch, device=self.device,
-                        threads=c.threads, matmul=c.matmul)
+                        threads=c.threads, matmul=c.matmul, prompt_pass=c.prompt_pass)
         opened, opening_compiles = time.monotonic(), sum(compiles[seen:])
         bits = fingerprint(engine, self.prompt, self.check_tokens)
         checked = time.monotonic() - opened - (sum(compiles[seen:]) - opening_compiles)
@@ -257,7 +264,7 @@ def measure(candidates: list[Candidate], kinds: tuple[str, ...], engines: Engine
                 built = engines(c)
             except Refused as exc:
                 c.refused = exc.message
-                report(f"refused threads {c.threads} batch {c.batch}")
+                report(f"refused threads {c.threads} {c.label()}")
                 continue
             began = now()
             took = run(built, kind, sizes, deadline)
@@ -267,6 +274,6 @@ def measure(candidates: list[Candidate], kinds: tuple[str, ...], engines: Engine
             walls.add(kind, c.threads, wall, sizes.units(kind))
             c.record(kind, sizes.units(kind), took, wall)
             rate = sizes.units(kind) / took
-            report(f"threads {c.threads} batch {c.batch} {describe(c.matmul)}: {kind} {rate:.1f} tok/s")
+            report(f"threads {c.threads} {c.label()} {describe(c.matmul)}: {kind} {rate:.1f} tok/s")
         if not ran:
             return

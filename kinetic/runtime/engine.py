@@ -80,7 +80,8 @@ class Engine:
                  gpu_layers: int | None = None, shortlist: bool = True, matmul: MatmulChoice | None = None,
                  prompt_pass: int | None = None):
         """`batch` is the grid (prompt chunks and warm states end at its multiples); `prompt_pass` the
-        prompt rows a pass takes at most, a run of whole grid chunks (None: `default_prompt_pass`)."""
+        prompt rows a pass takes at most, a run of whole grid chunks (None, or a model or device whose
+        passes do not merge: `default_prompt_pass`)."""
         self.graph = graph
         self.n_ctx = n_ctx
         self.batch = batch
@@ -90,7 +91,11 @@ class Engine:
         declared = devices.DEVICES[device].capabilities if device in devices.DEVICES else None
         # None: a device without a capability record (the reference interpreter) runs any PassRows
         self.capabilities: Capabilities | None = declared() if declared else None
-        self.prompt_pass = max(batch, prompt_pass if prompt_pass is not None else self.default_prompt_pass())
+        # an asked pass size holds where passes may merge: not for a recurrent model (states checkpointed
+        # per commit) nor on a device with a row limit, which keep one chunk a pass (default_prompt_pass)
+        mergeable = not self.recurrent_shapes and self.max_rows is None
+        asked = prompt_pass if prompt_pass is not None and mergeable else None
+        self.prompt_pass = max(batch, asked if asked is not None else self.default_prompt_pass())
         # a prediction block drafts from the trunk's hidden rows: the run graph hands them out (runtime/mtp.py)
         self.prediction = has_prediction_block(graph)
         run_source = with_trunk_hidden(graph) if self.prediction else graph

@@ -19,7 +19,8 @@ from kinetic.codegen.cpu.step import available_cpus
 from kinetic.ktc import Kind, KtcFile
 from kinetic.ktc.load import LoadedKtc
 from kinetic.ktc.profile import Profile, default_profile
-from kinetic.ktc.tune import BATCHES, Candidate, _choose_batch, _choose_threads, thread_candidates
+from kinetic.ktc.tune import PROMPT_PASSES, Candidate, _choose_pass, _choose_threads, pass_candidates, thread_candidates
+from kinetic.runtime.engine import CPU_PROMPT_PASS, DEFAULT_BATCH
 from tests.conftest import model_path
 from tests.synthetic import synthetic_path
 
@@ -53,8 +54,8 @@ def test_tune_finishes_within_its_bound_and_its_profile_runs(warm_smollm2, tmp_p
     """--tune --tune-seconds 10 on SmolLM2 ends within the limit, or right after the first engine and
     its two runs where those alone take longer (a machine so busy they do), give or take 0.5 s (a
     prompt pass or build running past SLACK x its estimate), and the command within limit + margin;
-    it writes tuned: true with measured medians, and Model on the file runs with the chosen threads
-    and batch."""
+    it writes tuned: true with measured medians, and Model on the file runs with the chosen threads,
+    batch and prompt pass."""
     out = tmp_path / "tuned.ktc"
     start = time.monotonic()
     assert main(["compile", str(model_path("smollm2-135m")), "-o", str(out), "--tune", "--tune-seconds",
@@ -66,10 +67,12 @@ def test_tune_finishes_within_its_bound_and_its_profile_runs(warm_smollm2, tmp_p
     measured = profile["measured"]
     assert profile["tuned"] is True and measured["first_seconds"] <= measured["seconds"]
     assert measured["seconds"] <= max(LIMIT, measured["first_seconds"]) + 0.5
-    assert profile["threads"] in thread_candidates(available_cpus()) and profile["batch"] in BATCHES
+    assert profile["threads"] in thread_candidates(available_cpus()) and profile["batch"] == DEFAULT_BATCH
+    assert profile["prompt_pass"] in PROMPT_PASSES and measured["chosen"]["prompt_pass"] == profile["prompt_pass"]
     assert measured["chosen"]["tg"] > 0 and measured["chosen"]["pp"] > 0 and measured["cpus"] == available_cpus()
     model = kinetic.Model(out, n_ctx=64)
     assert model.engine.batch == profile["batch"] and model.engine.runner.threads == profile["threads"]
+    assert model.engine.prompt_pass == profile["prompt_pass"]
 
 
 def test_default_profile_is_untouched(tmp_path):
@@ -102,13 +105,23 @@ def test_thread_choice_maximizes_decode_and_breaks_ties_by_prompt():
     assert _choose_threads([Candidate(1, 64), Candidate(2, 64)], cpus=2) == 2  # nothing measured: all CPUs
 
 
-def test_batch_choice_maximizes_prompt_and_prefers_the_default_when_tied():
-    """The best prompt median wins; within 2% the default batch, else the smallest tied batch."""
-    runs = {32: 400.0, 64: 396.0, 128: 401.0}
-    assert _choose_batch([Candidate(1, b, pp=[r]) for b, r in runs.items()], default=64) == 64
-    runs = {32: 400.0, 64: 300.0, 128: 401.0}
-    assert _choose_batch([Candidate(1, b, pp=[r]) for b, r in runs.items()], default=64) == 32
-    assert _choose_batch([Candidate(1, b) for b in BATCHES], default=64) == 64
+def test_pass_choice_maximizes_prompt_and_prefers_the_default_when_tied():
+    """The best prompt median wins; within 2% the default pass (a candidate's None), else the
+    smallest tied pass; the default when none was measured."""
+    def passes(rates: dict) -> list[Candidate]:
+        return [Candidate(1, DEFAULT_BATCH, prompt_pass=None if p == 512 else p, pp=[r]) for p, r in rates.items()]
+
+    assert _choose_pass(passes({128: 100.0, 256: 110.0, 512: 109.0}), default=512) == 512
+    assert _choose_pass(passes({128: 100.0, 256: 110.0, 512: 105.0}), default=512) == 256
+    assert _choose_pass(passes({128: 109.0, 256: 110.0, 512: 100.0}), default=512) == 128
+    assert _choose_pass([Candidate(1, DEFAULT_BATCH, prompt_pass=p) for p in (128, 256)], default=512) == 512
+
+
+def test_passes_are_searched_only_where_they_merge():
+    """The CPU engine's default pass (512 rows) is the largest tried, so the phase runs there; an
+    engine whose passes are its grid (a recurrent model) gets no prompt-pass phase."""
+    assert CPU_PROMPT_PASS == max(PROMPT_PASSES) and pass_candidates(CPU_PROMPT_PASS) == PROMPT_PASSES
+    assert pass_candidates(DEFAULT_BATCH) == ()
 
 
 def test_profile_json_round_trips_and_old_profiles_read():

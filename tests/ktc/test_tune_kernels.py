@@ -38,7 +38,8 @@ def test_every_kernel_candidate_gives_the_default_bits(fixture, request):
     assert candidates[0] == MatmulChoice() and {c.tile for c in candidates} == set(TILES)
     if host().best_variant() == "vnni":
         assert any(c.narrow for c in candidates)
-    prints = {c: fingerprint(Engine(graph, weights, n_ctx=256, batch=32, threads=1, matmul=c),
+    prints = {c: fingerprint(Engine(graph, weights, n_ctx=tune.FINGERPRINT_TOKENS + 8, batch=32, threads=1,
+                                    matmul=c, prompt_pass=32),
                              tune.prompt_ids(graph), tune.FINGERPRINT_TOKENS) for c in candidates}
     assert set(prints.values()) == {prints[MatmulChoice()]}, prints
 
