@@ -12,6 +12,7 @@ from kinetic.codegen.cpu.shortlist import OutputHead
 from kinetic.codegen.cpu.shortlist_copy import SLACK
 from kinetic.codegen.cpu.shortlist_rows import (
     GROUP,
+    _block_bound_keeps,
     best_rows,
     group_bounds,
     group_count,
@@ -90,3 +91,24 @@ def test_group_maxima_never_change_the_rows_chosen(special):
         found = rows_reaching(a, c, xnorm, floor, tiny, none, np.empty(0), keys, group_bounds(c), known)
         assert np.array_equal(found, np.flatnonzero(keep))
     assert np.mean(group_maxima(keys) + 0.05 * xnorm < float(finite.max())) > 0.5  # most groups passed over
+
+
+def test_block_bound_keeps_is_the_f64_block_bound_of_each_listed_row():
+    """The block bound step reads each listed row's own block bounds (prefetched ahead or not): its
+    decisions are a row-by-row f64 pass's, NaN and -inf copy scores kept."""
+    rng = np.random.default_rng(5)
+    n, b = 5000, 20
+    a = rng.standard_normal(n).astype(np.float32)
+    a[[7, 4000]] = np.nan, -np.inf
+    per_block = rng.uniform(0.0, 0.02, (n, b)).astype(np.float32)
+    xblocks = rng.uniform(0.5, 1.5, b)
+    rows = np.sort(rng.choice(n, 700, replace=False)).astype(np.int64)
+    rows[:2] = 7, 4000
+    rows.sort()
+    extra, low = 1e-40 * SLACK, 1.5
+    total = np.array([sum(float(per_block[r, j]) * xblocks[j] for j in range(b)) for r in rows])
+    ai = a[rows].astype(np.float64)
+    expected = ~(ai + (total * SLACK + extra) < low) | (ai == -np.inf)
+    assert 0 < expected.sum() < len(rows) // 2
+    for ahead in (0, 8, 5000):
+        assert np.array_equal(_block_bound_keeps(a, rows, per_block, xblocks, extra, low, ahead), expected)
