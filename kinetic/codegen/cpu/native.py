@@ -4,7 +4,8 @@ Owns: the few numba intrinsics the compiled step needs and numba does not offer 
 generated (llvmlite) kernel given its address, raw pointers from integer addresses, array views that
 hold no reference (`unowned`), 64-bit atomics
 (compare-and-swap included), the spin-wait hint and the futex call of the step's phase waits
-(step_ops.py), and IEEE f32 <-> f16 conversion (LLVM's fptrunc / fpext: round to nearest even,
+(step_ops.py), a read prefetch hint (Shortlist's scattered bound reads, shortlist_rows.py), and
+IEEE f32 <-> f16 conversion (LLVM's fptrunc / fpext: round to nearest even,
 what numpy's astype(float16) does). Written by hand because numba has
 no public API for these; each is a handful of LLVM instructions.
 """
@@ -154,6 +155,21 @@ def spin_pause(typingctx):
             fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), []),
                                                 "llvm.x86.sse2.pause")
             builder.call(fn, [])
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def prefetch(typingctx, addr):
+    """A read prefetch of the cache line at addr (int64), into every cache level: a hint, no result."""
+    sig = types.void(types.int64)
+
+    def codegen(context, builder, signature, args):
+        i32 = ir.IntType(32)
+        fnty = ir.FunctionType(ir.VoidType(), [ir.IntType(8).as_pointer(), i32, i32, i32])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0")
+        builder.call(fn, [builder.inttoptr(args[0], ir.IntType(8).as_pointer()), i32(0), i32(3), i32(1)])
         return context.get_dummy_value()
 
     return sig, codegen

@@ -3,8 +3,7 @@
 Owns: `summarize` (run by the scan's threads on each chunk of rows they have just scored: per group of
 GROUP rows the largest copy score), `group_bounds` (per group the largest row constant c, once per
 layer), `best_rows` and `rows_reaching`, which use those maxima to pass over whole groups that
-cannot hold a wanted row; `prefetch`, the read hint the block bound step issues ahead of its
-scattered reads.
+cannot hold a wanted row (the block bound step prefetching its scattered reads: native.prefetch).
 Does not own the bound's constants (shortlist_copy.py), the scan (shortlist_scan.py) or the floor
 (shortlist.py).
 
@@ -19,35 +18,19 @@ scores and bounds where Gemma's greedy floor leaves most groups behind.
 from __future__ import annotations
 
 import numpy as np
-from llvmlite import ir
-from numba import njit, types
-from numba.core import cgutils
-from numba.extending import intrinsic
+from numba import njit
 
+from kinetic.codegen.cpu.native import prefetch
 from kinetic.codegen.cpu.shortlist_copy import SLACK
 
 # numba's cache checks only this file's stamp, not those of the modules whose code or constants it
-# compiles in (SLACK); this hash of them (kept current by tests/codegen/cpu/test_shortlist_cache_keys.py)
-# changes this file whenever they change, so a stale cache is never loaded.
-SOURCES_HASH = "69eedbb13719150e"
+# compiles in (SLACK, native.prefetch); this hash of them (kept current by
+# tests/codegen/cpu/test_shortlist_cache_keys.py) changes this file whenever they change, so a stale
+# cache is never loaded.
+SOURCES_HASH = "53829d46777fdb25"
 
 GROUP = 32  # rows per group (divides shortlist_scan.CHUNK_ROWS, so a chunk holds whole groups)
 AHEAD = 8  # candidate rows whose block bounds are prefetched ahead of the one tested (_block_bound_keeps)
-
-
-@intrinsic
-def prefetch(typingctx, addr):
-    """A read prefetch of the cache line at addr (int64), into every cache level: a hint, no result."""
-    sig = types.void(types.int64)
-
-    def codegen(context, builder, signature, args):
-        i32 = ir.IntType(32)
-        fnty = ir.FunctionType(ir.VoidType(), [ir.IntType(8).as_pointer(), i32, i32, i32])
-        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0")
-        builder.call(fn, [builder.inttoptr(args[0], ir.IntType(8).as_pointer()), i32(0), i32(3), i32(1)])
-        return context.get_dummy_value()
-
-    return sig, codegen
 
 
 def group_count(n: int) -> int:

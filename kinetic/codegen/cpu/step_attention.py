@@ -31,7 +31,7 @@ from kinetic.codegen.cpu.native import call_kernel, f16_value, fma32, i32_ptr, r
 # numba's cache checks only this file's stamp, not those of the modules whose code it compiles in;
 # this hash of them (kept current by tests/codegen/cpu/test_cpu_step.py) changes this file whenever
 # they change, so a stale cache is never loaded.
-SOURCES_HASH = "8d9df2b282b40a21"
+SOURCES_HASH = "fa503fe9ef80f0bc"
 
 F32 = np.float32
 F64 = np.float64

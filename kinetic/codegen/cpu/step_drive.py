@@ -51,7 +51,7 @@ from kinetic.codegen.cpu.step_sync import (
 # numba's cache checks only this file's stamp, not those of the modules whose code it compiles in;
 # this hash of them (kept current by tests/codegen/cpu/test_cpu_step.py) changes this file whenever
 # they change, so a stale cache is never loaded.
-SOURCES_HASH = "4c028a29b7148076"
+SOURCES_HASH = "619ce3ea735876fd"
 
 
 @njit(cache=True, nogil=True, error_model="numpy", inline="always")
