@@ -3,9 +3,10 @@
 Owns: the kernel candidates (`kernel_candidates`: the quantized matmul's tiles of matmul_choice.TILES,
 and the wide 512-bit paths off for every type that has one, and for each such type alone), the
 choice among them (`choose_kernels`), and the gate every candidate of every phase passes before it
-is timed (`fingerprint`, `Refused`): the bits of the logits of one fixed prompt (a full prompt pass
-of the largest batch and a pass of 5 rows, then one decode step) must be those of the first engine
-the search built. The kernels, tiles and thread counts are all meant to give the same bits (kinetic/
+is timed (`fingerprint`, `Refused`): the bits of the logits of one fixed prompt (tune.py's
+FINGERPRINT_TOKENS, 261 ids: half the largest prompt pass and FINGERPRINT_EXTRA more, so each
+searched pass size cuts it differently and leftover rows run the small tiles), then one decode
+step, must be those of the first engine the search built. The kernels, tiles and thread counts are all meant to give the same bits (kinetic/
 codegen/cpu/matmul_choice.py says why); the gate makes a candidate that does not a refused one,
 recorded in the profile's `measured`, never a chosen one.
 Does not own the timing and the other phases (tune.py) nor the kernels (kinetic/codegen/cpu).
@@ -23,7 +24,7 @@ import numpy as np
 from kinetic.codegen.cpu.matmul_choice import DEFAULT_TILE, TILES, MatmulChoice, graph_weights, wide_types
 from kinetic.errors import KineticError
 
-FINGERPRINT_EXTRA = 5  # rows after the largest batch: a pass of leftover rows (the small tiles)
+FINGERPRINT_EXTRA = 5  # rows past a multiple of every searched pass: a pass of leftover rows (the small tiles)
 
 
 class Refused(KineticError):

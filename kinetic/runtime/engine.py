@@ -1,9 +1,9 @@
 """The engine: runs passes of rows through a compiled graph and keeps sequence state.
 
 Owns: forward passes over a batch of rows (tokens with sequence, position and parent), prompt
-processing in chunks on a fixed grid (`grid_chunks`: each ends at a multiple of `batch` counted
-from position 0) run up to `prompt_pass` rows a pass (`prompt_passes`: consecutive chunks together,
-a pass ending where a chunk does), written once as steps (`Engine.prompt_steps`: Engine.prefill and
+processing in chunks on a fixed grid (each chunk ends at a multiple of `batch` counted from position
+0, the last at the prompt's end) run up to `prompt_pass` rows a pass (`prompt_passes`: consecutive
+chunks together, a pass ending where a chunk does), written once as steps (`Engine.prompt_steps`: Engine.prefill and
 Engine.feed run them alone, a generation yields them to Convoy), one-token decode, greedy selection
 and rollback, and the shared pass of Convoy
 (`run`: several sequences' rows, each given as a `SeqRows`, in one pass). It knows nothing about
@@ -334,20 +334,13 @@ class Engine:
             logits = self.decode(seq, token)
 
 
-def grid_chunks(start: int, n: int, batch: int) -> list[tuple[int, int]]:
-    """The chunks (from, to) of n tokens fed after `start` cache entries: each ends at a multiple of
-    `batch` counted from position 0 (the grid), the last at start + n. A prompt is cut the same way
-    whether it starts at 0 or resumes from a state stored at a grid point (kinetic/runtime/warm.py)."""
-    if n <= 0:
-        return []
-    cuts = [start, *range((start // batch + 1) * batch, start + n, batch), start + n]
-    return list(zip(cuts[:-1], cuts[1:], strict=True))
-
-
 def prompt_passes(start: int, n: int, batch: int, pass_rows: int) -> Iterator[tuple[int, int]]:
     """The passes (from, to) of n tokens fed after `start` cache entries, lazily: runs of consecutive
-    grid chunks (grid_chunks) of at most `pass_rows` rows, a chunk alone where it is longer. Every
-    pass ends where a chunk does, so the grid's points (warm states) are the same whatever `pass_rows`.
+    grid chunks of at most `pass_rows` rows, a chunk alone where it is longer. The grid: each chunk
+    ends at a multiple of `batch` counted from position 0, the last at start + n, so a prompt is cut
+    the same way whether it starts at 0 or resumes from a state stored at a grid point (warm.py); with
+    pass_rows = batch the passes are the chunks. Every pass ends where a chunk does, so the grid's
+    points (warm states) are the same whatever `pass_rows`.
     A pass from `start` takes as many chunks as fit: the chunk ends are `end` = start + n and the grid
     points k * batch inside (start, end), so it ends at `end` if end - start <= pass_rows, else at the
     last grid point <= start + pass_rows, or at the first chunk's end when that is further."""

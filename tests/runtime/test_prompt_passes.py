@@ -9,11 +9,31 @@ import pytest
 
 from kinetic.frontend.gguf_file import open_gguf
 from kinetic.frontend.lower import lower
-from kinetic.runtime.engine import Engine, grid_chunks, prompt_passes
+from kinetic.runtime.engine import Engine, prompt_passes
 from kinetic.runtime.weights import GGUFWeights
 from tests.synthetic import synthetic_path
 
 PROMPT = [1, 54, 35, 82, 11, 7, 19, 23, 5, 17, 29, 41, 53, 65, 7, 19, 3, 8, 13, 21]  # 20 tokens
+
+
+def grid_chunks(start: int, n: int, batch: int) -> list[tuple[int, int]]:
+    """The grid's chunks (from, to) of n tokens fed after `start`, the long way: cut at every multiple
+    of `batch` counted from position 0 inside (start, start + n)."""
+    if n <= 0:
+        return []
+    cuts = [start, *range((start // batch + 1) * batch, start + n, batch), start + n]
+    return list(zip(cuts[:-1], cuts[1:], strict=True))
+
+
+def test_grid_chunks_end_on_multiples_of_the_batch():
+    """The oracle's chunks end at multiples of the batch counted from position 0, the last at the
+    prompt's end; and passes of `batch` rows are those chunks."""
+    assert grid_chunks(0, 300, 128) == [(0, 128), (128, 256), (256, 300)]
+    assert grid_chunks(130, 300, 128) == [(130, 256), (256, 384), (384, 430)]
+    assert grid_chunks(256, 128, 128) == [(256, 384)]
+    assert grid_chunks(5, 0, 128) == []
+    for start, n in ((0, 300), (130, 300), (256, 128), (5, 0), (7, 1000)):
+        assert list(prompt_passes(start, n, 128, 128)) == grid_chunks(start, n, 128)
 
 
 def merged_chunks(start: int, n: int, batch: int, pass_rows: int) -> list[tuple[int, int]]:

@@ -10,7 +10,6 @@ import pytest
 
 import kinetic
 from kinetic.frontend.blocks import Options
-from kinetic.runtime.engine import grid_chunks
 from kinetic.runtime.generation import GenerationRequest, Generator
 from kinetic.runtime.sampling import SamplingSettings
 from kinetic.runtime.warm import WarmStore, common_prefix, grid_floor
@@ -61,14 +60,6 @@ def smollm2():
 @pytest.fixture(scope="module")
 def gemma():
     return kinetic.Model(model_path("gemma3-270m"), n_ctx=1024, threads=2)
-
-
-def test_grid_chunks_end_on_multiples_of_the_batch():
-    """Chunks end at multiples of the batch counted from position 0, the last at the prompt's end."""
-    assert grid_chunks(0, 300, 128) == [(0, 128), (128, 256), (256, 300)]
-    assert grid_chunks(130, 300, 128) == [(130, 256), (256, 384), (384, 430)]
-    assert grid_chunks(256, 128, 128) == [(256, 384)]
-    assert grid_chunks(5, 0, 128) == []
 
 
 @pytest.mark.parametrize("name", ["smollm2", "gemma"])
