@@ -6,9 +6,9 @@ choice among them (`choose_kernels`), and the gate every candidate of every phas
 is timed (`fingerprint`, `Refused`): the bits of the logits of one fixed prompt (tune.py's
 FINGERPRINT_TOKENS, 261 ids: half the largest prompt pass and FINGERPRINT_EXTRA more, so each
 searched pass size cuts it differently and leftover rows run the small tiles), then one decode
-step, must be those of the first engine the search built. The kernels, tiles and thread counts are all meant to give the same bits (kinetic/
-codegen/cpu/matmul_choice.py says why); the gate makes a candidate that does not a refused one,
-recorded in the profile's `measured`, never a chosen one.
+step, must be those of the first engine the search built. The kernels, tiles and thread counts are
+all meant to give the same bits (kinetic/codegen/cpu/matmul_choice.py says why); the gate makes a
+candidate that does not a refused one, recorded in the profile's `measured`, never a chosen one.
 Does not own the timing and the other phases (tune.py) nor the kernels (kinetic/codegen/cpu).
 
 The thread split of a phase is not a choice here: the compiled step splits a matmul's output columns
