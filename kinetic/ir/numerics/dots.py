@@ -189,6 +189,10 @@ def _block_chain_dot(p: quant_dots.IntegerParts, qx: np.ndarray, dx: np.ndarray,
 #   F16 adds the K % 64 last elements one by one in float64 (sumf is ggml_float). F32's sumf is a
 #   float, and GCC vectorized its leftover loop: the first 16s and then one 8 of the K % 64 last
 #   elements as rounded products added in order, the last K % 8 by scalar fmas (the disassembly).
+#   That epilogue is GCC's choice, not ggml's source: the same source built natively on a Sapphire
+#   Rapids host (GCC's tuning there prefers 256-bit vectors) rounds products up to the last whole 4
+#   and fuses only the last K % 4, so F32 weights with K % 8 in 4..7 leftovers differ from such a
+#   build in the last bits. The order here stays the Zen 4 build's (every device's kernels follow it).
 # * BF16: 2 x 16 lanes over chunks of 64 by _mm512_dpbf16_ps: lane l of vector v takes elements
 #   64c + 32v + 2l + 1, then + 2l, each step an fma-like single rounding with bf16 subnormal inputs
 #   read as zero and subnormal results flushed to zero (measured on Zen 4); each vector reduced on

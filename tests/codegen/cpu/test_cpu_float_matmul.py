@@ -110,10 +110,33 @@ def test_reference_is_llama_cpps_own_cpu_result(wtype):
     if not (LLAMA_CPP_LIB / "libggml-cpu.so").exists():
         pytest.skip(f"no llama.cpp build in {LLAMA_CPP_LIB}")
     ggml = _Ggml(LLAMA_CPP_LIB)
-    for k in (31, 100, 576, 1000):
+    for k in (25, 67, 98, 576, 1000):  # F32 leftovers K % 64 = 25, 3, 34, 0, 40: see below
         x, w = case(wtype, 48, k, 4, seed=8, spread=6)
         want = ggml.matmul_rows(x, w.view(np.uint8).reshape(48, -1), wtype, repack=False)
         same_bits(reference(x, w, wtype), want, f"K={k}")
+
+
+def test_f32_leftovers_of_the_local_build_are_one_of_gcc_s_two_epilogues():
+    """ggml_vec_dot_f32's leftover loop is vectorized by GCC, not by ggml's source: a native Zen 4
+    build rounds the products up to the last whole 8 of the K % 64 leftovers (numerics' order), a
+    native Sapphire Rapids build up to the last whole 4; both fuse the rest. The test above keeps to
+    K whose K % 8 < 4, where the two agree; here K % 8 = 7 must give one of the two, and numerics'
+    order where the local build is the Zen 4 kind."""
+    from tests.ir.test_quant_dots import LLAMA_CPP_LIB, _Ggml
+
+    if not (LLAMA_CPP_LIB / "libggml-cpu.so").exists():
+        pytest.skip(f"no llama.cpp build in {LLAMA_CPP_LIB}")
+    ggml = _Ggml(LLAMA_CPP_LIB)
+    x, w = case(Q.F32, 48, 95, 4, seed=8, spread=6)  # K % 64 = 31: 24 or 28 rounded products, then fmas
+    want = ggml.matmul_rows(x, w.view(np.uint8).reshape(48, -1), Q.F32, repack=False)
+    ours = reference(x, w, Q.F32)
+    total = nx.float_dot(x[:, :64], w[:, :64], Q.F32)
+    for i in range(64, 95):
+        product = (x[:, None, i] * w[None, :, i]).astype(F32)
+        total = (total + product).astype(F32) if i < 64 + 28 else nx.fma_f32(x[:, None, i], w[None, :, i], total)
+    by_fours = total
+    if not np.array_equal(ours.view(np.uint32), want.view(np.uint32)):
+        same_bits(by_fours, want, "the local build follows neither epilogue")
 
 
 @pytest.mark.parametrize("fmt", ["f16", "bf16"])
