@@ -11,8 +11,10 @@ own the head, which requests may shortlist (shortlist.py), nor what a pass commi
 Which way a pass takes:
 * no output rows (a prompt chunk before the last): the cut graph (the full one would add nothing);
 * no part that may shortlist (top 0: every logit needed): the full graph;
-* otherwise the faster of the two by measurement, kept apart per count of output rows (a pass of 8
-  draft rows scans the copy 8 times but reads the full layer once: its costs say nothing of one row's).
+* otherwise the faster of the two by measurement on the wall clock (what the caller waits for; not
+  the calling thread's CPU time, which misses the shares other threads ran: FasterOfTwo), kept apart
+  per count of output rows (a pass of 8 draft rows scans the copy 8 times but reads the full layer
+  once: its costs say nothing of one row's).
 Both ways give every logit a request reads bit for bit (the full graph's logits come from the layer's
 own kernel, which the head runs on every row it scores exactly), so the choice changes only speed.
 """
@@ -33,17 +35,25 @@ MANY_ROWS = 8  # passes of this many output rows or more share one measured choi
 
 
 class FasterOfTwo:
-    """Which of two exact ways is faster here, by measurement: each is tried PROBES times, then the
-    one whose fastest of its last PROBES times is lower runs, and the other is tried again every
-    EXPLORE calls, so a change of load, of context length or of how many rows pass the bound is
-    followed. The fastest of a few, not their mean, and the caller measures its own thread's CPU time,
-    not the clock: on a shared machine a call that was descheduled says nothing about the way it ran.
-    The calling thread's alone: it runs a share of every phase and waits for the rest, so its time
-    follows the pass's, and reading it costs about a microsecond where reading the process's clock
-    (or a worker thread's) while other threads run took milliseconds on a loaded 2-vCPU machine."""
+    """Which of two exact ways is faster here, by measurement: the two are tried in turn until each
+    has START times, then the one whose fastest of its last PROBES times is lower runs, and the other
+    is tried again every EXPLORE calls, so a change of load, of context length or of how many rows
+    pass the bound is followed.
 
-    PROBES = 8
+    Times are the wall clock's (`clock`, time.perf_counter: what the caller waits for, read in well
+    under a microsecond), the fastest of a few, not their mean: on a shared machine a call that was
+    descheduled is only ever slower, so the fastest of a few filters it out. Not the calling thread's
+    CPU time (as before): the compiled pass's threads steal a late thread's shares, so when the caller
+    was off its core or asleep at a barrier, a worker ran the pass and the caller's CPU time counted
+    little of it (Gemma 3, 2 threads, loaded machine: the full graph's fastest caller time 1.8-5.8 ms
+    against 21-27 ms of wall time, so the choice kept the full 178 MB layer on a varying share of
+    steps though the shortlist was faster on the clock). Nor the process's CPU time: reading it while
+    other threads run took milliseconds on a loaded 2-vCPU machine."""
+
+    START = 4  # times of each way before the first choice (the slower way's probes cost a step each)
+    PROBES = 8  # the last times kept of each way
     EXPLORE = 16
+    clock = staticmethod(time.perf_counter)
 
     def __init__(self):
         self.recent = {True: deque(maxlen=self.PROBES), False: deque(maxlen=self.PROBES)}
@@ -51,9 +61,8 @@ class FasterOfTwo:
 
     def pick(self) -> bool:
         self.calls += 1
-        for way in (True, False):
-            if len(self.recent[way]) < self.PROBES:
-                return way
+        if min(len(self.recent[True]), len(self.recent[False])) < self.START:
+            return len(self.recent[True]) <= len(self.recent[False])  # in turn: a change of load hits both
         faster = min(self.recent[True]) <= min(self.recent[False])
         return (not faster) if self.calls % self.EXPLORE == 0 else faster
 
@@ -90,9 +99,9 @@ class OutputLayer:
         choice = self.choices.setdefault(min(n_out, MANY_ROWS), FasterOfTwo())
         shortlisting = choice.pick()
         self._prepare(shortlisting)  # a first use (opening the runner, loading the copy) is not timed
-        began = time.thread_time()
+        began = choice.clock()
         ran = self._shortlist_pass(rows, caches, tops) if shortlisting else self._full_pass(rows, caches)
-        choice.record(shortlisting, time.thread_time() - began)
+        choice.record(shortlisting, choice.clock() - began)
         return ran
 
     def close(self) -> None:

@@ -4,6 +4,8 @@ logit a request reads is the full layer's, bit for bit."""
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
@@ -43,7 +45,53 @@ def test_both_ways_give_the_full_layers_greedy_tokens_and_scores(pair):
     steps = 3 * FasterOfTwo.PROBES
     assert greedy_with_scores(engine, PROMPT, steps, 1) == greedy_with_scores(plain, PROMPT, steps, 0)
     tried = engine.output.choices[1].recent
-    assert len(tried[True]) == len(tried[False]) == FasterOfTwo.PROBES  # each way ran its probes
+    assert min(len(tried[True]), len(tried[False])) >= FasterOfTwo.START  # each way ran its probes
+
+
+def test_the_ways_are_probed_in_turn_then_the_faster_runs_and_the_other_is_retried():
+    """Scripted times: the two ways alternate until each has START times, then the faster (by its
+    fastest recent time) runs, the other every EXPLORE calls, and a retried way that has become the
+    faster takes over."""
+    choice, times, ways = FasterOfTwo(), {True: 2.0, False: 3.0}, []
+    for call in range(1, 3 * FasterOfTwo.EXPLORE + 1):
+        if call == 2 * FasterOfTwo.EXPLORE:
+            times[False] = 1.0  # the full graph became faster (less load, another context length)
+        way = choice.pick()
+        ways.append(way)
+        choice.record(way, times[way])
+    start = 2 * FasterOfTwo.START
+    assert ways[:start] == [True, False] * FasterOfTwo.START
+    assert [i for i, way in enumerate(ways[start:], start + 1) if not way][:2] == [16, 32]
+    assert not any(ways[2 * FasterOfTwo.EXPLORE:-1]) and ways[-1]  # then the shortlist is the one retried
+
+
+def test_the_choice_follows_the_wall_clock_not_the_calling_threads_cpu(pair, monkeypatch):
+    """A full pass during which the calling thread slept (as when the compiled pass's workers run
+    the shares of a caller that is off its core) costs what the caller waited: the choice takes the
+    way faster on the clock, though it spent more of the calling thread's CPU time."""
+    engine, plain = pair
+    output, ways = engine.output, []
+    full, shortlist = output._full_pass, output._shortlist_pass
+
+    def slept(*args):
+        ways.append(False)
+        time.sleep(0.05)
+        return full(*args)
+
+    def spun(*args):
+        ways.append(True)
+        end = time.thread_time() + 0.01
+        while time.thread_time() < end:
+            pass
+        return shortlist(*args)
+
+    monkeypatch.setattr(output, "_full_pass", slept)
+    monkeypatch.setattr(output, "_shortlist_pass", spun)
+    output.choices.clear()
+    steps = 2 * FasterOfTwo.START + 4  # and the prompt's pass: none of them an exploring call
+    assert greedy_with_scores(engine, PROMPT, steps, 1) == greedy_with_scores(plain, PROMPT, steps, 0)
+    assert ways[:2 * FasterOfTwo.START] == [True, False] * FasterOfTwo.START
+    assert all(ways[2 * FasterOfTwo.START:])
 
 
 def test_the_choice_is_measured_per_count_of_output_rows(pair):

@@ -253,16 +253,16 @@ def test_logprobs_and_grammars_take_the_full_layer():
 
 
 def test_the_measured_choice_tries_both_then_keeps_the_faster_and_explores():
-    """Each way runs PROBES times first; then the one with the lower recent time runs, and the
-    other is tried again every EXPLORE calls (so a change of load is followed)."""
+    """The ways take turns until each has run START times; then the one with the lower recent time
+    runs, and the other is tried again every EXPLORE calls (so a change of load is followed)."""
     choice = FasterOfTwo()
     picks = []
     for _ in range(2 * FasterOfTwo.EXPLORE):
         way = choice.pick()
         picks.append(way)
         choice.record(way, 1.0 if way else 2.0)  # shortlisting is twice as fast here
-    probes = FasterOfTwo.PROBES
-    assert picks[:2 * probes] == [True] * probes + [False] * probes
+    probes = FasterOfTwo.START
+    assert picks[:2 * probes] == [True, False] * probes
     slow = [i + 1 for i, way in enumerate(picks) if not way][probes:]
     assert slow and all(call % FasterOfTwo.EXPLORE == 0 for call in slow)
 
