@@ -4,7 +4,8 @@ Owns: `OutputHead`, the output layer of a graph whose logits are one quantized m
 weights, the tied embedding included): `full(hidden)` computes every logit with the layer's own
 generated kernel (the tape's, bit for bit), `shortlist(hidden_row, k)` computes exact logits only
 for the rows that can be among the k best and proves the others cannot, `logits(hidden, top)` is
-either for the engine; `eligible(graph)` and `cut_before_head(graph)` say which graphs have such a
+either for the engine; `StepTimes`, the hook a benchmark sets to time shortlist()'s steps (a no-op
+otherwise); `eligible(graph)` and `cut_before_head(graph)` say which graphs have such a
 layer and give the graph that stops before it. Does not own the copies and their constants
 (shortlist_copy.py), how the scans share rows among threads (shortlist_scan.py), the row choice from
 the copy's scores (shortlist_rows.py), which requests may use it (kinetic/runtime/shortlist.py),
@@ -24,6 +25,7 @@ every scan (the copy's, the full layer's, the exact rows') runs through shortlis
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from functools import cache
 
@@ -79,6 +81,35 @@ class CopyScores:
     groups: Groups
 
 
+# OutputHead.shortlist's steps, in order, each timed up to where it ends (StepTimes)
+STEPS = ("quant", "copy", "best", "exact_first", "floor", "reach", "exact_rest", "glue")
+
+
+class StepTimes:
+    """Process CPU time of each step of OutputHead.shortlist, summed over calls, and the exact rows
+    each step scored (benchmarks/shortlist_exact.py sets one on a head; the steps are the real code's,
+    marked where they end: quant, copy, best, exact_first, floor, reach, exact_rest, glue)."""
+
+    def __init__(self):
+        self.spent: dict[str, float] = dict.fromkeys(STEPS, 0.0)
+        self.rows: dict[str, int] = dict.fromkeys(STEPS, 0)
+        self._last = time.process_time()
+
+    def start(self) -> None:
+        self._last = time.process_time()
+
+    def mark(self, step: str, rows: int = 0) -> None:
+        """The time since the last mark (or start) is `step`'s."""
+        now = time.process_time()
+        self.spent[step] += now - self._last
+        self.rows[step] += rows
+        self._last = now
+
+
+def _no_mark(step: str, rows: int = 0) -> None:
+    """StepTimes.mark when no one is timing."""
+
+
 @dataclass
 class Shortlisted:
     """One hidden row's exact logits for every row that can be among the k best: ids i64, scores f32."""
@@ -116,6 +147,7 @@ class OutputHead:
             self._places = lane_places(k // BLOCK)
         self.scored = 0  # rows scored exactly by shortlist(), summed over calls (the bench reports it)
         self.calls = 0
+        self.step_times: StepTimes | None = None  # set by benchmarks/shortlist_exact.py: shortlist()'s parts
 
     def logits(self, hidden: np.ndarray, top: int) -> np.ndarray:
         """Logits f32 [R, N] for hidden rows f32 [R, K]: every one (top 0), or for each row the exact
@@ -154,23 +186,40 @@ class OutputHead:
         left out are proven below k of those returned. Each is also written at its row in `out` (f32
         [N], for the engine: -inf elsewhere), where given. None when the bound cannot be used (a
         hidden value that is not finite)."""
+        mark = self._marker()
         acts = quantize_activations(hidden[None, :], self.kind.activations)
+        mark("quant")
         copy = self._approximate(acts)
+        mark("copy")
         if not np.isfinite(copy.xnorm):
             return None
         out = np.full(self.n, -np.inf, np.float32) if out is None else out
         first = best_rows(copy.scores, max(1, min(k + MORE_FIRST, self.n)), copy.groups.keys)
+        mark("best")
         self._exact_rows(acts, first, out)
+        mark("exact_first", len(first))
         floor = float(np.sort(out[first])[-min(k, len(first))])
+        mark("floor")
         if not np.isfinite(floor):
             return None
         rest = rows_reaching(copy.scores, self.c, copy.xnorm, floor, self.tiny, self.per_block, copy.xblocks,
                              copy.groups.keys, self._group_c(), np.sort(first))
+        mark("reach")
         self._exact_rows(acts, rest, out)
+        mark("exact_rest", len(rest))
         ids = np.concatenate([first, rest])
         self.scored += len(ids)
         self.calls += 1
-        return Shortlisted(ids, out[ids])
+        result = Shortlisted(ids, out[ids])
+        mark("glue")
+        return result
+
+    def _marker(self):
+        """StepTimes.mark, started now, where a benchmark times shortlist()'s steps; else a no-op."""
+        if self.step_times is None:
+            return _no_mark
+        self.step_times.start()
+        return self.step_times.mark
 
     def bounds(self, hidden: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """For one hidden row f32 [K]: the copy's scores f32 [N] and each row's bound f64 [N], the most
