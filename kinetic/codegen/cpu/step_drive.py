@@ -51,7 +51,7 @@ from kinetic.codegen.cpu.step_sync import (
 # numba's cache checks only this file's stamp, not those of the modules whose code it compiles in;
 # this hash of them (kept current by tests/codegen/cpu/test_cpu_step.py) changes this file whenever
 # they change, so a stale cache is never loaded.
-SOURCES_HASH = "619ce3ea735876fd"
+SOURCES_HASH = "d84f32d805f01fad"
 
 
 @njit(cache=True, nogil=True, error_model="numpy", inline="always")
@@ -93,6 +93,20 @@ def _share_and_commit(int_rows, float_rows, first, last, share, end, nt, a, a_ad
                   epoch, steal)
         done += 1
     finish_many(counters, nt, waits, took, done)
+
+
+@njit(cache=True, nogil=True, error_model="numpy", inline="always")
+def run_prefix(int_rows, float_rows, first, body, nt, a, a_addr, n_rows, n_out, out_rows, tokens, positions, row_slot,
+               row_cidx, slot_rows, anc, kv_addr, clen, cpos_addr, gelu, tid, prof):
+    """The phase's prefix, ops first..body-1 (FLAG_PREFIX: step_steal.prefix_flags), in full: every
+    share at once, the same bits as share by share (step_ops.run_span). Thread 0 adds each op's
+    cycles to prof[ip, 0]."""
+    for ip in range(first, body):
+        began = cycles()
+        run_span(int_rows, float_rows, ip, 0, nt, nt, a, a_addr, n_rows, n_out, out_rows, tokens, positions, row_slot,
+                 row_cidx, slot_rows, anc, kv_addr, clen, cpos_addr, gelu)
+        if tid == 0:
+            prof[ip, 0] += cycles() - began
 
 
 # row-local ops too small to split by columns: two shares cost more than one (an RMS norm's row sum
@@ -139,7 +153,9 @@ def drive(int_rows, float_rows, start, end, tid, nt, shares, a, a_addr, n_rows, 
     (step_sync.py, "Stealing"). In such a phase, a thread that no other has followed into either
     of the two phases before (step_sync.alone: the others are off their cores) claims every share
     left at once and runs each op once over their columns (step_ops.run_span: the same bits, one
-    call instead of one a share). A thread goes
+    call instead of one a share). A phase's leading FLAG_PREFIX ops (step_steal.prefix_flags) are
+    no share's: a thread runs them in full before its first share of the phase, claimed or stolen
+    (run_prefix), so whatever share it runs, it has their outputs. A thread goes
     on to the next phase once every share of this one is done (step_sync.wait_or_steal).
     `sync_addr`: the stretch's phase counters (`sync_stride` bytes a phase), tagged with `epoch`; a
     thread that finds another epoch there is late for a stretch that has ended and returns.
@@ -160,6 +176,10 @@ def drive(int_rows, float_rows, start, end, tid, nt, shares, a, a_addr, n_rows, 
         last = first
         while last < end - 1 and not int_rows[last, tape.FLAGS] & tape.FLAG_BARRIER:
             last += 1
+        body = first
+        while body < last and int_rows[body, tape.FLAGS] & tape.FLAG_PREFIX:
+            body += 1
+        ready = body == first  # this thread has run the phase's prefix
         counters = sync_addr + phase * sync_stride
         steal = int_rows[first, tape.FLAGS] & tape.FLAG_STEAL != 0
         n_shares = phase_shares(int_rows, first, last, shares, waits)
@@ -170,7 +190,11 @@ def drive(int_rows, float_rows, start, end, tid, nt, shares, a, a_addr, n_rows, 
         while share >= 0:
             upto = n_shares if whole else share + 1
             began = stamp_span(counters, share, upto) if steal else 0
-            _share_and_commit(int_rows, float_rows, first, last, share, upto, n_shares, a, a_addr, n_rows, n_out,
+            if not ready:
+                run_prefix(int_rows, float_rows, first, body, n_shares, a, a_addr, n_rows, n_out, out_rows, tokens,
+                           positions, row_slot, row_cidx, slot_rows, anc, kv_addr, clen, cpos_addr, gelu, tid, prof)
+                ready = True
+            _share_and_commit(int_rows, float_rows, body, last, share, upto, n_shares, a, a_addr, n_rows, n_out,
                               out_rows, tokens, positions, row_slot, row_cidx, slot_rows, anc, kv_addr, clen,
                               cpos_addr, gelu, tid, prof, counters, epoch, waits, steal, began)
             whole = False
@@ -187,7 +211,11 @@ def drive(int_rows, float_rows, start, end, tid, nt, shares, a, a_addr, n_rows, 
                 return waited
             if share < 0:
                 break
-            _share_and_commit(int_rows, float_rows, first, last, share, share + 1, n_shares, a, a_addr, n_rows, n_out,
+            if not ready:
+                run_prefix(int_rows, float_rows, first, body, n_shares, a, a_addr, n_rows, n_out, out_rows, tokens,
+                           positions, row_slot, row_cidx, slot_rows, anc, kv_addr, clen, cpos_addr, gelu, tid, prof)
+                ready = True
+            _share_and_commit(int_rows, float_rows, body, last, share, share + 1, n_shares, a, a_addr, n_rows, n_out,
                               out_rows, tokens, positions, row_slot, row_cidx, slot_rows, anc, kv_addr, clen,
                               cpos_addr, gelu, tid, prof, counters, epoch, waits, steal, cycles())
             leave(active)

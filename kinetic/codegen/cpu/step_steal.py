@@ -15,8 +15,19 @@ on the same set is two passes later). A one-row pass's buffers are small (a row 
 keeping every buffer costs little memory; passes of more rows keep the shared arenas and wait for
 a preempted holder as before.
 
+Prefixes (`prefix_flags`): a phase of an RMS norm and an activation quantization only (or a
+quantization alone) that feeds a stolen phase loses its barrier and becomes that phase's prefix
+(FLAG_PREFIX): every thread runs it in full before its first share of the phase (step_drive.drive),
+so no thread waits for another between the two. It is correct because every run of a prefix writes
+the same bits (computed from inputs finished before the phase, never rewritten: no buffer reused)
+and a thread reads the prefix's outputs only after its own run has written them, a thief included
+(it runs the prefix before the stolen share unless it already has this phase). A decode layer keeps
+6 of its 9 phases (SmolLM2), 8 of 11 (Gemma 3); each prefix costs the other thread its small ops
+again (docs/runtime.md, "Prefixes").
+
 Exactness: the same instructions, kernels and splits as the columns plan of the step's own tape, so
-a pass gives the same bits whichever tape runs it (tests/codegen/cpu/test_step_steal.py).
+a pass gives the same bits whichever tape runs it (tests/codegen/cpu/test_step_steal.py); a prefix
+run in full is the same bits as its column shares (step_ops.run_span).
 """
 
 from __future__ import annotations
@@ -32,6 +43,7 @@ from kinetic.codegen.cpu.step_threads import PhaseCounters
 from kinetic.codegen.cpu.tape_plan import Arenas, Plan, align_columns, allocate, encode, place_barriers, steal_flags
 
 ARENA_SETS = 2  # a pass's arena is reused two passes later
+PREFIXES = True  # merge small phases into the next as prefixes (False: the old phases, for A/B runs)
 ACTIVE_STRIDE = 8  # int64 words between two sets' counts (a cache line each)
 
 
@@ -75,7 +87,14 @@ class StealTapes:
         arenas = allocate(plan, every_buffer)  # kept to the end: no buffer reused
         rows = encode(plan, arenas).columns
         rows[:, tape.FLAGS] |= flags
+        if PREFIXES:
+            prefix_flags(rows)
         return ArenaSet(arenas, rows, self.counts.ctypes.data + 8 * ACTIVE_STRIDE * index)
+
+    def prefixes(self) -> int:
+        """The phases whose leading ops are a prefix."""
+        flags = self.sets[0].tape[:, tape.FLAGS] & tape.FLAG_PREFIX
+        return int(np.count_nonzero(flags[1:] < flags[:-1]))
 
     def stolen_phases(self) -> tuple[int, int]:
         """(phases that may be stolen, phases) of the tape."""
@@ -96,3 +115,20 @@ class StealTapes:
                     return self.sets[i]
             waited = True
             time.sleep(0)
+
+
+def prefix_flags(rows: np.ndarray) -> None:
+    """Make each stolen phase of PREFIX_OPS only, column-split, the prefix of the stolen phase after it
+    where that one holds a matmul: FLAG_PREFIX on its rows, its end barrier removed.
+    `rows`: a stealing tape's int rows, changed in place ("Prefixes" above)."""
+    flags = rows[:, tape.FLAGS]
+    ends = np.flatnonzero(flags & tape.FLAG_BARRIER).tolist()
+    starts = [0] + [end + 1 for end in ends]
+    bounds = [(s, e) for s, e in zip(starts, ends + [len(rows) - 1], strict=True) if s <= e]
+    for (first, last), (after, until) in zip(bounds, bounds[1:], strict=False):
+        small = all(rows[i, tape.OP] in tape.PREFIX_OPS and flags[i] & tape.FLAG_STEAL and flags[i] & tape.FLAG_COLUMNS
+                    and not flags[i] & tape.FLAG_COMMIT for i in range(first, last + 1))
+        body = any(rows[i, tape.OP] == tape.OP_MATMUL for i in range(after, until + 1))
+        if small and body and all(flags[i] & tape.FLAG_STEAL for i in range(after, until + 1)):
+            flags[first: last + 1] |= tape.FLAG_PREFIX
+            flags[last] &= ~tape.FLAG_BARRIER

@@ -70,6 +70,10 @@ FLAG_STEAL = 8  # the op's phase may be stolen: a share whose holder is off its 
 FLAG_COMMIT = 16  # in such a phase, an op with a side effect outside the arena (a KV store): run only by the
 #                   share's one counted run, after its other ops (step_drive.drive)
 FLAG_SPLIT_ROWS = 32  # a matmul of the row-split plan (tape_plan.py): a share is rows, every column, not columns
+FLAG_PREFIX = 64  # a stolen phase's leading op that every thread runs in full (every column) before its first
+#                   share of the phase (step_steal.prefix_flags): no barrier before the phase's matmuls
+# ops small enough to run in full on every thread as such a prefix: each run writes the same bits
+PREFIX_OPS = frozenset((OP_RMS_NORM, OP_QUANT))
 
 # ---- each op's argument columns --------------------------------------------------------------------
 # rms_norm: y = x * scale of its group (* weight, repeated every WEIGHT_SIZE floats; WEIGHT -1: none)
