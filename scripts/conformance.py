@@ -3,7 +3,10 @@
 
 For every raw and chat case of both real models, feeds the golden prompt ids, generates greedily as
 many tokens as llama.cpp did, and prints per case how many agree before the first divergence and
-whether that divergence is a near-tie (top-2 within 0.1 nats). Exit 1 if any case fails.
+whether that divergence is a near-tie (top-2 within 0.1 nats); a divergence that is not gets the
+float64 ground truth at that step (SmolLM2: benchmarks/perplexity_f64.py, variant "actq"), which
+accepts it when the truth's gap is below 0.1 nats or picks our token (conformance.with_truth, the
+rule tests/runtime/test_conformance.py applies). Exit 1 if any case fails.
 --numerics picks the numerics mode (kinetic/ir/orders.py: "ggml", llama.cpp's decode-path orders, or
 "fast"); without it, the default mode.
 
@@ -21,10 +24,22 @@ from pathlib import Path
 import kinetic
 from kinetic.frontend.blocks import Options
 from kinetic.ir.orders import NUMERICS
-from kinetic.runtime.conformance import compare
+from kinetic.runtime.conformance import compare, with_truth
 
 GOLDEN = Path(__file__).resolve().parent.parent / "tests" / "data" / "golden"
 FILES = {"smollm2-135m": "smollm2-135m-instruct-q4_1.json", "gemma3-270m": "gemma-3-270m-q4_k_m.json"}
+TRUTH_MODELS = ("smollm2-135m",)  # models benchmarks/perplexity_f64.py runs in float64
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+def truth_logits(model: kinetic.Model, tokens: list[int]):
+    """The float64 ground truth's logits after `tokens` (benchmarks/perplexity_f64.py, "actq")."""
+    sys.path.insert(0, str(BENCHMARKS))
+    import numpy as np
+    import perplexity_f64
+
+    hp, tensors, _ = perplexity_f64.load(str(model.path))
+    return perplexity_f64.forward(np.array(tokens), np.array([len(tokens) - 1]), hp, tensors, "actq")[0]
 
 
 def run_model(name: str, options: Options) -> bool:
@@ -40,10 +55,13 @@ def run_model(name: str, options: Options) -> bool:
             ours = list(engine.greedy(seq, case["prompt_ids"], len(case["ids"])))
             seconds = time.perf_counter() - start
             result = compare(ours, case["ids"], case["top2"])
+            if result.needs_truth and name in TRUTH_MODELS:
+                result = with_truth(result, truth_logits(model, case["prompt_ids"] + case["ids"][:result.diverged_at]))
             all_ok &= result.ok
+            truth = "" if result.truth_gap is None else f", float64 truth's gap {result.truth_gap:.3f}"
             verdict = "all agree" if result.diverged_at is None else (
                 f"diverges at {result.diverged_at} ({'near-tie' if result.near_tie else 'NOT a near-tie'}, "
-                f"gap {result.gap:.3f})" if result.gap is not None else "too short")
+                f"gap {result.gap:.3f}{truth})" if result.gap is not None else "too short")
             print(f"{name:13} {kind}[{i}]  {result.agreed:2d}/{result.total} agree  {verdict}  "
                   f"({len(ours)} tokens in {seconds:.1f} s)", flush=True)
     return all_ok
