@@ -4,7 +4,7 @@ and llama.cpp's llama-bench under the same load when it is found.
 
     python benchmarks/under_load.py [MODEL] [--tokens 64] [--threads 2] [--repeat 3] [--busy N]
                                     [--llama-bench PATH] [--no-steal] [--spin-until-overdue] [--python-workers]
-                                    [--split-small-phases] [--share-by-share] [--loaded-only]
+                                    [--split-small-phases] [--share-by-share] [--no-prefixes] [--loaded-only]
 
 Each measurement is greedy decode of --tokens tokens after a one-token prompt (engine.decode, no
 sampling, no drafting: the step and its threads alone), repeated --repeat times in rounds that
@@ -18,7 +18,9 @@ pool's workers as before compiled mailboxes (Python threads taking each stretch 
 calling drive: step_threads.Worker says what that cost); --split-small-phases adds it with every
 decode phase in one share a thread, small ops too (the rule before step_drive.phase_shares);
 --share-by-share adds it with a thread that finds itself alone claiming one share at a time (the
-rule before step_sync.claim_rest: each share a call of its own). Each figure comes with the
+rule before step_sync.claim_rest: each share a call of its own); --no-prefixes adds the N-thread step
+without Shortlist twice, with and without prefixes (step_steal.PREFIXES: the small phases' barriers;
+without Shortlist the one runner is built with the model, so the flag holds for every pass). Each figure comes with the
 process's CPU time per token: on a shared machine, where "quiet" is not, the work a token costs
 (and what waiting adds to it) is the figure that does not move with the others' load.
 """
@@ -40,7 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kinetic.codegen.cpu import step_threads
+from kinetic.codegen.cpu import step_steal, step_threads
 from kinetic.codegen.cpu.step_drive import drive
 from kinetic.model import Model
 
@@ -153,6 +155,16 @@ def configurations(args) -> dict[str, Configuration]:
     if args.share_by_share and args.threads > 1:
         models[f"kinetic -t {args.threads} share-by-share"] = Configuration(
             models[f"kinetic -t {args.threads}"].model, share_by_share=True)
+    if args.no_prefixes and args.threads > 1:
+        for label, prefixes in (("full graph", True), ("full graph no-prefixes", False)):
+            step_steal.PREFIXES = prefixes
+            try:
+                model = Model(args.model, n_ctx=512, threads=args.threads, shortlist=False)
+            finally:
+                step_steal.PREFIXES = True
+            if (model.engine.runner.steal.prefixes() > 0) != prefixes:
+                raise SystemExit("the stealing tape's prefixes are not as asked: nothing to compare")
+            models[f"kinetic -t {args.threads} {label}"] = Configuration(model)
     return models
 
 
@@ -217,6 +229,8 @@ def main() -> None:
                         help="also the N-thread step with decode phases of small ops split among the threads")
     parser.add_argument("--share-by-share", action="store_true",
                         help="also the N-thread step with a thread alone in a phase claiming one share at a time")
+    parser.add_argument("--no-prefixes", action="store_true",
+                        help="also the N-thread step without Shortlist, with and without prefixes")
     parser.add_argument("--loaded-only", action="store_true", help="skip the quiet rounds")
     args = parser.parse_args()
     if args.llama_bench and not Path(args.llama_bench).is_file():
