@@ -29,9 +29,8 @@ def main() -> None:
     for mode in ("fast", "ggml"):
         logits = teacher_forced(name, tokens, len(tokens), mode)[-1]
         rows[mode] = logits.astype(np.float64)
-    hp, t, _ = f64.load(str(model_path(name)))
     for variant in f64.VARIANTS:
-        rows[f"f64-{variant}"] = f64.forward(np.array(tokens), np.array([len(tokens) - 1]), hp, t, variant)[0]
+        rows[f"f64-{variant}"] = f64.logits_after(str(model_path(name)), tokens, variant)
     b = int(rows["fast"].argmax()) if int(rows["fast"].argmax()) != a else int(np.argsort(rows["fast"])[-2])
     print(f"{name} {kind}[{index}] step {step}: llama.cpp token A={a}, competitor B={b}; "
           f"llama-server top2 {case['top2'][step]}")

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from functools import cache
 
 import numpy as np
 from gguf import GGMLQuantizationType as Q
@@ -91,6 +92,18 @@ def load(path: str) -> tuple[Hparams, dict[str, Linear], np.ndarray]:
             raise SystemExit(f"{t.name}: {t.tensor_type.name}; actq does not emulate this type's dot")
         tensors[t.name] = Linear(w=w, qtype=t.tensor_type, mins=mins)
     return hp, tensors, tensors["token_embd.weight"].w
+
+
+@cache
+def _loaded(path: str) -> tuple[Hparams, dict[str, Linear], np.ndarray]:
+    return load(path)
+
+
+def logits_after(path: str, tokens: list[int], variant: str = "actq") -> np.ndarray:
+    """The ground truth's logits f64 [n_vocab] after `tokens` (the conformance check's truth at a
+    divergence: kinetic/runtime/conformance.with_truth); each model file is read once a process."""
+    hp, tensors, _ = _loaded(path)
+    return forward(np.array(tokens), np.array([len(tokens) - 1]), hp, tensors, variant)[0]
 
 
 # -- the numerics variants ------------------------------------------------------------------------

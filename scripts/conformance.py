@@ -34,12 +34,11 @@ BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 
 def truth_logits(model: kinetic.Model, tokens: list[int]):
     """The float64 ground truth's logits after `tokens` (benchmarks/perplexity_f64.py, "actq")."""
-    sys.path.insert(0, str(BENCHMARKS))
-    import numpy as np
+    if str(BENCHMARKS) not in sys.path:
+        sys.path.insert(0, str(BENCHMARKS))  # it imports its sibling perplexity_common
     import perplexity_f64
 
-    hp, tensors, _ = perplexity_f64.load(str(model.path))
-    return perplexity_f64.forward(np.array(tokens), np.array([len(tokens) - 1]), hp, tensors, "actq")[0]
+    return perplexity_f64.logits_after(str(model.path), tokens)
 
 
 def run_model(name: str, options: Options) -> bool:

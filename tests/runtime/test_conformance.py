@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import sys
-from functools import cache
 from pathlib import Path
 
 import numpy as np
@@ -56,21 +55,15 @@ _ENGINES: dict[tuple[str, str], Engine] = {}
 BENCHMARKS = Path(__file__).parent.parent.parent / "benchmarks"
 
 
-@cache
-def _f64_model(name: str):
-    """benchmarks/perplexity_f64.py's module and the model's float64 weights (hand-written reference)."""
+def truth_logits(name: str, tokens: list[int]) -> np.ndarray:
+    """The float64 ground truth's logits f64 [n_vocab] after `tokens`: the same quantized weights and
+    activation quantization as the kernels, exact arithmetic elsewhere (benchmarks/perplexity_f64.py,
+    variant "actq"; a hand-written reference)."""
     if str(BENCHMARKS) not in sys.path:
         sys.path.insert(0, str(BENCHMARKS))  # it imports its sibling perplexity_common
     import perplexity_f64
 
-    return perplexity_f64, perplexity_f64.load(str(model_path(name)))
-
-
-def truth_logits(name: str, tokens: list[int]) -> np.ndarray:
-    """The float64 ground truth's logits f64 [n_vocab] after `tokens`: the same quantized weights and
-    activation quantization as the kernels, exact arithmetic elsewhere (variant "actq")."""
-    f64, (hp, tensors, _) = _f64_model(name)
-    return f64.forward(np.array(tokens), np.array([len(tokens) - 1]), hp, tensors, "actq")[0]
+    return perplexity_f64.logits_after(str(model_path(name)), tokens)
 
 
 def engine_for(name: str, numerics: str) -> Engine:
