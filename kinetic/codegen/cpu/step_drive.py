@@ -51,7 +51,7 @@ from kinetic.codegen.cpu.step_sync import (
 # numba's cache checks only this file's stamp, not those of the modules whose code it compiles in;
 # this hash of them (kept current by tests/codegen/cpu/test_cpu_step.py) changes this file whenever
 # they change, so a stale cache is never loaded.
-SOURCES_HASH = "d84f32d805f01fad"
+SOURCES_HASH = "4a95286a881d982f"
 
 
 @njit(cache=True, nogil=True, error_model="numpy", inline="always")
@@ -118,11 +118,14 @@ SMALL_OPS = (tape.OP_RMS_NORM, tape.OP_QUANT, tape.OP_ROPE, tape.OP_KV_STORE, ta
 
 @njit(cache=True, nogil=True, inline="always")
 def phase_shares(int_rows, first, last, shares, waits):
-    """The shares of the phase first..last: one where it splits columns (a pass of fewer rows than
-    threads: decode) and holds SMALL_OPS only, unless waits[6] is 0; else `shares`. A share of one
+    """The shares of the phase first..last: its tape.SHARES where the tape gives it some (a stolen
+    phase of many weight bytes: step_steal.share_counts); one where it splits columns (a pass of fewer
+    rows than threads: decode) and holds SMALL_OPS only, unless waits[6] is 0; else `shares`. A share of one
     is every column, what one thread computes (the same bits); the other threads wait at its end.
     Measured (docs/benchmarks.md, "small phases in one share"): 3-4 % less CPU time a token when
     both threads share a core, ~1 % slower on two free cores."""
+    if int_rows[first, tape.SHARES] > 0:
+        return int_rows[first, tape.SHARES]
     if waits[6] == 0:
         return shares
     for ip in range(first, last + 1):
@@ -144,8 +147,8 @@ def drive(int_rows, float_rows, start, end, tid, nt, shares, a, a_addr, n_rows, 
     """Run the tape's rows start..end (int_rows, float_rows: columns as tape.py names them) as one of
     `nt` threads (thread 0 the caller). The tape is cut into phases at its barrier flags; a phase is
     `shares` shares (`nt`, or more where a thread that is ahead should take over the work of one
-    that is behind: a phase may not be stolen then; one for a decode phase of small ops:
-    phase_shares), each share every op of the phase for that
+    that is behind; a stolen phase's tape.SHARES where it reads many weight bytes; one for a decode
+    phase of small ops: phase_shares), each share every op of the phase for that
     share (so a row-local op reads what the op before it wrote for the same share), and any thread
     runs any share it claims first (step_sync.claim): a thread another process keeps off its core
     holds nobody up unless it holds an unfinished share, and in a phase flagged FLAG_STEAL not even
@@ -153,10 +156,11 @@ def drive(int_rows, float_rows, start, end, tid, nt, shares, a, a_addr, n_rows, 
     (step_sync.py, "Stealing"). In such a phase, a thread that no other has followed into either
     of the two phases before (step_sync.alone: the others are off their cores) claims every share
     left at once and runs each op once over their columns (step_ops.run_span: the same bits, one
-    call instead of one a share). A phase's leading FLAG_PREFIX ops (step_steal.prefix_flags) are
-    no share's: a thread runs them in full before its first share of the phase, claimed or stolen
-    (run_prefix), so whatever share it runs, it has their outputs. A thread goes
-    on to the next phase once every share of this one is done (step_sync.wait_or_steal).
+    call instead of one a share), unless the phase has more shares than threads (their shares are
+    big: a call each costs little, and one call would hold them all). A phase's leading FLAG_PREFIX
+    ops (step_steal.prefix_flags) are no share's: a thread runs them in full before its first share
+    of the phase, claimed or stolen (run_prefix), so whatever share it runs, it has their outputs. A
+    thread goes on to the next phase once every share of this one is done (step_sync.wait_or_steal).
     `sync_addr`: the stretch's phase counters (`sync_stride` bytes a phase), tagged with `epoch`; a
     thread that finds another epoch there is late for a stretch that has ended and returns.
     `active`: the address of the count of threads working in this arena (0: none kept). Returns the
@@ -184,7 +188,7 @@ def drive(int_rows, float_rows, start, end, tid, nt, shares, a, a_addr, n_rows, 
         steal = int_rows[first, tape.FLAGS] & tape.FLAG_STEAL != 0
         n_shares = phase_shares(int_rows, first, last, shares, waits)
         arrive(counters)
-        whole = steal and n_shares > 1 and waits[7] != 0 and alone(counters, sync_stride, epoch, phase)
+        whole = steal and 1 < n_shares <= nt and waits[7] != 0 and alone(counters, sync_stride, epoch, phase)
         enter(active)
         share = claim_rest(counters, epoch, n_shares) if whole else claim(counters, epoch, n_shares)
         while share >= 0:

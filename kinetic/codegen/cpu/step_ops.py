@@ -35,7 +35,7 @@ from kinetic.codegen.cpu.step_attention import attend
 # numba's cache checks only this file's stamp, not those of the modules whose code it compiles in;
 # this hash of them (kept current by tests/codegen/cpu/test_cpu_step.py) changes this file whenever
 # they change, so a stale cache is never loaded.
-SOURCES_HASH = "c2c5d46bf9db4b40"
+SOURCES_HASH = "6ba8ade8b9af580e"
 
 F32 = np.float32
 F64 = np.float64

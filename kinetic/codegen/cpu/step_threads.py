@@ -35,7 +35,7 @@ from kinetic.codegen.cpu.step_drive import (
     post,
     serve,
 )
-from kinetic.codegen.cpu.step_sync import ARRIVED, SHARES, STEAL_SPIN_CYCLES, sync_words
+from kinetic.codegen.cpu.step_sync import ARRIVED, DONE, SHARES, STEAL_SPIN_CYCLES, sync_words
 
 CONTENDED = 0.4  # a pass whose calling thread waited this share of its time at barriers was starved
 STARVED_PASSES = 4  # this many starved passes among the last 8 (a lasting load, not one hiccup) ...
@@ -83,14 +83,19 @@ WORKER_SLEEP = np.array([0, int(SLEEP_SECONDS * 1e9)], np.int64)  # struct times
 
 class PhaseCounters:
     """One step's phase counters (step_sync.py's layout), one set per phase of its tape, with room
-    for `threads` shares a phase."""
+    for `threads` shares a phase, or for each phase's own count where `shares` gives them (a
+    stealing tape's phases of many shares: step_steal.share_counts)."""
 
-    def __init__(self, phases: int, threads: int):
-        self.stride = sync_words(threads)
+    def __init__(self, phases: int, threads: int, shares: np.ndarray | None = None):
+        shares = np.full(phases, threads, np.int64) if shares is None else np.asarray(shares, np.int64)
+        self.stride = sync_words(int(shares.max(initial=threads)))
         words = np.zeros((phases + 1) * self.stride + 8, np.int64)
         skip = (-words.ctypes.data % 64) // 8  # the first phase on a cache line
         self.words = words[skip: skip + phases * self.stride].reshape(phases, self.stride)
-        self.states = self.words[:, SHARES // 8: SHARES // 8 + 2 * threads: 2]
+        base = np.arange(phases, dtype=np.int64) * self.stride
+        heads = (base[:, None] + np.array([0, DONE // 8, ARRIVED // 8])).ravel()
+        states = [base[p] + SHARES // 8 + 2 * np.arange(shares[p]) for p in range(phases)]
+        self._reset = np.concatenate([heads, *states])  # the words a stretch starts anew (next_stretch)
         self.phases = phases
         self.epoch = 0
 
@@ -99,11 +104,7 @@ class PhaseCounters:
         uncommitted under it, no thread come to it. The sleepers and the usual share lengths are
         kept (a late sleeper still leaves its count)."""
         self.epoch = self.epoch % EPOCHS + 1
-        tag = self.epoch << 32
-        self.words[:, 0] = tag
-        self.words[:, 8] = tag
-        self.words[:, ARRIVED // 8] = tag
-        self.states[:] = tag
+        self.words.reshape(-1)[self._reset] = self.epoch << 32
         return self.words.ctypes.data, self.epoch
 
 

@@ -7,9 +7,9 @@ step_ops.run_op) both use these names, so no column number is typed anywhere els
 
 One int64 row per instruction, TAPE_WIDTH wide:
 
-    column   OP     FLAGS   2 .. 15                          WIDTH           UNIT
-             code   FLAG_*  the op's arguments (below)       a row-local op's split: columns
-                                                             WIDTH floats wide, in UNIT units
+    column   OP     FLAGS   2 .. 15                      SHARES        WIDTH           UNIT
+             code   FLAG_*  the op's arguments (below)   its phase's   a row-local op's split: columns
+                                                         shares        WIDTH floats wide, in UNIT units
 
 and beside it one float64 row, FLOAT_WIDTH wide, for the op's float arguments (rounded to float32
 when read). Arguments are arena offsets in floats (activations, small weights, tables), byte
@@ -24,8 +24,11 @@ step_drive.SOURCES_HASH cover this file, so a change here recompiles the driver
 from __future__ import annotations
 
 OP, FLAGS = 0, 1  # the op code; its flags
-WIDTH, UNIT = 16, 17  # a row-local op's row width in floats and its column split unit (0: none)
-TAPE_WIDTH = 18
+# SHARES: the shares of the op's phase where a stealing tape gives it more than one a thread (0: the
+# driver's count; step_steal.share_counts); WIDTH, UNIT: a row-local op's row width in floats and its
+# column split unit (0: none)
+SHARES, WIDTH, UNIT = 16, 17, 18
+TAPE_WIDTH = 19
 FLOAT_WIDTH = 4
 
 # ---- op codes (column OP) ------------------------------------------------------------------------

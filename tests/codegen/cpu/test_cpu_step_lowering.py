@@ -46,12 +46,13 @@ def test_an_op_missing_from_the_table_sends_the_graph_to_the_executor(monkeypatc
 
 
 def test_every_op_argument_column_lies_between_the_flags_and_the_split_columns():
-    """Each op's named argument columns are distinct and sit after OP and FLAGS, before WIDTH and
-    UNIT, so no argument overwrites what the driver reads for every op."""
-    assert {tape.OP, tape.FLAGS} == {0, 1} and {tape.WIDTH, tape.UNIT} == {tape.TAPE_WIDTH - 2, tape.TAPE_WIDTH - 1}
+    """Each op's named argument columns are distinct and sit after OP and FLAGS, before SHARES, WIDTH
+    and UNIT, so no argument overwrites what the driver reads for every op."""
+    assert {tape.OP, tape.FLAGS} == {0, 1}
+    assert (tape.SHARES, tape.WIDTH, tape.UNIT) == tuple(range(tape.TAPE_WIDTH - 3, tape.TAPE_WIDTH))
     for code, columns in tape.ARGUMENTS.items():
         assert code in tape.OP_NAMES
-        assert len(set(columns)) == len(columns) and min(columns) > tape.FLAGS and max(columns) < tape.WIDTH
+        assert len(set(columns)) == len(columns) and min(columns) > tape.FLAGS and max(columns) < tape.SHARES
     assert len(set(tape.OP_NAMES)) == len(tape.OP_NAMES) and 0 not in tape.OP_NAMES  # 0: a Python op
 
 
