@@ -4,12 +4,15 @@ and llama.cpp's llama-bench under the same load when it is found.
 
     python benchmarks/under_load.py [MODEL] [--tokens 64] [--threads 2] [--repeat 3] [--busy N]
                                     [--llama-bench PATH] [--no-steal] [--spin-until-overdue] [--python-workers]
-                                    [--split-small-phases] [--share-by-share] [--no-prefixes] [--loaded-only]
+                                    [--split-small-phases] [--share-by-share] [--no-prefixes]
+                                    [--one-share-a-thread] [--top K] [--loaded-only]
 
 Each measurement is greedy decode of --tokens tokens after a one-token prompt (engine.decode, no
-sampling, no drafting: the step and its threads alone), repeated --repeat times in rounds that
-alternate the configurations; medians are printed. The busy processes are `nice -n 0` Python loops,
-one per logical CPU unless --busy says otherwise, started before the loaded rounds and ended after.
+sampling, no drafting: the step and its threads alone; --top K asks for the K best logits only, so
+the output layer may go through Shortlist as `kinetic bench` and top-k sampling let it), repeated
+--repeat times in rounds that alternate the configurations; medians are printed. The busy processes
+are `nice -n 0` Python loops, one per logical CPU unless --busy says otherwise, started before the
+loaded rounds and ended after.
 --no-steal adds the N-thread step with its one-row passes on the shared tape instead of the
 stealing one (kinetic/codegen/cpu/step_steal.py: before and after in the same rounds);
 --spin-until-overdue adds it with the waits of stealing phases spinning until a share is overdue
@@ -20,7 +23,9 @@ decode phase in one share a thread, small ops too (the rule before step_drive.ph
 --share-by-share adds it with a thread that finds itself alone claiming one share at a time (the
 rule before step_sync.claim_rest: each share a call of its own); --no-prefixes adds the N-thread step
 without Shortlist twice, with and without prefixes (step_steal.PREFIXES: the small phases' barriers;
-without Shortlist the one runner is built with the model, so the flag holds for every pass). Each figure comes with the
+without Shortlist the one runner is built with the model, so the flag holds for every pass);
+--one-share-a-thread adds the N-thread step without Shortlist twice, with the output layer's phase in
+many shares and in one a thread (step_steal.SHARE_BYTES: the rule before "Shares"). Each figure comes with the
 process's CPU time per token: on a shared machine, where "quiet" is not, the work a token costs
 (and what waiting adds to it) is the figure that does not move with the others' load.
 """
@@ -89,6 +94,8 @@ class Configuration:
         self.model, self.steal_spin, self.pool, self.split_small = model, steal_spin, pool, split_small
         self.share_by_share = share_by_share
 
+    top = 0  # the logits a decode step asks for (0: every one; main() sets --top)
+
     def decode(self, tokens: int) -> tuple[float, float]:
         """(tokens per second, the process's CPU microseconds per token) of `tokens` greedy decode
         passes of one sequence."""
@@ -104,10 +111,10 @@ class Configuration:
         try:
             engine = self.model.engine
             seq = engine.new_sequence()
-            logits = engine.prefill(seq, [1])
+            logits = engine.prefill(seq, [1], self.top)
             start, cpu = time.perf_counter(), time.process_time()
             for _ in range(tokens):
-                logits = engine.decode(seq, int(np.argmax(logits)))
+                logits = engine.decode(seq, int(np.argmax(logits)), self.top)
             return tokens / (time.perf_counter() - start), (time.process_time() - cpu) / tokens * 1e6
         finally:
             step_threads.WAITS[:], step_threads._pool = own, own_pool
@@ -165,6 +172,18 @@ def configurations(args) -> dict[str, Configuration]:
             if (model.engine.runner.steal.prefixes() > 0) != prefixes:
                 raise SystemExit("the stealing tape's prefixes are not as asked: nothing to compare")
             models[f"kinetic -t {args.threads} {label}"] = Configuration(model)
+    if args.one_share_a_thread and args.threads > 1:
+        for label, share_bytes in (("full graph many shares", step_steal.SHARE_BYTES), ("full graph one share a thread",
+                                                                                         1 << 62)):
+            own = step_steal.SHARE_BYTES
+            step_steal.SHARE_BYTES = share_bytes
+            try:
+                model = Model(args.model, n_ctx=512, threads=args.threads, shortlist=False)
+            finally:
+                step_steal.SHARE_BYTES = own
+            if bool(model.engine.runner.steal.shares()) != (share_bytes == own):
+                raise SystemExit("the stealing tape's shares are not as asked: nothing to compare")
+            models[f"kinetic -t {args.threads} {label}"] = Configuration(model)
     return models
 
 
@@ -198,7 +217,7 @@ def report(args, quiet: dict[str, list[tuple[float, float]]], loaded: dict[str, 
     gets N / (N + 1) of a core, so the goal's 0.8 is ~1.2 there on 2 cores)."""
     print(f"{args.model}, {args.tokens} tokens, medians of {args.repeat}; {args.busy} busy processes, "
           f"load {load:.2f} while loaded")
-    print(f"{'':36s} {'quiet t/s':>9s} {'cpu us/t':>8s} {'loaded t/s':>10s} {'cpu us/t':>8s} "
+    print(f"{'':44s} {'quiet t/s':>9s} {'cpu us/t':>8s} {'loaded t/s':>10s} {'cpu us/t':>8s} "
           f"{'/ quiet 1-thread':>16s} {'/ loaded 1-thread same round':>28s}")
     for name in loaded:
         one = name.split(" -t ")[0] + " -t 1"
@@ -206,7 +225,7 @@ def report(args, quiet: dict[str, list[tuple[float, float]]], loaded: dict[str, 
         pairs = zip(loaded[name], loaded.get(one, []), strict=False)
         rounds = [a[0] / b[0] for a, b in pairs] or [float("nan")]
         lo = _median(loaded[name], 0)
-        print(f"{name:36s} {_median(quiet.get(name, []), 0):9.1f} {_median(quiet.get(name, []), 1):8.0f} "
+        print(f"{name:44s} {_median(quiet.get(name, []), 0):9.1f} {_median(quiet.get(name, []), 1):8.0f} "
               f"{lo:10.1f} {_median(loaded[name], 1):8.0f} {lo / one_quiet:16.2f} "
               f"{statistics.median(rounds):28.2f}", flush=True)
 
@@ -231,11 +250,17 @@ def main() -> None:
                         help="also the N-thread step with a thread alone in a phase claiming one share at a time")
     parser.add_argument("--no-prefixes", action="store_true",
                         help="also the N-thread step without Shortlist, with and without prefixes")
+    parser.add_argument("--one-share-a-thread", action="store_true",
+                        help="also the N-thread step without Shortlist, its output layer in many shares and in "
+                        "one a thread")
+    parser.add_argument("--top", type=int, default=0,
+                        help="the logits a step asks for: K best (Shortlist may serve them) [default: 0, every one]")
     parser.add_argument("--loaded-only", action="store_true", help="skip the quiet rounds")
     args = parser.parse_args()
     if args.llama_bench and not Path(args.llama_bench).is_file():
         parser.error(f"--llama-bench {args.llama_bench}: no such file (build llama.cpp as ../shared/llama-cpp.md "
                      "says, or pass --llama-bench '' to measure Kinetic alone)")
+    Configuration.top = args.top
     models = configurations(args)
     path = str(models["kinetic -t 1"].model.path)
     bench = Path(args.llama_bench) if args.llama_bench else None
