@@ -1,7 +1,10 @@
 """Convoy through HTTP, Kinetic's server against llama-server (benchmarks/convoy.py --servers).
 
 For each client count N: `kinetic serve FILE -np N -t T` and `llama-server -m FILE -np N -cb -t T`
-(each slot 512 tokens of context) run side by side, idle but for the one being measured; a round
+(each slot 512 tokens of context) run side by side, idle but for the one being measured; each is
+first warmed up by a round of N clients on other prompts (WARM_UP, 8 tokens each: what a server that
+has run a while has done, e.g. Kinetic's step grown to N rows and its N-row kernels loaded, and
+nothing of the measured prompts); a round
 sends N requests at once, one per client thread (distinct prompts, greedy, `tokens` tokens, the
 end-of-turn ignored, no prompt cache), to one server, then to the other (alternating which goes
 first), `repeat` rounds. Printed per server and N: median aggregate generated tokens/s (all
@@ -36,6 +39,7 @@ from kinetic.hub import resolve_model
 LLAMA_SERVER = Path.home() / ".cache/kinetic-ref/llama.cpp/build/bin/llama-server"
 SEEDED = {"prompt": "Write a poem about the wind in the trees.", "temperature": 0.8, "seed": 42}
 CONTEXT_PER_SLOT = 512
+WARM_UP = [f"Warm-up request {i}: name a colour and a number." for i in range(16)]
 
 
 class Server:
@@ -102,9 +106,9 @@ def _complete(url: str, body: dict) -> tuple[float, int, str]:
     return time.perf_counter() - start, int(answer["tokens_predicted"]), answer["content"]
 
 
-def one_round(url: str, clients: int, tokens: int) -> tuple[float, list[float]]:
+def one_round(url: str, clients: int, tokens: int, prompts: list[str] = PROMPTS) -> tuple[float, list[float]]:
     """(aggregate tokens/s, each client's latency) of `clients` requests sent at once."""
-    bodies = [{"prompt": PROMPTS[i % len(PROMPTS)], "n_predict": tokens, "temperature": 0, "ignore_eos": True,
+    bodies = [{"prompt": prompts[i % len(prompts)], "n_predict": tokens, "temperature": 0, "ignore_eos": True,
                "cache_prompt": False} for i in range(clients)]
     results: list = [None] * clients
     go = threading.Barrier(clients)
@@ -167,7 +171,7 @@ def compare_servers(model: str, client_counts: list[int], tokens: int, threads: 
             speeds: dict[str, list[float]] = {s.name: [] for s in servers}
             latencies: dict[str, list[float]] = {s.name: [] for s in servers}
             for s in servers:
-                one_round(s.url, 1, 8)  # warm-up
+                one_round(s.url, n, 8, WARM_UP)
             for r in range(repeat):
                 for s in servers if r % 2 == 0 else servers[::-1]:
                     speed, lat = one_round(s.url, n, tokens)

@@ -124,7 +124,12 @@ PARAMS = [
 
 # 16 rows in lanes, VNNI: K-quants, and the block-32 types in the "block_chain" order
 LANE_TILES = (q2k_ir.TILES, q3k_ir.TILES, q4k_ir.TILES, q5k_ir.TILES, q6k_ir.TILES, *b32_ir.TILES, *k_chain_ir.TILES)
-SMALL_TILES = (4, 2)  # leftover rows below a tile (a verification pass's few rows) still share each decoded block
+# leftover rows below a tile (a verification pass's few rows, a Convoy pass of a few users' decode rows)
+# share each decoded block in tiles of these; fewer rows go alone. Not 2: two or three rows alone cost
+# less than in a 2-row tile (2 threads, one-row-a-sequence passes, median ms a pass: SmolLM2 Q4_1 2 rows
+# 15.4 vs 20.8, 3 rows 21.2 vs 26.1; Gemma 3 2 rows 24-31 vs 37-39, 3 rows 26-37 vs 53-58; 4 rows in a
+# 4-row tile no slower than alone)
+SMALL_TILES = (4,)
 
 
 # kinetic/ir/orders.py's names of the quantized orders -> the float order the kernels build
