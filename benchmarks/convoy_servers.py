@@ -4,11 +4,13 @@ For each client count N: `kinetic serve FILE -np N -t T` and `llama-server -m FI
 (each slot 512 tokens of context) run side by side, idle but for the one being measured; each is
 first warmed up by a round of N clients on other prompts (WARM_UP, 8 tokens each: what a server that
 has run a while has done, e.g. Kinetic's step grown to N rows and its N-row kernels loaded, and
-nothing of the measured prompts); a round
-sends N requests at once, one per client thread (distinct prompts, greedy, `tokens` tokens, the
-end-of-turn ignored, no prompt cache), to one server, then to the other (alternating which goes
-first), `repeat` rounds. Printed per server and N: median aggregate generated tokens/s (all
-tokens over the wall time from the first send to the last answer) and the median and worst
+nothing of the measured prompts); a round sends N requests at once, one per client thread (distinct
+prompts, greedy, `tokens` tokens, the end-of-turn ignored, no prompt cache), to one server, then to
+the other (alternating which goes first), `repeat` rounds, each on freshly started servers: a server
+that had answered the same prompts in an earlier round would answer them faster (Kinetic's Warm
+Start reuses the prompt, whatever `cache_prompt` says, and RAD-1 drafts from the answers it has
+seen), which is not what is measured. Printed per server and N: median aggregate generated tokens/s
+(all tokens over the wall time from the first send to the last answer) and the median and worst
 per-client latency (send to whole answer).
 
 The same-answer demo, first: with -np 4, three clients keep the server busy with requests of their
@@ -166,22 +168,22 @@ def compare_servers(model: str, client_counts: list[int], tokens: int, threads: 
             s.stop()
     print(f"{'clients':>7} {'server':>13} {'aggregate tok/s':>16} {'latency median s':>17} {'latency worst s':>16}")
     for n in client_counts:
-        servers = start_servers(path, n, threads)
-        try:
-            speeds: dict[str, list[float]] = {s.name: [] for s in servers}
-            latencies: dict[str, list[float]] = {s.name: [] for s in servers}
-            for s in servers:
-                one_round(s.url, n, 8, WARM_UP)
-            for r in range(repeat):
+        speeds: dict[str, list[float]] = {}
+        latencies: dict[str, list[float]] = {}
+        for r in range(repeat):  # fresh servers each round: no round sees the prompts of another
+            servers = start_servers(path, n, threads)
+            try:
+                for s in servers:
+                    one_round(s.url, n, 8, WARM_UP)
                 for s in servers if r % 2 == 0 else servers[::-1]:
                     speed, lat = one_round(s.url, n, tokens)
-                    speeds[s.name].append(speed)
-                    latencies[s.name].extend(lat)
-            for s in servers:
-                lat = latencies[s.name]
-                print(f"{n:>7} {s.name:>13} {statistics.median(speeds[s.name]):>16.1f} "
-                      f"{statistics.median(lat):>17.2f} {max(lat):>16.2f}", flush=True)
-        finally:
-            for s in servers:
-                s.stop()
+                    speeds.setdefault(s.name, []).append(speed)
+                    latencies.setdefault(s.name, []).extend(lat)
+            finally:
+                for s in servers:
+                    s.stop()
+        for name in speeds:
+            lat = latencies[name]
+            print(f"{n:>7} {name:>13} {statistics.median(speeds[name]):>16.1f} "
+                  f"{statistics.median(lat):>17.2f} {max(lat):>16.2f}", flush=True)
     print(f"load after: {os.getloadavg()[0]:.2f}")
