@@ -14,7 +14,7 @@ import kinetic
 from kinetic.codegen.cpu import step_steal, step_threads, tape
 from kinetic.codegen.cpu.step_sync import SHARES as SHARE_STATES
 from kinetic.codegen.cpu.step_threads import PhaseCounters
-from tests.codegen.cpu.test_step_steal import KERNEL, _Holdup, _Worker
+from tests.codegen.cpu.test_step_steal import KERNEL, _Holdup, _Worker, decode_held
 from tests.codegen.cpu.test_step_sync import _AbsentWorker
 from tests.synthetic import synthetic_path
 
@@ -127,18 +127,7 @@ def test_a_worker_stopped_inside_one_of_many_shares_holds_nothing_up(alone, smal
     holdup = _Holdup(lambda *args: real(*args))
     for arena_set in steal.sets:
         arena_set.tape[at, tape.MATMUL_KERNEL] = holdup.address
-    engine = model.engine
-    seq = engine.new_sequence()
-    got = [engine.prefill(seq, PROMPT)]
-    released: list[bool] = []
-    timer = threading.Timer(5.0, holdup.release.set)
-    timer.start()
-    try:
-        for t in TOKENS:
-            got.append(engine.decode(seq, t))
-            released.append(holdup.release.is_set())
-    finally:
-        holdup.release.set()
+    got, released = decode_held(model.engine, holdup, PROMPT, TOKENS, 5.0)
     assert len(holdup.stopped) == 1
     assert released[0] is False, "the first step waited for the stopped worker"
     assert _same(got, alone)

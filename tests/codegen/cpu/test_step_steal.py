@@ -75,6 +75,23 @@ class _Holdup:
         return ctypes.cast(self.kernel, ctypes.c_void_p).value
 
 
+def decode_held(engine, holdup: _Holdup, prompt: list[int], tokens, release_after: float):
+    """A prompt's logits, then a decode step's for each token, with `holdup`'s workers released
+    `release_after` seconds in: (the logits, per step whether they had been released after it)."""
+    seq = engine.new_sequence()
+    got = [engine.prefill(seq, prompt)]
+    released: list[bool] = []
+    timer = threading.Timer(release_after, holdup.release.set)
+    timer.start()
+    try:
+        for t in tokens:
+            got.append(engine.decode(seq, t))
+            released.append(holdup.release.is_set())
+    finally:
+        holdup.release.set()
+    return got, released
+
+
 def _floats(address: int, n: int) -> np.ndarray:
     return np.ctypeslib.as_array((ctypes.c_float * n).from_address(address))
 
@@ -208,18 +225,7 @@ def test_a_model_decodes_past_stopped_workers_and_never_reuses_their_arenas(alon
         arena_set.tape[at, tape.MATMUL_KERNEL] = holdup.address
     acquire, chosen = steal.acquire, []
     monkeypatch.setattr(steal, "acquire", lambda: chosen.append(acquire()) or chosen[-1])
-    released: list[bool] = []  # after each step: had the stopped workers been released?
-    engine = model.engine
-    seq = engine.new_sequence()
-    got = [engine.prefill(seq, PROMPT)]
-    timer = threading.Timer(2.0, holdup.release.set)
-    timer.start()
-    try:
-        for t in TOKENS:
-            got.append(engine.decode(seq, t))
-            released.append(holdup.release.is_set())
-    finally:
-        holdup.release.set()
+    got, released = decode_held(model.engine, holdup, PROMPT, TOKENS, 2.0)
     assert len(holdup.stopped) == stops
     if stops == 1:
         assert released == [False] * len(TOKENS), "a step waited for the stopped worker"
