@@ -4,12 +4,14 @@ time are matmul_pairs_ir's `column_pairs`).
 
 Owns: `column_quads` (eight columns as one <8 x float> chain, the "scalar" order of IQ4_NL, MXFP4
 and Q4_0, and of Q8_0, Q4_1, Q5_0 and Q5_1 in "block_chain", with Q4_1's and Q5_1's
-accm = fma(m_w, s_x, accm)), their pair decoders where they differ from the layout's (QUAD_PAIRS,
+accm = fma(m_w, s_x, accm); several rows in groups that decode each block once: QUAD_GROUPS), their pair decoders where they differ from the layout's (QUAD_PAIRS,
 QUAD_PAIRS_VBMI) and software prefetch (in the block_chain order bounded by the call's columns and
 led in: CHAIN_PREFETCH_BYTES). The order is matmul_ir.py's, eight rows per vector op.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from gguf import GGMLQuantizationType as Q
 
@@ -63,7 +65,21 @@ QUAD_COLUMNS = 8  # columns a block step runs (4 or 8; the same bits: each colum
 # the block_chain quads' pair decoders where they differ from the layout's (the same bytes, fewer operations)
 QUAD_PAIRS = {Q.Q5_0: pair_q5_0_heads, Q.Q5_1: pair_q5_vector(4)}
 QUAD_PAIRS_VBMI = {Q.Q5_0: pair_q5_0_multishift}  # where the host has AVX-512 VBMI (vpmultishiftqb)
+# rows that share each decoded block, largest first (a Convoy pass's few decode rows, rows left below a
+# tile); the rows left after the groups go alone. Each row keeps its own chains: the same bits.
+QUAD_GROUPS = (4, 3, 2)
 QUAD_REDUCE = ([0, 1, 8, 9, 4, 5, 12, 13], [2, 3, 10, 11, 6, 7, 14, 15])
+
+
+@dataclass(frozen=True)
+class QuadRow:
+    """One activation row's pointers in a quad sweep: its bytes, d_x (and s_x), output row, offsets."""
+
+    x: str
+    dx: str
+    sx: str | None
+    out: str
+    corr: str | None
 
 
 def _lane_columns(width: int) -> list[int]:
@@ -208,7 +224,8 @@ def quad_declarations(layout: Layout, variant: str) -> list[str]:
 
 def column_quads(fn: Function, layout: Layout, variant: str, k: int, first_row: str, corr: str | None) -> None:
     """Columns [n0, n1) for rows [first_row, m), QUAD_COLUMNS columns at a time (chunks as in
-    matmul_pairs_ir.column_pairs)."""
+    matmul_pairs_ir.column_pairs), rows in groups of QUAD_GROUPS sharing each decoded block. `corr`:
+    max(QUAD_GROUPS) * k / 8 i32 where the type has an offset (row_offset), else None."""
     width = QUAD_COLUMNS
     nb, bb, rb, offset, step = column_step(fn, layout, variant, k, first_row, width)
     chain = layout.dot_order is not None  # an order other than the type's ggml order (see CHAIN_PREFETCH_BYTES)
@@ -217,10 +234,30 @@ def column_quads(fn: Function, layout: Layout, variant: str, k: int, first_row: 
     dup4 = const_vec("i32", [0, 1, 2, 3] * 2)
     ahead = -(-(CHAIN_PREFETCH_BYTES if chain else QUAD_PREFETCH_BYTES) // (width * rb)) * width * rb
     vf = f"<{width} x float>"
+    per = 2 if layout.has_min else 1  # float chains a row: acc (and accm)
 
-    def quad(xrow: str, dxrow: str, sxrow: str | None, orow: str, p: str, c1: str, whole: bool = False) -> None:
-        """Columns p .. p + width - 1; `whole`: all below c1, so the rows are one base and constant
-        offsets (one register for eight rows), else those past c1 repeat the last."""
+    def row_dot(row: QuadRow, b: str, pbs: list, d: str, m: str | None, accs: list[str]) -> list[str]:
+        """One row's block step on the decoded pairs: acc = fma(totals, d_w * d_x, acc) (and accm)."""
+        xb = fn.gep(row.x, fn.v(f"mul i64 {b}, 32"))
+        xl = fn.v(f"shufflevector <16 x i8> {fn.load('<16 x i8>', xb)}, <16 x i8> poison, {dup16}")
+        xh = fn.v(f"shufflevector <16 x i8> {fn.load('<16 x i8>', fn.gep(xb, 16))}, <16 x i8> poison, {dup16}")
+        start = None
+        if offset:
+            folded = fn.load("<4 x i32>", fn.gep(row.corr, fn.v(f"mul i64 {b}, 4"), "i32"), 16)
+            start = fn.v(f"shufflevector <4 x i32> {folded}, <4 x i32> poison, {dup4}")
+        totals = _totals(fn, [_pair_dot(fn, variant, pb, xl, xh, start, offset) for pb in pbs])
+        dx = fn.load("float", fn.gep(row.dx, b, "float"), 4)
+        scale = fn.v(f"fmul {vf} {d}, {fn.splat_value(width, 'float', dx)}")
+        new = [_fma(fn, width, totals, scale, accs[0])]
+        if m is not None:  # accm = fma(m_w, s_x, accm)
+            sx = fn.load("float", fn.gep(row.sx, b, "float"), 4)
+            new.append(_fma(fn, width, m, fn.splat_value(width, "float", sx), accs[1]))
+        return new
+
+    def quad(group: list[QuadRow], p: str, c1: str, whole: bool = False) -> None:
+        """Columns p .. p + width - 1 of the group's rows; `whole`: all below c1, so the weight rows
+        are one base and constant offsets (one register for eight rows), else those past c1 repeat
+        the last."""
         cols, rows = _quad_rows(fn, p, c1, width, rb, whole)
         limit = None  # chain: the last byte of the call's columns, from this quad's first row
         if chain:
@@ -236,49 +273,56 @@ def column_quads(fn: Function, layout: Layout, variant: str, k: int, first_row: 
                     fn.prefetch(rows[0], _at_most(fn, off, limit) if chain else off)
             w = [fn.gep(row, at) for row in rows]
             pbs = [decode_pair(fn, w[j], w[j + 1]) for j in range(0, width, 2)]
-            xb = fn.gep(xrow, fn.v(f"mul i64 {b}, 32"))
-            xl = fn.v(f"shufflevector <16 x i8> {fn.load('<16 x i8>', xb)}, <16 x i8> poison, {dup16}")
-            xh = fn.v(f"shufflevector <16 x i8> {fn.load('<16 x i8>', fn.gep(xb, 16))}, <16 x i8> poison, {dup16}")
-            start = None
-            if offset:
-                folded = fn.load("<4 x i32>", fn.gep(corr, fn.v(f"mul i64 {b}, 4"), "i32"), 16)
-                start = fn.v(f"shufflevector <4 x i32> {folded}, <4 x i32> poison, {dup4}")
-            totals = _totals(fn, [_pair_dot(fn, variant, pb, xl, xh, start, offset) for pb in pbs])
             d, m = _quad_scales(fn, layout, pbs, w)
-            dx = fn.load("float", fn.gep(dxrow, b, "float"), 4)
-            scale = fn.v(f"fmul {vf} {d}, {fn.splat_value(width, 'float', dx)}")
-            new = [_fma(fn, width, totals, scale, accs[0])]
-            if m is not None:  # accm = fma(m_w, s_x, accm)
-                sx = fn.load("float", fn.gep(sxrow, b, "float"), 4)
-                new.append(_fma(fn, width, m, fn.splat_value(width, "float", sx), accs[1]))
-            return new
+            return [v for g, row in enumerate(group) for v in row_dot(row, b, pbs, d, m, accs[g * per:(g + 1) * per])]
 
-        carried = [(vf, "zeroinitializer")] * (2 if layout.has_min else 1)
-        finals = fn.loop(0, nb, carried, block)
-        acc = finals[0] if len(finals) == 1 else fn.v(f"fadd {vf} {finals[0]}, {finals[1]}")
-        for lane, c in enumerate(_lane_columns(width)):
-            y = fn.v(f"extractelement {vf} {acc}, i64 {lane}")
-            fn.store("float", y, fn.gep(orow, cols[c], "float"), 4)
+        finals = fn.loop(0, nb, [(vf, "zeroinitializer")] * (per * len(group)), block)
+        for g, row in enumerate(group):
+            acc = finals[g * per] if per == 1 else fn.v(f"fadd {vf} {finals[g * per]}, {finals[g * per + 1]}")
+            for lane, c in enumerate(_lane_columns(width)):
+                y = fn.v(f"extractelement {vf} {acc}, i64 {lane}")
+                fn.store("float", y, fn.gep(row.out, cols[c], "float"), 4)
+
+    def quad_row(r: str, g: int) -> QuadRow:
+        row_corr = None
+        if offset:
+            row_corr = fn.gep(corr, g * (k // 8), "i32") if g else corr
+            _fill_folded(fn, layout, variant, k, r, row_corr)
+        return QuadRow(
+            x=fn.gep("%xq", fn.v(f"mul i64 {r}, {k}")),
+            dx=fn.gep("%xd", fn.v(f"mul i64 {r}, {nb}"), "float"),
+            sx=fn.gep("%xe", fn.v(f"mul i64 {r}, {nb}"), "float") if layout.has_min else None,
+            out=fn.gep("%out", fn.v(f"mul i64 {r}, %ldo"), "float"),
+            corr=row_corr,
+        )
 
     def chunk(c0: str, c1: str) -> None:
+        start = c0  # chain: the whole quads [c0, start) run in row groups, the last partial quad per row
         if chain:
             _lead_in(fn, c0, c1, rb, ahead)
+            span = fn.v(f"sub i64 {c1}, {c0}")
+            start = fn.v(f"add i64 {c0}, {fn.v(f'and i64 {span}, {-width}')}")
 
-        def row(r: str, _c2: list[str]) -> list[str]:
-            if offset:
-                _fill_folded(fn, layout, variant, k, r, corr)
-            xrow = fn.gep("%xq", fn.v(f"mul i64 {r}, {k}"))
-            dxrow = fn.gep("%xd", fn.v(f"mul i64 {r}, {nb}"), "float")
-            sxrow = fn.gep("%xe", fn.v(f"mul i64 {r}, {nb}"), "float") if layout.has_min else None
-            orow = fn.gep("%out", fn.v(f"mul i64 {r}, %ldo"), "float")
-            start = c0
-            if chain:  # the whole quads, then the columns left (at most one quad, whose last repeat)
-                span = fn.v(f"sub i64 {c1}, {c0}")
-                start = fn.v(f"add i64 {c0}, {fn.v(f'and i64 {span}, {-width}')}")
-                fn.loop(c0, start, [], lambda p, _c3: quad(xrow, dxrow, sxrow, orow, p, c1, True) or [], step=width)
-            fn.loop(start, c1, [], lambda p, _c3: quad(xrow, dxrow, sxrow, orow, p, c1) or [], step=width)
-            return []
+        def rows_of(size: int):
+            def body(r: str, _c2: list[str]) -> list[str]:
+                group = [quad_row(r if not g else fn.v(f"add i64 {r}, {g}"), g) for g in range(size)]
+                if chain:
+                    fn.loop(c0, start, [], lambda p, _c3: quad(group, p, c1, True) or [], step=width)
+                else:
+                    fn.loop(c0, c1, [], lambda p, _c3: quad(group, p, c1) or [], step=width)
+                return []
 
-        fn.loop(first_row, "%m", [], row)
+            return body
+
+        first = first_row
+        for size in (*QUAD_GROUPS, 1):  # groups of each size while they fill, then the next size
+            left = fn.v(f"sub i64 %m, {first}")
+            whole = fn.v(f"mul i64 {fn.v(f'sdiv i64 {left}, {size}')}, {size}")
+            end = fn.v(f"add i64 {first}, {whole}")
+            fn.loop(first, end, [], rows_of(size), step=size)
+            first = end
+        if chain:  # the columns left (at most one quad, whose last repeat), each row alone
+            fn.loop(first_row, "%m", [], lambda r, _c2: fn.loop(
+                start, c1, [], lambda p, _c3: quad([quad_row(r, 0)], p, c1) or [], step=width) and [])
 
     column_chunks(fn, step, chunk)

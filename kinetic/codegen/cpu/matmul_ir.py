@@ -17,7 +17,8 @@ Owns: the loops and the order of summation. One kernel per (weight type, K, vari
             for n, n+1 in column pairs of [n0, n1):     # two weight rows per vector, see column_pairs
                 for b in blocks of K: (per row as below)
             "scalar" order (IQ4_NL, MXFP4, Q4_0; Q8_0 .. Q5_1 in "block_chain"): columns n .. n+7 at
-            once instead, one <8 x float> chain (see column_quads)
+            once instead, one <8 x float> chain a row (see column_quads), rows in groups of 4, 3 or
+            2 that share each decoded block (no 4-row tile for these types)
         k-quants: for n in [n0, n1), for each leftover row (Q3_K, Q5_K, Q6_K, IQ4_XS in "block_chain":
             two columns at a time, their integer sums reduced together: matmul_k_columns_ir; Q4_K's one row
             alone too, four columns at a time):
@@ -86,7 +87,7 @@ from kinetic.codegen.cpu import matmul_q6k_lanes_ir as q6k_ir
 from kinetic.codegen.cpu import matmul_wide_ir as wide_ir
 from kinetic.codegen.cpu.llvm_ir import Function, module
 from kinetic.codegen.cpu.matmul_block_ir import row_offset
-from kinetic.codegen.cpu.matmul_columns_ir import column_quads, quad_declarations
+from kinetic.codegen.cpu.matmul_columns_ir import QUAD_GROUPS, column_quads, quad_declarations
 from kinetic.codegen.cpu.matmul_pairs_ir import column_pairs, pair_scratch
 from kinetic.codegen.cpu.matmul_rows_ir import single_rows
 from kinetic.codegen.cpu.matmul_tiles_ir import GROUP, row_tiles
@@ -125,7 +126,8 @@ PARAMS = [
 # 16 rows in lanes, VNNI: K-quants, and the block-32 types in the "block_chain" order
 LANE_TILES = (q2k_ir.TILES, q3k_ir.TILES, q4k_ir.TILES, q5k_ir.TILES, q6k_ir.TILES, *b32_ir.TILES, *k_chain_ir.TILES)
 # leftover rows below a tile (a verification pass's few rows, a Convoy pass of a few users' decode rows)
-# share each decoded block in tiles of these; fewer rows go alone. Not 2: two or three rows alone cost
+# share each decoded block in tiles of these; fewer rows go alone (the "scalar" order's column quads
+# instead share it in row groups, matmul_columns_ir.QUAD_GROUPS, faster than this tile). Not 2: two or three rows alone cost
 # less than in a 2-row tile (2 threads, one-row-a-sequence passes, median ms a pass: SmolLM2 Q4_1 2 rows
 # 15.4 vs 20.8, 3 rows 21.2 vs 26.1; Gemma 3 2 rows 24-31 vs 37-39, 3 rows 26-37 vs 53-58; 4 rows in a
 # 4-row tile no slower than alone)
@@ -169,7 +171,9 @@ def render_matmul(wtype, k: int, variant: str, tile: int, *, wide: bool = True,
     lanes_space = lanes16.scratch(fn, k) if lanes16 is not None else None
     quads = layout.decode_pair is not None and layout.float_order == "scalar"
     pair_space = pair_scratch(fn, layout, variant, k) if layout.decode_pair is not None and not quads else None
-    quad_corr = fn.v(f"alloca i32, i64 {k // 8}, align 16") if quads and row_offset(layout, variant) else None
+    quad_corr = None
+    if quads and row_offset(layout, variant):  # a group's rows' offset terms
+        quad_corr = fn.v(f"alloca i32, i64 {max(QUAD_GROUPS, default=1) * k // 8}, align 16")
     first_single = "0"
     if tile > 1:
         size = -(-tile // GROUP) * GROUP * (k // layout.block)
@@ -192,8 +196,8 @@ def render_matmul(wtype, k: int, variant: str, tile: int, *, wide: bool = True,
             first_single = wide_ir.wide_tiles(fn, layout, variant, k, wide_space)
         else:
             first_single = row_tiles(fn, layout, variant, k, tile, dxt, st, corr, inter, first_single)
-        # (a single-row 512-bit path, Q4_K's, beats a small tile: measured)
-        for small in () if layout.decode_wide else [t for t in SMALL_TILES if t < tile]:
+        # (a single-row 512-bit path, Q4_K's, beats a small tile, and so do the quads' row groups: measured)
+        for small in () if layout.decode_wide or (quads and QUAD_GROUPS) else [t for t in SMALL_TILES if t < tile]:
             first_single = row_tiles(fn, layout, variant, k, small, dxt, st, corr, inter, first_single)
 
     def rows_alone() -> None:

@@ -1,6 +1,7 @@
 """The quantized matmul kernels of Q8_0, Q4_1, Q5_0 and Q5_1 in the "block_chain" order (issue 23's
 fast numerics mode) against numerics.matmul(..., order="block_chain"), bit for bit, on every path:
-16-row lane tiles (matmul_b32_lanes_ir), rows-as-lanes tiles of 8, 4, 2 and column quads (decode)."""
+16-row lane tiles (matmul_b32_lanes_ir), rows-as-lanes tiles of 8 and column quads (decode, and rows
+left below a tile in groups of 4, 3, 2 sharing each decoded block)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from kinetic.codegen.cpu.matmul_ir import render_matmul
 from kinetic.codegen.cpu.target import host
 
 CHAIN = [Q.Q8_0, Q.Q4_1, Q.Q5_0, Q.Q5_1]
-ROWS = (1, 2, 3, 15, 16, 17, 33)  # decode, small tiles, a tile of 16 and one past it, two and one past
+ROWS = (1, 2, 3, 4, 5, 7, 15, 16, 17, 33)  # decode, the quads' row groups, a tile of 16 and one past it, two and one past
 BEST = host().best_variant()
 
 
@@ -22,7 +23,7 @@ BEST = host().best_variant()
 @pytest.mark.parametrize("wtype", CHAIN, ids=lambda t: t.name)
 def test_every_row_count_equals_the_reference_bit_for_bit(jit, wtype, variant):
     """For K in 32 .. 2048 (the host's best variant; 64 and 576 on the others) and M rows in 1, 2, 3,
-    15, 16, 17, 33, every output is the reference's block_chain value, bit for bit."""
+    4, 5, 7, 15, 16, 17, 33, every output is the reference's block_chain value, bit for bit."""
     ks = (32, 64, 576, 1536, 2048) if variant == BEST else (64, 576)
     for k in ks:
         x, w = chain_case(wtype, 37, k, max(ROWS))

@@ -115,8 +115,9 @@ def test_rejects_a_weight_of_the_wrong_width(jit):
 
 @pytest.mark.parametrize("wtype", sorted(SUPPORTED), ids=lambda t: t.name)
 def test_few_rows_share_blocks_without_changing_a_bit(jit, wtype):
-    """Passes of 2..7 rows (a verification pass, a prompt's last chunk) run small tiles (4, 2) before
-    single rows; every row is still bit for bit the row alone."""
+    """Passes of 2..7 rows (a verification pass, a prompt's last chunk, a Convoy pass) run 4-row tiles,
+    or the column quads' row groups of 4, 3 and 2 (IQ4_NL, MXFP4, Q4_0), before single rows; every row
+    is still bit for bit the row alone."""
     x, w = _case(wtype, 24, 512, 7, seed=5)
     alone = np.concatenate([quantized_matmul(x[r : r + 1], w, wtype, jit=jit) for r in range(7)])
     for m in range(2, 8):
