@@ -62,13 +62,14 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--draft", action="store_true", help="RAD-1 on (default: off, plain decode rows)")
     parser.add_argument("--servers", action="store_true", help="kinetic serve against llama-server over HTTP")
-    parser.add_argument("--demo-tokens", type=int, default=128, help="--servers: the same-answer demo's tokens")
+    parser.add_argument("--demo-tokens", type=int, default=128, help="--servers: the same-answer demo's tokens (0: none)")
+    parser.add_argument("--kinetic-off", help="--servers: kinetic serve's --off list (e.g. rad1), for diagnosis")
     args = parser.parse_args()
     if args.servers:
         from convoy_servers import compare_servers
 
         compare_servers(args.model, [int(x) for x in args.clients.split(",")], args.tokens, args.threads,
-                        args.repeat, args.demo_tokens)
+                        args.repeat, args.demo_tokens, args.kinetic_off)
         return
     model = Model(args.model, n_ctx=512, threads=args.threads)
     greedy = SamplingSettings(temperature=0.0, seed=1)

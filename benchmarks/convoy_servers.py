@@ -18,7 +18,7 @@ own while a fourth sends one seeded request (temperature 0.8, seed 42, --demo-to
 times, one after another; printed: how many distinct answers it got.
 
     python benchmarks/convoy.py MODEL --servers [--clients 1,2,4,8] [--tokens 128] [--threads 2]
-                                                [--demo-tokens 128]
+                                                [--demo-tokens 128 (0: no demo)] [--kinetic-off rad1]
 """
 
 from __future__ import annotations
@@ -89,9 +89,11 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_servers(path: str, slots: int, threads: int) -> list[Server]:
+def start_servers(path: str, slots: int, threads: int, kinetic_off: str | None = None) -> list[Server]:
+    off = ["--off", kinetic_off] if kinetic_off else []
     kinetic = Server("kinetic", [sys.executable, "-m", "kinetic.cli.main", "serve", path, "--port", "0",
-                                 "-np", str(slots), "-t", str(threads), "-c", str(CONTEXT_PER_SLOT), "--device", "cpu"])
+                                 "-np", str(slots), "-t", str(threads), "-c", str(CONTEXT_PER_SLOT), "--device", "cpu",
+                                 *off])
     port = _free_port()
     llama = Server("llama-server", [str(LLAMA_SERVER), "-m", path, "-np", str(slots), "-cb", "-t", str(threads),
                                     "-c", str(CONTEXT_PER_SLOT * slots), "--host", "127.0.0.1", "--port", str(port)],
@@ -152,13 +154,15 @@ def same_answer_demo(url: str, tokens: int, sends: int = 10) -> int:
 
 
 def compare_servers(model: str, client_counts: list[int], tokens: int, threads: int, repeat: int,
-                    demo_tokens: int) -> None:
+                    demo_tokens: int, kinetic_off: str | None = None) -> None:
+    """`demo_tokens` 0 skips the demo; `kinetic_off`: kinetic serve's --off list (a diagnosis: the
+    comparison itself runs both servers as they start by default)."""
     if not LLAMA_SERVER.exists():
         raise SystemExit(f"llama-server not found at {LLAMA_SERVER}")
     path = str(resolve_model(model))
     print(f"{Path(path).name}, {threads} threads, {tokens} tokens per client, medians of {repeat}; "
           f"load before: {os.getloadavg()[0]:.2f}")
-    servers = start_servers(path, 4, threads)
+    servers = start_servers(path, 4, threads, kinetic_off) if demo_tokens else []
     try:
         for s in servers:
             print(f"same-answer demo ({demo_tokens} tokens), {s.name}: {same_answer_demo(s.url, demo_tokens)} "
@@ -171,7 +175,7 @@ def compare_servers(model: str, client_counts: list[int], tokens: int, threads: 
         speeds: dict[str, list[float]] = {}
         latencies: dict[str, list[float]] = {}
         for r in range(repeat):  # fresh servers each round: no round sees the prompts of another
-            servers = start_servers(path, n, threads)
+            servers = start_servers(path, n, threads, kinetic_off)
             try:
                 for s in servers:
                     one_round(s.url, n, 8, WARM_UP)

@@ -202,14 +202,25 @@ class DraftPolicy:
         return best, k, spare
 
     def _gate(self, a: float, most: int) -> tuple[float, int]:
-        """(the best modelled speed-up, its rows) of a chain of at most `most` guesses at acceptance a."""
+        """(the best modelled speed-up, its rows) of a chain of at most `most` guesses at acceptance a.
+
+        Alone, k guesses give e(k) = 1 + a + ... + a^k tokens for a pass of 1 + beta k: e(k) / (1 + beta k).
+        Beside N - 1 other answers (Convoy; N = costs.company), the unit is the shared pass: its N
+        rows cost 1 + beta (N - 1) one-row passes, so k more rows make it 1 + beta_N k times as long
+        for every answer in it, beta_N = beta / (1 + beta (N - 1)), while its tokens go from N to
+        N - 1 + e(k): the pass's speed-up is (N - 1 + e(k)) / N / (1 + beta_N k), which is the
+        formula alone at N = 1. A guess that pays alone can cost the others more than it gives
+        (beta 0.45, a = 0.8: 2 rows alone, 1 at N = 2, none at N = 4)."""
+        n = self.costs.company
         beta = self.costs.beta
+        beta_n = beta / (1 + beta * (n - 1))
         gain, k, expected, ak = 0.0, 0, 1.0, 1.0
         for rows in range(1, most + 1):
             ak *= a
             expected += ak
-            if expected / (1 + beta * rows) > gain:
-                gain, k = expected / (1 + beta * rows), rows
+            speedup = (n - 1 + expected) / n / (1 + beta_n * rows)
+            if speedup > gain:
+                gain, k = speedup, rows
         return gain, k
 
     def ask_len(self, drafter: Drafter, room: int) -> int:
@@ -282,8 +293,13 @@ class PassCosts:
         self.prior = beta
         self.plain: float | None = None  # seconds of a plain decode step, averaged
         self.samples: deque[tuple[float, float]] = deque(maxlen=self.WINDOW)  # (when, beta of one pass)
+        # answers decoding in the pass (the scheduler sets it before each pass; 1: alone). Only passes
+        # alone are priced: a shared pass's time holds the other answers' rows and Python work.
+        self.company = 1
 
     def observe(self, guessed_rows: int, seconds: float) -> None:
+        if self.company > 1:
+            return
         if guessed_rows == 0:
             self.plain = seconds if self.plain is None else self.DECAY * self.plain + (1 - self.DECAY) * seconds
         elif self.plain:

@@ -294,6 +294,8 @@ class Scheduler:
         chosen = compose(self._active, self.budget)
         if not chosen:
             return
+        # RAD-1 prices guesses by the answers they slow down (drafting.DraftPolicy._gate)
+        self.generator.decoder.costs.company = max(1, sum(t.decoding for t in chosen))
         try:
             self.generator.engine.run([t.want for t in chosen])
         except Exception as e:  # every answer of the pass fails; the scheduler goes on

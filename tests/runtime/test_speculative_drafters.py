@@ -103,6 +103,30 @@ def test_policy_gates_on_acceptance_against_verify_cost():
     assert rows_cheap > rows_dear and spare_cheap > 0
 
 
+def test_a_guess_pays_for_the_answers_it_slows_down():
+    """Beside N - 1 other answers (Convoy) k guessed rows lengthen every answer's pass, so the gate
+    weighs the pass's tokens (N - 1 + e(k)) against the N-row pass's cost: a source right 80 % of the
+    time drafts 2 rows alone and 1 beside one other answer, none among 4 (beta 0.45); a source almost
+    always right (a repeated answer) still drafts among 4. Passes shared with others teach no costs."""
+    fair, sure = Proposal("context/4", [list(range(16))]), Proposal("seen/4", [list(range(16))])
+    costs = PassCosts(beta=0.45)
+    policy = DraftPolicy(costs)
+    policy.score = {"context/4": [8.0, 10.0], "seen/4": [99.0, 100.0]}
+    rows = {}
+    for company in (1, 2, 4):
+        costs.company = company
+        choice = policy.choose([fair], room=16)
+        rows[company] = 0 if choice is None else choice[1]
+        assert policy.choose([sure], room=16) is not None
+    assert rows == {1: 2, 2: 1, 4: 0}
+    costs.observe(0, 0.005)
+    costs.observe(2, 0.5)
+    assert costs.plain is None and not costs.samples  # company 4: not priced
+    costs.company = 1
+    costs.observe(0, 0.005)
+    assert costs.plain == 0.005
+
+
 def test_pass_costs_resist_one_slow_pass_and_forget_old_ones():
     """beta is a median, so one pass slowed by another process does not move it; samples expire, so
     a beta measured under a passing load does not stop drafting for good."""
